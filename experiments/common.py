@@ -1,0 +1,488 @@
+"""Measurement machinery shared by every experiment module.
+
+What lives here, and why it is shared:
+
+* :func:`available_cpus` -- the CPUs this process may run on (``os.sched_getaffinity``),
+  the denominator of every utilisation figure.
+* :class:`CpuSampler` -- a background thread that samples, with psutil, the busy share of
+  every core, of the whole system, and of our own process tree (children included:
+  DataLoader workers and ``multiprocessing`` children count) during a measured window.
+* :func:`measure` -- a context manager that times one measured window (wall clock
+  ``time.perf_counter``), runs the sampler and reports the process tree's CPU utilisation
+  ``cpu_util_pct = tree CPU seconds / (wall seconds * available CPUs) * 100`` (0-100).
+* :func:`set_torch_threads` -- sets intra-op (and optionally inter-op) threads explicitly and
+  returns what torch reports back, failing loudly on a mismatch.
+* :func:`cli_main` -- builds a command-line interface from an experiment's frozen
+  ``Params`` dataclass, runs the experiment's pure ``run`` function and writes its CSVs
+  atomically (``metrics.csv``, ``samples.csv``, ``spans.csv``, ``job.json``).
+
+Nothing here imports torch at module level: the gil experiment does not need it and
+importing torch costs about 2.5 s per process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import fcntl
+import json
+import os
+import platform
+import re
+import socket
+import sys
+import threading
+import time
+import typing
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psutil
+
+#: Columns every metrics row carries, in this order, before experiment-specific ones.
+COMMON_COLUMNS = (
+    "host",
+    "experiment",
+    "repeat",
+    "status",
+    "reason",
+    "wall_s",
+    "cpu_util_pct",
+    "available_cpus",
+    "window_start_unix",
+    "window_end_unix",
+)
+
+
+def available_cpus() -> int:
+    """Number of CPUs this process may run on (``len(os.sched_getaffinity(0))``).
+
+    This honours ``taskset`` and cpusets, unlike ``os.cpu_count()``.
+    """
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return os.cpu_count() or 1
+
+
+def sanitise_host(name: str) -> str:
+    """Turn a host name into a label safe for paths: ``[A-Za-z0-9._-]``, no leading dot.
+
+    Raises:
+        ValueError: if nothing usable is left.
+    """
+    label = re.sub(r"[^A-Za-z0-9._-]+", "-", name.split(".")[0] if name else "").strip("-.")
+    if not label:
+        raise ValueError(f"host label {name!r} has no usable characters (allowed: A-Z a-z 0-9 . _ -)")
+    return label
+
+
+def default_host() -> str:
+    """The sanitised short hostname of this machine, the default host label."""
+    return sanitise_host(socket.gethostname())
+
+
+# --------------------------------------------------------------------------------------
+# CPU accounting
+# --------------------------------------------------------------------------------------
+
+
+def tree_cpu_seconds(proc: psutil.Process | None = None) -> float:
+    """CPU seconds (user + system) used so far by a process and all its descendants.
+
+    Counts the process itself, the children it has already waited for (``children_user``
+    and ``children_system``) and every live descendant. Descendants that vanish between
+    listing and reading are skipped. Differences of this value over a window give the
+    tree's CPU time in that window.
+    """
+    proc = proc or psutil.Process()
+    t = proc.cpu_times()
+    total = t.user + t.system + t.children_user + t.children_system
+    for child in proc.children(recursive=True):
+        try:
+            ct = child.cpu_times()
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            continue
+        total += ct.user + ct.system
+    return total
+
+
+class CpuSampler:
+    """Background sampler of CPU utilisation during one measured window.
+
+    Every ``1 / hz`` seconds it records, relative to :meth:`start` (``t_s``, seconds):
+
+    * ``cpu<i>``: busy % of logical CPU ``i`` (``psutil.cpu_percent(percpu=True)``, 0-100);
+    * ``system``: busy % of the whole machine over the available CPUs (0-100);
+    * ``tree``: our process tree's CPU time over the interval, as % of all available
+      CPUs (0-100), children included.
+
+    ``psutil.cpu_percent`` returns 0.0 on its first call by design; :meth:`start` primes it.
+
+    Args:
+        hz: sampling rate in samples per second (> 0).
+    """
+
+    def __init__(self, hz: float = 10.0) -> None:
+        if hz <= 0:
+            raise ValueError(f"sample_hz must be > 0, got {hz}")
+        self.interval_s = 1.0 / hz
+        self.samples: list[tuple[float, str, float]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._proc = psutil.Process()
+        self._cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+
+    def start(self) -> None:
+        psutil.cpu_percent(percpu=True)  # prime: the first call returns 0.0 by design
+        self._t0 = time.perf_counter()
+        self._last_t = self._t0
+        self._last_tree = tree_cpu_seconds(self._proc)
+        self._thread = threading.Thread(target=self._loop, name="cpu-sampler", daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        now = time.perf_counter()
+        per_core = psutil.cpu_percent(percpu=True)
+        tree = tree_cpu_seconds(self._proc)
+        dt = now - self._last_t
+        t_s = round(now - self._t0, 6)
+        cores = self._cpus if self._cpus is not None else range(len(per_core))
+        for i in cores:
+            if i < len(per_core):
+                self.samples.append((t_s, f"cpu{i}", per_core[i]))
+        used = [per_core[i] for i in cores if i < len(per_core)]
+        self.samples.append((t_s, "system", sum(used) / max(len(used), 1)))
+        if dt > 0:
+            pct = 100.0 * (tree - self._last_tree) / (dt * max(len(used), 1))
+            self.samples.append((t_s, "tree", max(0.0, min(100.0, pct))))
+        self._last_t, self._last_tree = now, tree
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._sample()
+
+    def stop(self) -> list[tuple[float, str, float]]:
+        """Stop sampling (taking one last sample) and return ``[(t_s, series, busy_pct)]``."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._sample()
+        return self.samples
+
+
+@dataclasses.dataclass
+class Window:
+    """One measured window: wall time, tree CPU time and the CPU samples taken in it.
+
+    Attributes:
+        wall_s: wall-clock duration (s) from ``perf_counter``.
+        cpu_s: CPU seconds of the process tree in the window.
+        cpu_util_pct: ``cpu_s / (wall_s * available CPUs) * 100``, clipped to 0-100.
+        start_unix, end_unix: the window's bounds as Unix time (s), to check overlaps.
+        t0: ``perf_counter`` value at the start; spans are reported relative to it.
+        samples: ``[(t_s, series, busy_pct)]`` from :class:`CpuSampler`.
+    """
+
+    wall_s: float = float("nan")
+    cpu_s: float = float("nan")
+    cpu_util_pct: float = float("nan")
+    start_unix: float = float("nan")
+    end_unix: float = float("nan")
+    t0: float = 0.0
+    samples: list[tuple[float, str, float]] = dataclasses.field(default_factory=list)
+
+
+@contextmanager
+def measure(sample_hz: float = 10.0) -> Iterator[Window]:
+    """Time one measured window and sample CPU utilisation during it.
+
+    Usage::
+
+        with measure(10) as w:
+            work()
+        w.wall_s, w.cpu_util_pct, w.samples
+
+    The body should contain only the work being measured: set-up and warm-up go before.
+    """
+    win = Window()
+    proc = psutil.Process()
+    sampler = CpuSampler(sample_hz)
+    sampler.start()
+    cpu0 = tree_cpu_seconds(proc)
+    win.start_unix = time.time()
+    win.t0 = time.perf_counter()
+    try:
+        yield win
+    finally:
+        t1 = time.perf_counter()
+        win.end_unix = time.time()
+        cpu1 = tree_cpu_seconds(proc)
+        win.samples = sampler.stop()
+        win.wall_s = t1 - win.t0
+        win.cpu_s = cpu1 - cpu0
+        denom = win.wall_s * available_cpus()
+        win.cpu_util_pct = max(0.0, min(100.0, 100.0 * win.cpu_s / denom)) if denom > 0 else float("nan")
+
+
+def window_columns(win: Window) -> dict:
+    """The metrics columns every experiment takes from a :class:`Window`."""
+    return {
+        "wall_s": win.wall_s,
+        "cpu_util_pct": win.cpu_util_pct,
+        "available_cpus": available_cpus(),
+        "window_start_unix": win.start_unix,
+        "window_end_unix": win.end_unix,
+    }
+
+
+# --------------------------------------------------------------------------------------
+# Threads
+# --------------------------------------------------------------------------------------
+
+
+def set_torch_threads(intra_op: int, inter_op: int | None = None) -> dict:
+    """Set torch's intra-op (and optionally inter-op) thread counts and read them back.
+
+    Snakemake exports ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` equal to a rule's ``threads:``;
+    experiments never rely on that and set their thread counts here explicitly.
+
+    Returns:
+        ``{"torch_threads": torch.get_num_threads(), "interop_threads":
+        torch.get_num_interop_threads(), "omp_num_threads_env": $OMP_NUM_THREADS or ""}``.
+
+    Raises:
+        RuntimeError: if torch reports a different number than was requested, naming both.
+    """
+    import torch
+
+    torch.set_num_threads(intra_op)
+    if inter_op is not None and torch.get_num_interop_threads() != inter_op:
+        torch.set_num_interop_threads(inter_op)
+    observed = torch_thread_info()
+    if observed["torch_threads"] != intra_op:
+        raise RuntimeError(
+            f"requested {intra_op} intra-op threads but torch.get_num_threads() reports "
+            f"{observed['torch_threads']}"
+        )
+    if inter_op is not None and observed["interop_threads"] != inter_op:
+        raise RuntimeError(
+            f"requested {inter_op} inter-op threads but torch.get_num_interop_threads() "
+            f"reports {observed['interop_threads']}"
+        )
+    return observed
+
+
+def torch_thread_info() -> dict:
+    """What torch and the environment say about threads right now (see :func:`set_torch_threads`)."""
+    import torch
+
+    return {
+        "torch_threads": torch.get_num_threads(),
+        "interop_threads": torch.get_num_interop_threads(),
+        "omp_num_threads_env": os.environ.get("OMP_NUM_THREADS", ""),
+    }
+
+
+# --------------------------------------------------------------------------------------
+# Results and the command line
+# --------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class RunResult:
+    """What an experiment's ``run(params)`` returns: raw data, no aggregates.
+
+    Attributes:
+        rows: one dict per replicate (metrics; the CLI adds ``host`` and ``experiment``).
+        samples: CPU samples, dicts with ``repeat, t_s, series, busy_pct``.
+        spans: work spans, dicts with ``repeat, actor, kind, start_s, end_s`` (seconds from
+            the start of the measured window) plus kind-specific fields.
+    """
+
+    rows: list[dict] = dataclasses.field(default_factory=list)
+    samples: list[dict] = dataclasses.field(default_factory=list)
+    spans: list[dict] = dataclasses.field(default_factory=list)
+
+    def add_window(self, repeat: int, win: Window, **row) -> dict:
+        """Append a metrics row built from ``win`` plus ``row`` and keep its samples."""
+        full = {"repeat": repeat, "status": "ok", "reason": "", **window_columns(win), **row}
+        self.rows.append(full)
+        self.samples.extend(
+            {"repeat": repeat, "t_s": t, "series": s, "busy_pct": round(v, 3)} for t, s, v in win.samples
+        )
+        return full
+
+
+def check_choice(name: str, value, allowed) -> None:
+    """Raise ``ValueError`` naming ``name``, the bad ``value`` and the ``allowed`` values."""
+    if value not in allowed:
+        raise ValueError(f"{name}={value!r} is not allowed; choose one of {sorted(allowed)}")
+
+
+def check_min(name: str, value, minimum) -> None:
+    """Raise ``ValueError`` if ``value < minimum``, naming the parameter and the bound."""
+    if value < minimum:
+        raise ValueError(f"{name}={value!r} is out of range; it must be >= {minimum}")
+
+
+def _atomic_write(path: Path, write: Callable[[typing.TextIO], None]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "w", newline="") as fh:
+        write(fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def write_csv(path: Path, rows: list[dict], columns: list[str] | None = None) -> None:
+    """Write ``rows`` as CSV atomically (temporary file then rename); header even if empty."""
+    if columns is None:
+        columns = []
+        for row in rows:
+            columns.extend(k for k in row if k not in columns)
+
+    def write(fh):
+        w = csv.DictWriter(fh, fieldnames=columns, extrasaction="raise")
+        w.writeheader()
+        w.writerows(rows)
+
+    _atomic_write(path, write)
+
+
+def write_json(path: Path, data: dict) -> None:
+    """Write ``data`` as indented JSON atomically."""
+    _atomic_write(path, lambda fh: json.dump(data, fh, indent=2, sort_keys=True, default=str))
+
+
+SAMPLE_COLUMNS = ["repeat", "t_s", "series", "busy_pct"]
+SPAN_COLUMNS = ["repeat", "actor", "kind", "start_s", "end_s"]
+
+
+@contextmanager
+def exclusive(lock_path: str | None) -> Iterator[float]:
+    """Hold an exclusive ``flock`` on ``lock_path`` (no-op when None); yields the wait in s.
+
+    Measurement jobs take this lock so that two of them never measure at the same time,
+    even when a scheduler starts them together.
+    """
+    if not lock_path:
+        yield 0.0
+        return
+    Path(lock_path).parent.mkdir(parents=True, exist_ok=True)
+    t = time.perf_counter()
+    with open(lock_path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield time.perf_counter() - t
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _field_type(params_cls, field: dataclasses.Field):
+    hints = typing.get_type_hints(params_cls)
+    tp = hints[field.name]
+    if typing.get_origin(tp) is typing.Literal:
+        args = typing.get_args(tp)
+        return type(args[0]), args
+    return tp, None
+
+
+def _parse_bool(text: str) -> bool:
+    low = text.lower()
+    if low in ("1", "true", "yes"):
+        return True
+    if low in ("0", "false", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def build_parser(params_cls, description: str) -> argparse.ArgumentParser:
+    """An ``argparse`` parser with one ``--option`` per field of the ``Params`` dataclass.
+
+    ``Literal[...]`` fields become choices; defaults come from the dataclass. Common options:
+    ``--out DIR`` (where the CSVs go), ``--host LABEL`` and ``--lock PATH``.
+    """
+    p = argparse.ArgumentParser(description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    for f in dataclasses.fields(params_cls):
+        tp, choices = _field_type(params_cls, f)
+        conv = _parse_bool if tp is bool else tp
+        p.add_argument(
+            "--" + f.name.replace("_", "-"),
+            dest=f.name,
+            type=conv,
+            choices=choices,
+            default=f.default,
+            help=(f.metadata.get("help", "") if f.metadata else ""),
+        )
+    p.add_argument("--out", required=True, help="output directory for metrics.csv, samples.csv, spans.csv")
+    p.add_argument("--host", default=None, help="host label (default: sanitised hostname)")
+    p.add_argument("--lock", default=None, help="lock file serialising measurement jobs")
+    return p
+
+
+def cli_main(
+    experiment: str,
+    params_cls,
+    run: Callable[[typing.Any], RunResult],
+    description: str,
+    argv: list[str] | None = None,
+) -> int:
+    """Command-line entry point shared by the experiment modules.
+
+    Parses ``argv`` into ``params_cls``, runs ``run(params)`` while holding the measurement
+    lock, and writes ``metrics.csv``, ``samples.csv``, ``spans.csv`` and ``job.json`` into
+    ``--out``. Parameter errors exit with status 2 and a message naming the parameter.
+    """
+    parser = build_parser(params_cls, description)
+    args = parser.parse_args(argv)
+    kwargs = {f.name: getattr(args, f.name) for f in dataclasses.fields(params_cls)}
+    try:
+        params = params_cls(**kwargs)
+    except ValueError as exc:
+        parser.error(str(exc))
+    host = sanitise_host(args.host) if args.host else default_host()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    job_start = psutil.Process().create_time()
+    print(f"[{experiment}] {params}", file=sys.stderr, flush=True)
+    with exclusive(args.lock) as waited:
+        locked_at = time.time()
+        result = run(params)
+        released_at = time.time()
+    param_cols = dataclasses.asdict(params)
+    rows = [{"host": host, "experiment": experiment, **param_cols, **r} for r in result.rows]
+    columns = list(COMMON_COLUMNS[:2]) + list(param_cols)
+    for r in rows:
+        columns.extend(k for k in r if k not in columns)
+    write_csv(out / "samples.csv", result.samples, SAMPLE_COLUMNS)
+    span_cols = list(SPAN_COLUMNS)
+    for s in result.spans:
+        span_cols.extend(k for k in s if k not in span_cols)
+    write_csv(out / "spans.csv", result.spans, span_cols)
+    write_json(
+        out / "job.json",
+        {
+            "experiment": experiment,
+            "host": host,
+            "params": param_cols,
+            "pid": os.getpid(),
+            "python": platform.python_version(),
+            "job_start_unix": job_start,
+            "lock_wait_s": waited,
+            "lock_acquired_unix": locked_at,
+            "lock_released_unix": released_at,
+            "job_end_unix": time.time(),
+        },
+    )
+    write_csv(out / "metrics.csv", rows, columns)  # last: its presence means the point is complete
+    for r in rows:
+        print(
+            f"[{experiment}] repeat={r['repeat']} status={r['status']} "
+            f"wall_s={r.get('wall_s', float('nan')):.4f} cpu_util_pct={r.get('cpu_util_pct', float('nan')):.1f} "
+            f"{r.get('reason') or ''}",
+            file=sys.stderr,
+        )
+    return 0

@@ -1,0 +1,207 @@
+"""DataLoader experiment: training throughput against ``num_workers`` for three kinds of data.
+
+Datasets (``dataset``):
+
+* ``tensor``: the seed article's in-memory ``TensorDataset(randn(items, 3), randn(items, 1))``;
+  ``__getitem__`` is almost free, so worker processes only add inter-process transfer cost.
+* ``cpu``: every ``__getitem__`` does a fixed amount of single-threaded numpy work
+  (``np.sort(np.sin(...))`` over ``cpu_work_size`` floats; about 200 us at 4096 on a 2.5 GHz
+  Xeon), the stand-in for decoding and augmentation.
+* ``io``: every ``__getitem__`` sleeps ``io_latency_s``, the stand-in for reading from disk or
+  network; sleeping releases the GIL and uses no CPU.
+
+The main loop runs one SGD step of a ``Linear(3, 1)`` regression per batch. One measured
+repeat is one whole epoch; ``samples_per_s`` = items / epoch wall time. Workers are persistent
+(``persistent_workers=True``) and ``warmup_epochs`` untimed epochs start them first, so the
+metric is the steady state; the first epoch's duration (worker start-up included) is kept in
+``first_epoch_s``.
+
+In the main process every batch gives two spans: ``wait`` (inside ``next(iterator)``: the
+training loop is stalled on data) and ``step`` (the training step). ``data_stall_pct`` is the
+share of the epoch spent waiting.
+
+Asking for more workers than PyTorch suggests for the machine makes it warn ("suggested max
+number of worker"); the warning is captured into ``worker_warning``, never fatal.
+Start method: ``fork`` (the Linux default). The main process runs with ``torch_threads``
+intra-op threads (default 1), so no OpenMP pool is active when workers are forked.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Literal
+
+from experiments.common import RunResult, available_cpus, check_min, cli_main, measure, set_torch_threads
+
+EXPERIMENT = "dataloader"
+
+
+@dataclass(frozen=True)
+class Params:
+    """One configuration point of the dataloader experiment.
+
+    Raises:
+        ValueError: for a value below its minimum (the message names the field).
+    """
+
+    dataset: Literal["tensor", "cpu", "io"] = "tensor"
+    num_workers: int = 0
+    batch_size: int = 32
+    items: int = field(default=10_000, metadata={"help": "samples per epoch"})
+    cpu_work_size: int = field(default=4096, metadata={"help": "floats processed per item (dataset cpu)"})
+    io_latency_s: float = field(default=0.002, metadata={"help": "sleep per item in s (dataset io)"})
+    torch_threads: int = field(default=1, metadata={"help": "intra-op threads of the main process"})
+    warmup_epochs: int = 1
+    repeats: int = field(default=3, metadata={"help": "measured epochs"})
+    sample_hz: float = 10.0
+    start_method: Literal["fork", "forkserver", "spawn"] = "fork"
+
+    def __post_init__(self) -> None:
+        check_min("num_workers", self.num_workers, 0)
+        for name in ("batch_size", "items", "cpu_work_size", "torch_threads", "repeats"):
+            check_min(name, getattr(self, name), 1)
+        check_min("io_latency_s", self.io_latency_s, 0)
+        check_min("warmup_epochs", self.warmup_epochs, 0)
+        check_min("sample_hz", self.sample_hz, 0.1)
+
+
+class CpuDataset:
+    """Items that cost a fixed amount of numpy CPU work: ``(x: float32[3], y: float32[1])``."""
+
+    def __init__(self, items: int, work_size: int) -> None:
+        import numpy as np
+
+        self.items = items
+        self.base = np.arange(work_size, dtype=np.float64)
+
+    def __len__(self) -> int:
+        return self.items
+
+    def __getitem__(self, i: int):
+        import numpy as np
+        import torch
+
+        v = np.sort(np.sin(self.base + i))
+        x = torch.tensor([v[0], v[len(v) // 2], v[-1]], dtype=torch.float32)
+        return x, x.sum(0, keepdim=True)
+
+
+class SleepDataset:
+    """Items that cost ``latency_s`` of sleeping (simulated I/O), no CPU: ``(x[3], y[1])``."""
+
+    def __init__(self, items: int, latency_s: float) -> None:
+        import torch
+
+        g = torch.Generator().manual_seed(0)
+        self.x = torch.randn(items, 3, generator=g)
+        self.latency_s = latency_s
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+    def __getitem__(self, i: int):
+        time.sleep(self.latency_s)
+        x = self.x[i]
+        return x, x.sum(0, keepdim=True)
+
+
+def make_dataset(params: Params):
+    """Build the dataset named by ``params.dataset`` (see the module docstring)."""
+    import torch
+    from torch.utils.data import TensorDataset
+
+    if params.dataset == "tensor":
+        g = torch.Generator().manual_seed(0)
+        return TensorDataset(torch.randn(params.items, 3, generator=g), torch.randn(params.items, 1, generator=g))
+    if params.dataset == "cpu":
+        return CpuDataset(params.items, params.cpu_work_size)
+    return SleepDataset(params.items, params.io_latency_s)
+
+
+def run(params: Params) -> RunResult:
+    """Run warm-up epochs, then ``params.repeats`` measured epochs.
+
+    Returns:
+        A :class:`~experiments.common.RunResult` with one row per epoch: ``wall_s`` (s),
+        ``samples_per_s``, ``batches_per_s``, ``data_stall_pct`` (0-100), ``cpu_util_pct``
+        (0-100, workers included), ``first_epoch_s``, ``worker_warning``, ``oversubscribed``
+        (workers + main threads > available CPUs), ``torch_threads``, ``start_method``;
+        spans ``wait`` and ``step`` per batch in the main process.
+    """
+    import torch
+    from torch.utils.data import DataLoader
+
+    info = set_torch_threads(params.torch_threads)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loss_fn = torch.nn.MSELoss()
+    dataset = make_dataset(params)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loader = DataLoader(
+            dataset,
+            batch_size=params.batch_size,
+            shuffle=True,
+            num_workers=params.num_workers,
+            persistent_workers=params.num_workers > 0,
+            multiprocessing_context=params.start_method if params.num_workers > 0 else None,
+            generator=torch.Generator().manual_seed(0),
+        )
+        first = time.perf_counter()
+        for _ in range(params.warmup_epochs):
+            for _batch in loader:
+                pass
+        first_epoch_s = time.perf_counter() - first if params.warmup_epochs else float("nan")
+    worker_warning = " | ".join(str(w.message) for w in caught if "worker" in str(w.message))
+
+    result = RunResult()
+    for r in range(params.repeats):
+        stall = 0.0
+        batches = 0
+        spans = []
+        with measure(params.sample_hz) as win:
+            it = iter(loader)
+            while True:
+                t0 = time.perf_counter()
+                try:
+                    x, y = next(it)
+                except StopIteration:
+                    break
+                t1 = time.perf_counter()
+                opt.zero_grad(set_to_none=True)
+                loss_fn(model(x), y).backward()
+                opt.step()
+                t2 = time.perf_counter()
+                stall += t1 - t0
+                spans.append((t0, t1, t2, batches))
+                batches += 1
+        for t0, t1, t2, b in spans:
+            result.spans.append({"repeat": r, "actor": "main", "kind": "wait", "start_s": t0 - win.t0, "end_s": t1 - win.t0, "batch": b})
+            result.spans.append({"repeat": r, "actor": "main", "kind": "step", "start_s": t1 - win.t0, "end_s": t2 - win.t0, "batch": b})
+        result.add_window(
+            r,
+            win,
+            samples_per_s=params.items / win.wall_s,
+            batches_per_s=batches / win.wall_s,
+            data_stall_pct=100.0 * stall / win.wall_s,
+            first_epoch_s=first_epoch_s,
+            worker_warning=worker_warning,
+            oversubscribed=params.num_workers + params.torch_threads > available_cpus(),
+            torch_threads=info["torch_threads"],
+            omp_num_threads_env=info["omp_num_threads_env"],
+            start_method=params.start_method if params.num_workers > 0 else "",
+        )
+    del loader  # shuts persistent workers down
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point: ``python -m experiments.dataloader --help``."""
+    return cli_main(EXPERIMENT, Params, run, __doc__.splitlines()[0], argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

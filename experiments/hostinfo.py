@@ -1,0 +1,175 @@
+"""Machine fingerprint: what this host is, written once per run as ``results/<host>/host.json``.
+
+Fields that cannot be read here are present as ``null`` with the reason under ``unreadable``.
+Sources: ``/proc/cpuinfo`` (model, vendor, ISA flags), psutil (cores, frequency, memory, load),
+``os.sched_getaffinity`` (available CPUs), cgroup v2 ``cpu.max`` or v1
+``cpu.cfs_quota_us``/``cpu.cfs_period_us`` (CPU quota), ``torch.__config__.parallel_info()``
+(thread settings and math libraries, parsed into fields).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from experiments.common import available_cpus, default_host, sanitise_host, write_json
+
+#: ISA flags that decide which PyTorch CPU kernels run (oneDNN, FBGEMM, inductor).
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
+
+LIBRARIES = ("torch", "numpy", "pandas", "matplotlib", "psutil", "jinja2", "scipy", "snakemake")
+
+
+def _cpuinfo() -> dict:
+    out: dict = {}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return out
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key, value = key.strip(), value.strip()
+        if key in ("model name", "vendor_id", "flags") and key not in out:
+            out[key] = value
+    return out
+
+
+def cgroup_cpu_quota() -> tuple[float | None, str]:
+    """CPUs granted by the cgroup CPU quota (``quota / period``), or ``(None, reason)``."""
+    try:
+        fields = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        if fields[0] == "max":
+            return None, "cgroup v2 cpu.max is 'max' (no quota)"
+        return int(fields[0]) / int(fields[1]), ""
+    except (OSError, IndexError, ValueError):
+        pass
+    try:
+        quota = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())
+        period = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text())
+        if quota < 0:
+            return None, "cgroup v1 cfs_quota_us is -1 (no quota)"
+        return quota / period, ""
+    except (OSError, ValueError):
+        return None, "no readable cgroup cpu.max or cpu.cfs_quota_us"
+
+
+def parse_parallel_info(text: str) -> dict:
+    """Parse ``torch.__config__.parallel_info()`` into fields.
+
+    Returns keys ``aten_parallel_backend``, ``at_num_threads``, ``at_num_interop_threads``,
+    ``omp_max_threads``, ``mkl_max_threads``, ``mkl_version``, ``onednn_version`` (None when the
+    line is absent).
+    """
+
+    def grab(pattern: str, conv=str):
+        m = re.search(pattern, text, re.MULTILINE)
+        return conv(m.group(1).strip()) if m else None
+
+    return {
+        "aten_parallel_backend": grab(r"^ATen parallel backend:\s*(.+)$"),
+        "at_num_threads": grab(r"at::get_num_threads\(\)\s*:\s*(\d+)", int),
+        "at_num_interop_threads": grab(r"at::get_num_interop_threads\(\)\s*:\s*(\d+)", int),
+        "omp_max_threads": grab(r"omp_get_max_threads\(\)\s*:\s*(\d+)", int),
+        "mkl_max_threads": grab(r"mkl_get_max_threads\(\)\s*:\s*(\d+)", int),
+        "mkl_version": grab(r"^(Intel\(R\) (?:oneAPI )?Math Kernel Library Version [^\s]+)"),
+        "onednn_version": grab(r"^(Intel\(R\) MKL-DNN v[\d.]+|oneDNN v[\d.]+)"),
+    }
+
+
+def _git_commit(repo: Path) -> str | None:
+    try:
+        return subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def collect(host: str) -> dict:
+    """Collect the fingerprint of this machine (see the module docstring); never raises on
+    an unreadable field: it is ``None`` and ``unreadable[field]`` says why."""
+    unreadable: dict[str, str] = {}
+    info = _cpuinfo()
+    flags = set(info.get("flags", "").split())
+    freq = psutil.cpu_freq()
+    if freq is None:
+        unreadable["cpu_freq_mhz"] = "psutil.cpu_freq() returned None"
+    governor = None
+    try:
+        governor = Path("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor").read_text().strip()
+    except OSError:
+        unreadable["governor"] = "no /sys/devices/system/cpu/cpu0/cpufreq/scaling_governor (common in VMs)"
+    quota, why = cgroup_cpu_quota()
+    if quota is None:
+        unreadable["cgroup_cpu_quota"] = why
+    physical = psutil.cpu_count(logical=False)
+    if physical is None:
+        unreadable["physical_cores"] = "psutil.cpu_count(logical=False) returned None"
+    gil = sys._is_gil_enabled() if hasattr(sys, "_is_gil_enabled") else True
+    versions = {}
+    for lib in LIBRARIES:
+        try:
+            versions[lib] = importlib.metadata.version(lib)
+        except importlib.metadata.PackageNotFoundError:
+            versions[lib] = None
+    import torch
+
+    parallel_info = torch.__config__.parallel_info()
+    commit = _git_commit(Path(__file__).resolve().parent.parent)
+    if commit is None:
+        unreadable["git_commit"] = "not a git checkout, or git not found"
+    return {
+        "host": host,
+        "hostname": platform.node(),
+        "collected_unix": time.time(),
+        "cpu_model": info.get("model name") or platform.processor() or None,
+        "cpu_vendor": info.get("vendor_id"),
+        "logical_cpus": psutil.cpu_count(logical=True),
+        "physical_cores": physical,
+        "available_cpus": available_cpus(),
+        "affinity": sorted(os.sched_getaffinity(0)),
+        "cgroup_cpu_quota": quota,
+        "isa": {f: (f in flags) for f in ISA_FLAGS},
+        "cpu_freq_mhz": round(freq.current, 1) if freq else None,
+        "cpu_freq_max_mhz": round(freq.max, 1) if freq and freq.max else None,
+        "governor": governor,
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 2),
+        "os": platform.platform(),
+        "kernel": platform.release(),
+        "python_version": platform.python_version(),
+        "python_implementation": platform.python_implementation(),
+        "gil_enabled": gil,
+        "torch_version": torch.__version__,
+        "torch_parallel": parse_parallel_info(parallel_info),
+        "torch_parallel_info": parallel_info,
+        "library_versions": versions,
+        "git_commit": commit,
+        "load_avg_1_5_15": list(os.getloadavg()),
+        "unreadable": unreadable,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m experiments.hostinfo --out results/<host>/host.json [--host LABEL]``."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True, help="path of host.json to write")
+    p.add_argument("--host", default=None, help="host label (default: sanitised hostname)")
+    args = p.parse_args(argv)
+    host = sanitise_host(args.host) if args.host else default_host()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_json(out, collect(host))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

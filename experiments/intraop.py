@@ -1,0 +1,111 @@
+"""Intra-op threads experiment: throughput against ``torch.set_num_threads``.
+
+Workloads (``workload``):
+
+* ``matmul``: ``a @ b`` with two ``matmul_size`` x ``matmul_size`` float32 matrices;
+  metric ``gflop_per_s`` = 2 n^3 x iterations / wall time / 1e9 (the standard 2n^3 flop count
+  of a dense square matrix product).
+* ``mlp``: one SGD training step of an MLP (64 -> 256 -> 256 -> 10) on a batch of
+  ``batch_size``; metric ``samples_per_s``.
+* ``tiny``: a training step of ``Linear(100, 100)`` on a batch of 4, the case from the field
+  where one thread is fastest: per-op work is too small to amortise waking a thread pool.
+
+The intra-op thread count is set explicitly with ``torch.set_num_threads`` (and read back);
+inter-op threads are set to 1. Set-up and ``warmup`` untimed iterations precede the repeats.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from experiments.common import RunResult, available_cpus, check_min, cli_main, measure, set_torch_threads
+
+EXPERIMENT = "intraop"
+
+
+@dataclass(frozen=True)
+class Params:
+    """One configuration point of the intraop experiment.
+
+    Raises:
+        ValueError: for a value below its minimum (the message names the field).
+    """
+
+    workload: Literal["matmul", "mlp", "tiny"] = "matmul"
+    threads: int = field(default=1, metadata={"help": "intra-op threads (torch.set_num_threads)"})
+    matmul_size: int = 1024
+    batch_size: int = field(default=256, metadata={"help": "batch of the mlp workload"})
+    iterations: int = field(default=20, metadata={"help": "timed iterations per repeat"})
+    warmup: int = field(default=3, metadata={"help": "untimed iterations before the repeats"})
+    repeats: int = 5
+    sample_hz: float = 10.0
+
+    def __post_init__(self) -> None:
+        for name in ("threads", "matmul_size", "batch_size", "iterations", "repeats"):
+            check_min(name, getattr(self, name), 1)
+        check_min("warmup", self.warmup, 0)
+        check_min("sample_hz", self.sample_hz, 0.1)
+
+
+def make_workload(params: Params):
+    """Return ``(fn, samples_per_call, flop_per_call)`` for ``params.workload``."""
+    import torch
+
+    from experiments.models import classification_batch, mlp, train_step_fn
+
+    torch.manual_seed(0)
+    if params.workload == "matmul":
+        n = params.matmul_size
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        return (lambda: a @ b), 0, 2.0 * n**3
+    if params.workload == "mlp":
+        model = mlp(64, 256)
+        x, y = classification_batch(params.batch_size, 64)
+        step = train_step_fn(model)
+        return (lambda: step(x, y)), params.batch_size, 0.0
+    model = torch.nn.Sequential(torch.nn.Linear(100, 100))
+    x, y = classification_batch(4, 100, classes=100)
+    step = train_step_fn(model)
+    return (lambda: step(x, y)), 4, 0.0
+
+
+def run(params: Params) -> RunResult:
+    """Run ``params.repeats`` repeats of ``params.iterations`` calls each.
+
+    Returns:
+        A :class:`~experiments.common.RunResult` with one row per repeat: ``wall_s`` (s),
+        ``gflop_per_s`` (matmul) or ``samples_per_s`` (mlp, tiny), ``cpu_util_pct``,
+        ``torch_threads``/``interop_threads`` as torch reported them, ``omp_num_threads_env``
+        and ``oversubscribed`` (threads > available CPUs).
+
+    Raises:
+        RuntimeError: if torch does not report the requested thread counts.
+    """
+    info = set_torch_threads(params.threads, inter_op=1)
+    fn, samples, flop = make_workload(params)
+    for _ in range(params.warmup):
+        fn()
+    result = RunResult()
+    for r in range(params.repeats):
+        with measure(params.sample_hz) as win:
+            for _ in range(params.iterations):
+                fn()
+        result.add_window(
+            r,
+            win,
+            gflop_per_s=flop * params.iterations / win.wall_s / 1e9 if flop else float("nan"),
+            samples_per_s=samples * params.iterations / win.wall_s if samples else float("nan"),
+            oversubscribed=params.threads > available_cpus(),
+            **info,
+        )
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point: ``python -m experiments.intraop --help``."""
+    return cli_main(EXPERIMENT, Params, run, __doc__.splitlines()[0], argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,155 @@
+"""JIT experiment: does TorchScript or torch.compile speed up CPU inference, and at what cost?
+
+For a model (``mlp``: 256 -> 512 -> 512 -> 10 on a batch of 64; ``cnn``: three conv layers on
+16 images of 3 x 32 x 32) in ``eval()`` mode under ``torch.no_grad()``, a mode is one of
+
+* ``eager``: the ``nn.Module`` itself (the baseline);
+* ``script``: ``torch.jit.script(model)``;
+* ``trace``: ``torch.jit.trace(model, example)``;
+* ``compile``: ``torch.compile(model)`` (inductor, which needs a working C++ compiler; without
+  one the point is written with status ``skipped`` and the reason).
+
+Up-front cost is measured once per job, before the steady state: ``setup_s`` (creating the
+scripted, traced or compiled object) and ``first_call_s`` (the first call: TorchScript's
+profiling run, inductor's compilation). Then ``warmup_calls`` untimed calls (TorchScript runs
+profiling and optimisation passes during its first calls), then ``repeats`` timed repeats of
+``iterations`` calls each. Every mode's output is compared with eager on the same input
+(``torch.allclose``, rtol 1e-4, atol 1e-5) and the result recorded in ``allclose``.
+
+torch.jit.script/trace are deprecated in torch 2.x and warn; the warning is silenced here.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Literal
+
+from experiments.common import RunResult, check_min, cli_main, measure, set_torch_threads
+
+EXPERIMENT = "jit"
+
+
+@dataclass(frozen=True)
+class Params:
+    """One configuration point of the jit experiment.
+
+    Raises:
+        ValueError: for a value below its minimum (the message names the field).
+    """
+
+    model: Literal["mlp", "cnn"] = "mlp"
+    mode: Literal["eager", "script", "trace", "compile"] = "eager"
+    threads: int = field(default=1, metadata={"help": "intra-op threads"})
+    iterations: int = field(default=200, metadata={"help": "timed calls per repeat"})
+    warmup_calls: int = 20
+    repeats: int = 5
+    sample_hz: float = 10.0
+
+    def __post_init__(self) -> None:
+        for name in ("threads", "iterations", "repeats"):
+            check_min(name, getattr(self, name), 1)
+        check_min("warmup_calls", self.warmup_calls, 0)
+        check_min("sample_hz", self.sample_hz, 0.1)
+
+
+def make_model(name: str):
+    """Return ``(model, example_input)`` for ``mlp`` or ``cnn``, seeded, in eval mode."""
+    import torch
+
+    from experiments.models import cnn, mlp
+
+    torch.manual_seed(0)
+    if name == "mlp":
+        return mlp(256, 512, 10).eval(), torch.randn(64, 256)
+    return cnn().eval(), torch.randn(16, 3, 32, 32)
+
+
+def cxx_compiler() -> tuple[str | None, str]:
+    """Ask inductor which C++ compiler it would use: ``(path, "")`` or ``(None, reason)``.
+
+    Uses inductor's own search (``torch._inductor.cpp_builder.get_cpp_compiler``, which honours
+    ``$CXX``), so the answer matches what ``torch.compile`` will do.
+    """
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+
+        return get_cpp_compiler(), ""
+    except Exception as exc:  # InvalidCxxCompiler, or an import problem of inductor
+        return None, f"{type(exc).__name__}: {exc}".strip()
+
+
+def build(mode: str, model, example):
+    """Return the callable for ``mode`` (see the module docstring)."""
+    import torch
+
+    if mode == "eager":
+        return model
+    if mode == "script":
+        return torch.jit.script(model)
+    if mode == "trace":
+        return torch.jit.trace(model, example)
+    return torch.compile(model)
+
+
+def run(params: Params) -> RunResult:
+    """Measure up-front and steady-state cost of one (model, mode) point.
+
+    Returns:
+        A :class:`~experiments.common.RunResult` with one row per repeat: ``wall_s`` (s),
+        ``samples_per_s``, ``latency_ms`` (ms per call), ``setup_s``, ``first_call_s``,
+        ``allclose``, ``max_abs_diff``, ``torch_threads``; or one row with status
+        ``skipped`` and the reason when the mode cannot run here.
+    """
+    import torch
+
+    info = set_torch_threads(params.threads)
+    model, x = make_model(params.model)
+    batch = x.shape[0]
+    if params.mode == "compile":
+        compiler, why = cxx_compiler()
+        if compiler is None:
+            reason = f"torch.compile needs a working C++ compiler; inductor found none ({why})"
+            return RunResult(rows=[{"repeat": 0, "status": "skipped", "reason": reason, **info}])
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
+        warnings.filterwarnings("ignore", message=".*TorchScript.*")
+        warnings.filterwarnings("ignore", message=".*torch.jit.*")
+        ref = model(x)
+        t = time.perf_counter()
+        fn = build(params.mode, model, x)
+        setup_s = time.perf_counter() - t
+        t = time.perf_counter()
+        out = fn(x)
+        first_call_s = time.perf_counter() - t
+        for _ in range(params.warmup_calls):
+            out = fn(x)
+        allclose = bool(torch.allclose(out, ref, rtol=1e-4, atol=1e-5))
+        max_abs_diff = float((out - ref).abs().max())
+        result = RunResult()
+        for r in range(params.repeats):
+            with measure(params.sample_hz) as win:
+                for _ in range(params.iterations):
+                    fn(x)
+            result.add_window(
+                r,
+                win,
+                samples_per_s=batch * params.iterations / win.wall_s,
+                latency_ms=1000.0 * win.wall_s / params.iterations,
+                setup_s=setup_s,
+                first_call_s=first_call_s,
+                allclose=allclose,
+                max_abs_diff=max_abs_diff,
+                **info,
+            )
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point: ``python -m experiments.jit --help``."""
+    return cli_main(EXPERIMENT, Params, run, __doc__.splitlines()[0], argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

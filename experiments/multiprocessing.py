@@ -1,0 +1,181 @@
+"""Multiprocessing experiment: training throughput with P processes x T intra-op threads.
+
+Each of ``processes`` workers (``torch.multiprocessing``, start method from ``start_method``)
+trains its own small MLP on a fixed synthetic batch with ``threads`` intra-op threads, the
+seed article's "one process per core, each training its own model" pattern. Work per process
+is fixed (``steps`` SGD steps of ``batch_size`` samples), so total work grows with P (weak
+scaling) and ``samples_per_s`` = P x steps x batch_size / wall time is directly comparable.
+
+Model construction and warm-up steps happen before the clock starts; the parent releases all
+workers at once through a barrier and stops the clock when the last one reports done.
+
+Start method: ``fork`` by default. Forking after the parent has run OpenMP-parallel work can
+deadlock under GNU libgomp, so the parent here runs no torch computation at all before the
+workers are forked; the method used is recorded in every row.
+
+Points where P x T exceeds the available CPUs are oversubscribed (column ``oversubscribed``):
+the threads then fight over cores and context-switch.
+"""
+
+from __future__ import annotations
+
+import queue as queue_mod
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+from experiments.common import RunResult, available_cpus, check_min, cli_main, measure
+
+EXPERIMENT = "multiprocessing"
+
+
+@dataclass(frozen=True)
+class Params:
+    """One configuration point of the multiprocessing experiment.
+
+    Raises:
+        ValueError: for a count below its minimum (the message names the field).
+    """
+
+    processes: int = field(default=2, metadata={"help": "number of training processes (P)"})
+    threads: int = field(default=1, metadata={"help": "intra-op threads per process (T)"})
+    steps: int = field(default=200, metadata={"help": "SGD steps per process per repeat"})
+    batch_size: int = 64
+    in_features: int = 64
+    hidden: int = 256
+    warmup_steps: int = 10
+    repeats: int = 3
+    sample_hz: float = 10.0
+    start_method: Literal["fork", "forkserver", "spawn"] = "fork"
+    timeout_s: float = field(default=600.0, metadata={"help": "give up waiting for a worker after this"})
+
+    def __post_init__(self) -> None:
+        for name in ("processes", "threads", "steps", "batch_size", "in_features", "hidden", "repeats"):
+            check_min(name, getattr(self, name), 1)
+        check_min("warmup_steps", self.warmup_steps, 0)
+        check_min("sample_hz", self.sample_hz, 0.1)
+
+    @property
+    def steps_per_span(self) -> int:
+        return max(1, self.steps // 10)
+
+
+def _worker(rank: int, params: Params, barrier, q) -> None:
+    try:
+        from experiments.common import set_torch_threads
+        from experiments.models import classification_batch, mlp, train_step_fn
+
+        info = set_torch_threads(params.threads)
+        import torch
+
+        torch.manual_seed(rank)
+        model = mlp(params.in_features, params.hidden)
+        step = train_step_fn(model)
+        x, y = classification_batch(params.batch_size, params.in_features, seed=rank)
+        for _ in range(params.warmup_steps):
+            step(x, y)
+        q.put(("ready", rank, info))
+        for r in range(params.repeats):
+            barrier.wait()
+            spans = []
+            done = 0
+            while done < params.steps:
+                n = min(params.steps_per_span, params.steps - done)
+                t0, c0 = time.perf_counter(), time.process_time()
+                for _ in range(n):
+                    step(x, y)
+                t1, c1 = time.perf_counter(), time.process_time()
+                spans.append({"actor": f"process-{rank}", "kind": "train", "t0": t0, "t1": t1, "cpu_s": c1 - c0, "steps": n})
+                done += n
+            q.put(("done", rank, r, spans))
+    except BaseException as exc:  # report, then fail the worker
+        q.put(("error", rank, f"{type(exc).__name__}: {exc}"))
+        raise
+
+
+def _get(q, procs, timeout_s: float):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            msg = q.get(timeout=0.5)
+        except queue_mod.Empty:
+            dead = [p for p in procs if p.exitcode not in (None, 0)]
+            if dead:
+                raise RuntimeError(f"worker process {dead[0].name} exited with code {dead[0].exitcode}") from None
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"no message from the workers within {timeout_s} s") from None
+            continue
+        if msg[0] == "error":
+            raise RuntimeError(f"worker {msg[1]} failed: {msg[2]}")
+        return msg
+
+
+def run(params: Params) -> RunResult:
+    """Run ``params.repeats`` measured repeats with P persistent worker processes.
+
+    Returns:
+        A :class:`~experiments.common.RunResult` with one row per repeat: ``wall_s`` (s),
+        ``samples_per_s`` (training samples/s over all processes), ``cpu_util_pct``
+        (0-100), ``torch_threads`` (intra-op threads torch reported in the workers),
+        ``oversubscribed`` and ``start_method``; spans per process per chunk of steps.
+
+    Raises:
+        RuntimeError: if a worker fails or reports threads other than requested.
+    """
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context(params.start_method)
+    barrier = ctx.Barrier(params.processes + 1)
+    q = ctx.Queue()
+    procs = [
+        ctx.Process(target=_worker, args=(rank, params, barrier, q), name=f"process-{rank}", daemon=True)
+        for rank in range(params.processes)
+    ]
+    for p in procs:
+        p.start()
+    result = RunResult()
+    try:
+        infos = [_get(q, procs, params.timeout_s)[2] for _ in procs]
+        threads_seen = sorted({i["torch_threads"] for i in infos})
+        for r in range(params.repeats):
+            with measure(params.sample_hz) as win:
+                barrier.wait(timeout=params.timeout_s)
+                msgs = [_get(q, procs, params.timeout_s) for _ in procs]
+            samples = params.processes * params.steps * params.batch_size
+            result.add_window(
+                r,
+                win,
+                samples_per_s=samples / win.wall_s,
+                torch_threads=max(threads_seen),
+                oversubscribed=params.processes * params.threads > available_cpus(),
+                start_method=params.start_method,
+            )
+            for _, _rank, _r, spans in msgs:
+                for s in spans:
+                    result.spans.append(
+                        {
+                            "repeat": r,
+                            "actor": s["actor"],
+                            "kind": s["kind"],
+                            "start_s": s["t0"] - win.t0,
+                            "end_s": s["t1"] - win.t0,
+                            "cpu_s": s["cpu_s"],
+                            "steps": s["steps"],
+                        }
+                    )
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point: ``python -m experiments.multiprocessing --help``."""
+    return cli_main(EXPERIMENT, Params, run, __doc__.splitlines()[0], argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
