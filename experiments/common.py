@@ -67,6 +67,38 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
+#: Environment variables pointed at directories the pipeline owns, so that no job writes
+#: caches into $HOME or the system temp directory.
+OWNED_DIRS = {
+    "TMPDIR": "tmp",
+    "MPLCONFIGDIR": "matplotlib",
+    "TORCHINDUCTOR_CACHE_DIR": "inductor",
+    "XDG_CACHE_HOME": "xdg-cache",
+    "XDG_CONFIG_HOME": "xdg-config",
+}
+
+
+def prepare_environment(code_dir: str, owned_dir: str) -> dict[str, str]:
+    """Set the environment every job inherits (called by the Snakefile at parse time).
+
+    Points each variable of :data:`OWNED_DIRS` at a subdirectory of ``owned_dir`` (created),
+    sets ``MPLBACKEND=Agg`` (headless) and puts ``code_dir`` first on ``PYTHONPATH`` so that
+    ``python -m experiments.<name>`` works from any working directory.
+
+    Returns:
+        The variables that were set, with their values.
+    """
+    root = Path(owned_dir).resolve()
+    env = {}
+    for var, sub in OWNED_DIRS.items():
+        (root / sub).mkdir(parents=True, exist_ok=True)
+        env[var] = str(root / sub)
+    env["MPLBACKEND"] = "Agg"
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (code_dir, os.environ.get("PYTHONPATH")) if p)
+    os.environ.update(env)
+    return env
+
+
 def sanitise_host(name: str) -> str:
     """Turn a host name into a label safe for paths: ``[A-Za-z0-9._-]``, no leading dot.
 
@@ -264,8 +296,7 @@ def set_torch_threads(intra_op: int, inter_op: int | None = None) -> dict:
     observed = torch_thread_info()
     if observed["torch_threads"] != intra_op:
         raise RuntimeError(
-            f"requested {intra_op} intra-op threads but torch.get_num_threads() reports "
-            f"{observed['torch_threads']}"
+            f"requested {intra_op} intra-op threads but torch.get_num_threads() reports {observed['torch_threads']}"
         )
     if inter_op is not None and observed["interop_threads"] != inter_op:
         raise RuntimeError(

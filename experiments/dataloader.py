@@ -179,8 +179,12 @@ def run(params: Params) -> RunResult:
                 spans.append((t0, t1, t2, batches))
                 batches += 1
         for t0, t1, t2, b in spans:
-            result.spans.append({"repeat": r, "actor": "main", "kind": "wait", "start_s": t0 - win.t0, "end_s": t1 - win.t0, "batch": b})
-            result.spans.append({"repeat": r, "actor": "main", "kind": "step", "start_s": t1 - win.t0, "end_s": t2 - win.t0, "batch": b})
+            result.spans.append(
+                {"repeat": r, "actor": "main", "kind": "wait", "start_s": t0 - win.t0, "end_s": t1 - win.t0, "batch": b}
+            )
+            result.spans.append(
+                {"repeat": r, "actor": "main", "kind": "step", "start_s": t1 - win.t0, "end_s": t2 - win.t0, "batch": b}
+            )
         result.add_window(
             r,
             win,

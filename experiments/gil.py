@@ -136,8 +136,7 @@ def run_once(params: Params, t0: float) -> list[dict]:
         ctx = multiprocessing.get_context("fork")
         queue = ctx.SimpleQueue()
         procs = [
-            ctx.Process(target=_process_target, args=(params, f"process-{i}", t0, queue))
-            for i in range(params.workers)
+            ctx.Process(target=_process_target, args=(params, f"process-{i}", t0, queue)) for i in range(params.workers)
         ]
         for p in procs:
             p.start()

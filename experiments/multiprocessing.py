@@ -85,7 +85,9 @@ def _worker(rank: int, params: Params, barrier, q) -> None:
                 for _ in range(n):
                     step(x, y)
                 t1, c1 = time.perf_counter(), time.process_time()
-                spans.append({"actor": f"process-{rank}", "kind": "train", "t0": t0, "t1": t1, "cpu_s": c1 - c0, "steps": n})
+                spans.append(
+                    {"actor": f"process-{rank}", "kind": "train", "t0": t0, "t1": t1, "cpu_s": c1 - c0, "steps": n}
+                )
                 done += n
             q.put(("done", rank, r, spans))
     except BaseException as exc:  # report, then fail the worker

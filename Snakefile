@@ -1,0 +1,44 @@
+# CPU-utilisation lab: how well do Python and PyTorch use this machine's CPUs, and why?
+#
+#   snakemake --cores 4                                   # default config.yaml
+#   snakemake --cores 4 --configfile config.quick.yaml    # small, about 3 minutes
+#   snakemake --cores 4 --config host=laptop              # choose the host label
+#
+# Output paths (one meaning per separator):
+#   results/<host>/host.json                                  machine fingerprint
+#   results/<host>/<experiment>/<key>~<value>/.../metrics.csv one row per repeat (raw)
+#       ... samples.csv (CPU samples), spans.csv (work spans), job.json (job timing)
+#   results/<host>/<experiment>/{replicates,summary,spans,samples}.csv, findings.json
+#   results/<host>/figures/<figure>.png
+#   results/<host>/report.html, results/<host>/report.md
+#   logs/<host>/...                                           one log per job
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+
+configfile: "config.yaml"
+
+
+validate(config, "schemas/config.schema.yaml")
+
+
+include: "common.smk"
+
+
+wildcard_constraints:
+    host=r"[A-Za-z0-9_-][A-Za-z0-9._-]*",
+    experiment="|".join(SPECS),
+    point=r"[^/~]+~[^/~]+(/[^/~]+~[^/~]+)*",
+    figure="|".join(FIGURES),
+
+
+include: "experiments/rules.smk"
+include: "analysis/rules.smk"
+include: "report/rules.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        report_targets(),

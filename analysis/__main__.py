@@ -1,0 +1,89 @@
+"""Command line of the analysis: ``python -m analysis summarise|figure ...``.
+
+``summarise --experiment E --out-dir D [--host-json H] METRICS...`` validates every point's
+metrics.csv and writes D/replicates.csv, D/summary.csv, D/spans.csv, D/samples.csv and
+D/findings.json. ``figure NAME --experiment-dir D --host-json H --out F.png`` draws one figure.
+Invalid input exits with status 1 and a message naming file, row and column.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.findings import findings
+from analysis.load import DataError, load_experiment, load_sidecars
+from analysis.spec import FIGURES, SPECS
+from analysis.stats import summarise
+
+
+def _write_csv(df: pd.DataFrame, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    df.to_csv(tmp, index=False)
+    tmp.replace(path)
+
+
+def cmd_summarise(args) -> int:
+    spec = SPECS[args.experiment]
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    reps = load_experiment(args.metrics, args.experiment)
+    summary = summarise(reps, args.experiment)
+    host = json.loads(Path(args.host_json).read_text()) if args.host_json else {}
+    host.setdefault("available_cpus", int(reps["available_cpus"].max()) if "available_cpus" in reps else None)
+    _write_csv(load_sidecars(args.metrics, "spans.csv", spec.keys, reps), out / "spans.csv")
+    _write_csv(load_sidecars(args.metrics, "samples.csv", spec.keys, reps), out / "samples.csv")
+    _write_csv(reps, out / "replicates.csv")
+    _write_csv(summary, out / "summary.csv")
+    result = findings(args.experiment, summary, host)
+    tmp = out / ".findings.json.tmp"
+    tmp.write_text(json.dumps(result, indent=2, default=float))
+    tmp.replace(out / "findings.json")
+    for line in result["findings"]:
+        print(line, file=sys.stderr)
+    return 0
+
+
+def cmd_figure(args) -> int:
+    from analysis.figures import DRAW
+
+    fn, needs_spans = DRAW[args.name]
+    d = Path(args.experiment_dir)
+    summary = pd.read_csv(d / "summary.csv")
+    host = json.loads(Path(args.host_json).read_text())
+    fig = fn(pd.read_csv(d / "spans.csv"), summary, host) if needs_spans else fn(summary, host)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.stem}.tmp.png")
+    fig.savefig(tmp, bbox_inches="tight", metadata={"Software": None})
+    tmp.replace(out)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("summarise", help="validate and summarise one experiment's metrics")
+    s.add_argument("--experiment", required=True, choices=sorted(SPECS))
+    s.add_argument("--out-dir", required=True)
+    s.add_argument("--host-json", default=None)
+    s.add_argument("metrics", nargs="+", help="per-point metrics.csv files")
+    f = sub.add_parser("figure", help="draw one figure")
+    f.add_argument("name", choices=sorted(FIGURES))
+    f.add_argument("--experiment-dir", required=True)
+    f.add_argument("--host-json", required=True)
+    f.add_argument("--out", required=True)
+    args = p.parse_args(argv)
+    try:
+        return cmd_summarise(args) if args.cmd == "summarise" else cmd_figure(args)
+    except DataError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,337 @@
+"""One function per figure; each takes analysis outputs and returns a matplotlib Figure.
+
+Inputs are DataFrames read from an experiment's ``summary.csv`` (per point: median, IQR,
+bootstrap 95% CI, speedup ...), ``spans.csv`` (work spans) and the host fingerprint. Every
+measured quantity is drawn with its uncertainty: error bars span the 95% bootstrap confidence
+interval of the median; points flagged noisy (IQR > 10% of the median) get a hollow marker.
+The backend is Agg (headless), set before pyplot is imported.
+"""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+# Okabe-Ito colour-blind-safe palette.
+PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
+MODE_COLOURS = {"sequential": "#999999", "threads": "#0072B2", "processes": "#E69F00"}
+
+plt.rcParams.update(
+    {
+        "figure.dpi": 110,
+        "savefig.dpi": 110,
+        "font.size": 10,
+        "axes.titlesize": 11,
+        "axes.spines.top": False,
+        "axes.spines.right": False,
+        "axes.grid": True,
+        "grid.alpha": 0.3,
+        "legend.frameon": False,
+    }
+)
+
+
+def _yerr(df: pd.DataFrame, centre: str = "median", low: str = "ci_low", high: str = "ci_high") -> np.ndarray:
+    lo = (df[centre] - df[low]).clip(lower=0).fillna(0).to_numpy()
+    hi = (df[high] - df[centre]).clip(lower=0).fillna(0).to_numpy()
+    return np.vstack([lo, hi])
+
+
+def _ci_note(fig: Figure, extra: str = "") -> None:
+    fig.text(
+        0.01,
+        0.005,
+        "Error bars: 95% bootstrap CI of the median. Hollow marker: noisy point (IQR > 10% of median)." + extra,
+        fontsize=8,
+        color="#555555",
+    )
+
+
+def _line(ax, x, sub: pd.DataFrame, colour: str, label: str | None = None) -> None:
+    """Median with CI error bars; noisy points drawn hollow."""
+    ax.errorbar(x, sub["median"], yerr=_yerr(sub), color=colour, marker="o", capsize=3, label=label)
+    noisy = sub["noisy"].fillna(False).astype(bool).to_numpy()
+    if noisy.any():
+        ax.scatter(
+            np.asarray(x)[noisy],
+            sub["median"].to_numpy()[noisy],
+            s=36,
+            facecolors="white",
+            edgecolors=colour,
+            linewidths=1.5,
+            zorder=4,
+        )
+
+
+def gil_speedup(summary: pd.DataFrame, host: dict) -> Figure:
+    """Speedup over sequential of threads and processes, per workload and task count."""
+    workloads = [w for w in ("cpu", "io") if w in set(summary["workload"])]
+    fig, axes = plt.subplots(1, len(workloads), figsize=(5.2 * len(workloads), 4.2), squeeze=False, sharey=False)
+    titles = {"cpu": "CPU-bound Python (counting loop)", "io": "I/O-bound Python (sleep loop)"}
+    for ax, workload in zip(axes[0], workloads):
+        sub = summary[summary["workload"] == workload]
+        workers = sorted(sub["workers"].unique())
+        modes = [m for m in ("sequential", "threads", "processes") if m in set(sub["mode"])]
+        width = 0.8 / len(modes)
+        x = np.arange(len(workers))
+        for j, mode in enumerate(modes):
+            m = sub[sub["mode"] == mode].set_index("workers").reindex(workers)
+            err = _yerr(m, "speedup", "speedup_ci_low", "speedup_ci_high")
+            bars = ax.bar(
+                x + (j - (len(modes) - 1) / 2) * width,
+                m["speedup"],
+                width,
+                yerr=err,
+                capsize=3,
+                color=MODE_COLOURS[mode],
+                label=mode,
+                edgecolor="black",
+                linewidth=0.5,
+            )
+            for b, noisy in zip(bars, m["noisy"].fillna(False)):
+                if noisy:
+                    b.set_hatch("//")
+            for b, v in zip(bars, m["speedup"]):
+                if np.isfinite(v):
+                    ax.annotate(
+                        f"{v:.2f}x",
+                        (b.get_x() + b.get_width() / 2, 0),
+                        xytext=(0, 3),
+                        textcoords="offset points",
+                        ha="center",
+                        fontsize=8,
+                        color="white" if v > 0.4 else "black",
+                    )
+        for w_i, w in enumerate(workers):
+            ax.hlines(
+                min(w, host.get("available_cpus", w)) if workload == "cpu" else w,
+                w_i - 0.45,
+                w_i + 0.45,
+                colors="#444444",
+                linestyles=":",
+                linewidth=1,
+            )
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xticks(x, [f"{w} tasks" for w in workers])
+        ax.set_ylabel("speedup over sequential (x)")
+        ax.set_title(titles[workload])
+        ax.set_ylim(0, max(float(np.nanmax(sub["speedup_ci_high"].fillna(sub["speedup"]))), max(workers)) * 1.25)
+        ax.legend(loc="upper center", ncol=len(modes), fontsize=9)
+    fig.suptitle(
+        f"GIL: threads vs processes on {host.get('available_cpus', '?')} available CPUs (dotted: ideal)", fontsize=11
+    )
+    fig.text(
+        0.01,
+        0.005,
+        "Error bars: 95% bootstrap CI of the speedup (ratio of medians). Hatched: noisy point.",
+        fontsize=8,
+        color="#555555",
+    )
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    return fig
+
+
+def gil_timeline(spans: pd.DataFrame, summary: pd.DataFrame, host: dict) -> Figure:
+    """Gantt chart of the CPU-bound tasks' work spans (repeat 0, fewest tasks), one panel per
+    mode; each bar is one chunk of work coloured by the share of it spent on a CPU."""
+    sub = spans[(spans["workload"] == "cpu") & (spans["repeat"] == 0)] if len(spans) else spans
+    if sub.empty:
+        sub = spans[spans["repeat"] == 0]
+    workers = sorted(sub["workers"].unique())[0]
+    sub = sub[sub["workers"] == workers]
+    modes = [m for m in ("sequential", "threads", "processes") if m in set(sub["mode"])]
+    t_max = sub["end_s"].max()
+    cmap = plt.get_cmap("viridis")
+    heights = [max(1, sub[sub["mode"] == m]["actor"].nunique()) for m in modes]
+    fig, axes = plt.subplots(
+        len(modes),
+        1,
+        figsize=(9, 1.1 + 0.55 * sum(heights) + 0.5 * len(modes)),
+        sharex=True,
+        squeeze=False,
+        gridspec_kw={"height_ratios": heights},
+    )
+    for ax, mode in zip(axes[:, 0], modes):
+        m = sub[sub["mode"] == mode]
+        actors = sorted(m["actor"].unique())
+        for i, actor in enumerate(actors):
+            a = m[m["actor"] == actor]
+            dur = (a["end_s"] - a["start_s"]).to_numpy()
+            share = np.clip(a["cpu_s"].to_numpy() / np.where(dur > 0, dur, np.nan), 0, 1)
+            ax.broken_barh(
+                list(zip(a["start_s"], dur)),
+                (i - 0.4, 0.8),
+                facecolors=cmap(np.nan_to_num(share)),
+                edgecolor="white",
+                linewidth=0.3,
+            )
+        ax.set_yticks(range(len(actors)), actors)
+        ax.set_ylim(-0.6, len(actors) - 0.4)
+        wall = m["end_s"].max()
+        ax.set_title(f"{mode}: {workers} tasks finished in {wall:.2f} s", loc="left", fontsize=10)
+        ax.grid(axis="y", visible=False)
+    axes[-1, 0].set_xlabel("time since start of measured window (s)")
+    axes[-1, 0].set_xlim(0, t_max * 1.02)
+    sm = plt.cm.ScalarMappable(cmap=cmap, norm=plt.Normalize(0, 100))
+    fig.colorbar(sm, ax=axes[:, 0].tolist(), label="on-CPU share of span (%)", fraction=0.04, pad=0.02)
+    fig.suptitle("GIL timeline: CPU-bound counting loop, work spans per thread or process", fontsize=11)
+    return fig
+
+
+def multiprocessing_throughput(summary: pd.DataFrame, host: dict) -> Figure:
+    """Total training samples/s against processes, one line per threads-per-process."""
+    fig, ax = plt.subplots(figsize=(7, 4.4))
+    ncpu = host.get("available_cpus")
+    for j, (threads, sub) in enumerate(summary.groupby("threads")):
+        sub = sub.sort_values("processes")
+        c = PALETTE[j % len(PALETTE)]
+        _line(ax, sub["processes"], sub, c, label=f"{threads} thread{'s' if threads > 1 else ''} per process")
+        over = sub[sub["oversubscribed"].astype(bool)]
+        if len(over):
+            ax.scatter(
+                over["processes"],
+                over["median"],
+                s=110,
+                marker="s",
+                facecolors="none",
+                edgecolors="#D55E00",
+                linewidths=1.5,
+                zorder=5,
+                label="oversubscribed (P x T > available CPUs)",
+            )
+    handles, labels = ax.get_legend_handles_labels()
+    uniq = dict(zip(labels, handles))
+    ax.legend(uniq.values(), uniq.keys(), loc="best")
+    ax.set_xticks(sorted(summary["processes"].unique()))
+    ax.set_xlabel("training processes (P)")
+    ax.set_ylabel("total throughput (samples/s)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"torch.multiprocessing: P processes x T threads on {ncpu} available CPUs")
+    _ci_note(fig, " Orange square: oversubscribed.")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    return fig
+
+
+def dataloader_throughput(summary: pd.DataFrame, host: dict) -> Figure:
+    """Samples/s against num_workers, one panel per dataset (scales differ), best point starred."""
+    datasets = [d for d in ("tensor", "cpu", "io") if d in set(summary["dataset"])]
+    titles = {"tensor": "in-memory TensorDataset", "cpu": "CPU-heavy __getitem__", "io": "sleeping __getitem__ (I/O)"}
+    fig, axes = plt.subplots(1, len(datasets), figsize=(4.2 * len(datasets), 4), squeeze=False)
+    for ax, ds, c in zip(axes[0], datasets, PALETTE):
+        sub = summary[summary["dataset"] == ds].sort_values("num_workers")
+        _line(ax, sub["num_workers"], sub, c)
+        best = sub.loc[sub["median"].idxmax()]
+        ax.scatter(
+            [best["num_workers"]],
+            [best["median"]],
+            marker="*",
+            s=220,
+            color="#D55E00",
+            zorder=5,
+            label=f"best: num_workers={int(best['num_workers'])}",
+        )
+        ax.set_xticks(sub["num_workers"])
+        ax.set_xlabel("num_workers")
+        ax.set_title(titles[ds])
+        ax.set_ylim(bottom=0)
+        ax.legend(loc="lower right")
+    axes[0, 0].set_ylabel("training throughput (samples/s)")
+    fig.suptitle(f"DataLoader num_workers on {host.get('available_cpus', '?')} available CPUs", fontsize=11)
+    _ci_note(fig)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    return fig
+
+
+def intraop_scaling(summary: pd.DataFrame, host: dict) -> Figure:
+    """Throughput against intra-op threads per workload, with ideal linear scaling from 1 thread."""
+    workloads = list(summary["workload"].unique())
+    ncpu = host.get("available_cpus")
+    fig, axes = plt.subplots(1, len(workloads), figsize=(4.4 * len(workloads), 4), squeeze=False)
+    for ax, wl, c in zip(axes[0], workloads, PALETTE):
+        sub = summary[summary["workload"] == wl].sort_values("threads")
+        unit = "GFLOP/s" if sub["metric"].iloc[0] == "gflop_per_s" else "samples/s"
+        _line(ax, sub["threads"], sub, c, label="measured")
+        one = sub[sub["threads"] == 1]
+        if len(one) and ncpu:
+            xs = np.array([1, ncpu])
+            ax.plot(xs, one["median"].iloc[0] * xs, ":", color="#444444", label="ideal (linear)")
+        if ncpu:
+            ax.axvline(ncpu, color="#D55E00", linestyle="--", linewidth=1, label=f"{ncpu} available CPUs")
+        ax.set_xticks(sub["threads"])
+        ax.set_xlabel("intra-op threads (torch.set_num_threads)")
+        ax.set_ylabel(unit)
+        ax.set_ylim(bottom=0)
+        ax.set_title(
+            {"matmul": "1024x1024 matmul", "mlp": "MLP training step", "tiny": "Linear(100,100), batch 4"}.get(wl, wl)
+        )
+        ax.legend(loc="lower right", fontsize=8)
+    fig.suptitle("Intra-op threads", fontsize=11)
+    _ci_note(fig)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    return fig
+
+
+def jit_latency(summary: pd.DataFrame, host: dict) -> Figure:
+    """Steady-state latency per mode (left) and up-front cost, setup plus first call (right)."""
+    models = list(summary["model"].unique())
+    modes = [m for m in ("eager", "script", "trace", "compile") if m in set(summary["mode"])]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4.2))
+    width = 0.8 / len(modes)
+    x = np.arange(len(models))
+    for j, mode in enumerate(modes):
+        m = summary[summary["mode"] == mode].set_index("model").reindex(models)
+        ok = m["status"] == "ok"
+        # latency = batch / throughput, so the throughput CI maps to a latency CI (ms per batch)
+        lat = m["latency_ms"]
+        scale = lat / m["median"]
+        lo, hi = (m["ci_high"] * scale), (m["ci_low"] * scale)
+        err = np.vstack([(lat - lo).clip(lower=0).fillna(0), (hi - lat).clip(lower=0).fillna(0)])
+        pos = x + (j - (len(modes) - 1) / 2) * width
+        ax1.bar(
+            pos,
+            lat.where(ok, 0),
+            width,
+            yerr=err,
+            capsize=3,
+            color=PALETTE[j],
+            label=mode,
+            edgecolor="black",
+            linewidth=0.5,
+        )
+        up = (m["setup_s"] + m["first_call_s"]) * 1000
+        ax2.bar(pos, up.where(ok, np.nan), width, color=PALETTE[j], label=mode, edgecolor="black", linewidth=0.5)
+        for p, is_ok, st in zip(pos, ok, m["status"]):
+            if not is_ok:
+                for ax in (ax1, ax2):
+                    ax.annotate(
+                        str(st), (p, 0), xytext=(0, 4), textcoords="offset points", rotation=90, ha="center", fontsize=8
+                    )
+    for ax in (ax1, ax2):
+        ax.set_xticks(x, models)
+    ax1.set_ylabel("steady-state latency (ms per batch)")
+    ax1.set_title("Steady state (after warm-up)")
+    ax1.legend()
+    ax2.set_yscale("log")
+    ax2.set_ylabel("setup + first call (ms, log scale)")
+    ax2.set_title("Up-front cost")
+    fig.suptitle("Inference: eager vs TorchScript (script, trace) vs torch.compile", fontsize=11)
+    _ci_note(fig)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    return fig
+
+
+#: figure name -> (function, needs spans)
+DRAW = {
+    "gil_speedup": (gil_speedup, False),
+    "gil_timeline": (gil_timeline, True),
+    "multiprocessing_throughput": (multiprocessing_throughput, False),
+    "dataloader_throughput": (dataloader_throughput, False),
+    "intraop_scaling": (intraop_scaling, False),
+    "jit_latency": (jit_latency, False),
+}

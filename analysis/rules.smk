@@ -1,0 +1,40 @@
+# Analysis rules: per experiment, load and validate every point's CSVs and summarise them;
+# per figure, draw it. These jobs may run in parallel with each other.
+
+
+rule analyse:
+    input:
+        unpack(analysis_inputs),
+    output:
+        replicates="results/{host}/{experiment}/replicates.csv",
+        summary="results/{host}/{experiment}/summary.csv",
+        spans="results/{host}/{experiment}/spans.csv",
+        samples="results/{host}/{experiment}/samples.csv",
+        findings="results/{host}/{experiment}/findings.json",
+    log:
+        "logs/{host}/analyse/{experiment}.log",
+    conda:
+        "../environment.yml"
+    shell:
+        "python -m analysis summarise --experiment {wildcards.experiment}"
+        " --host-json {input.host} --out-dir results/{wildcards.host}/{wildcards.experiment} {input.metrics} > {log} 2>&1"
+
+
+rule figure:
+    input:
+        unpack(figure_inputs),
+    output:
+        report(
+            "results/{host}/figures/{figure}.png",
+            caption="../report/captions/figure.rst",
+            category="{figure}",
+        ),
+    log:
+        "logs/{host}/figures/{figure}.log",
+    conda:
+        "../environment.yml"
+    params:
+        experiment=figure_experiment,
+    shell:
+        "python -m analysis figure {wildcards.figure} --experiment-dir results/{wildcards.host}/{params.experiment}"
+        " --host-json {input.host} --out {output} > {log} 2>&1"

@@ -1,0 +1,146 @@
+"""Per-point statistics: median, IQR, bootstrap confidence intervals, speedup, efficiency.
+
+Definitions (per configuration point, over its ``ok`` replicates of the throughput metric):
+
+* ``median``; ``q1``, ``q3`` (25th/75th percentiles, linear interpolation); ``iqr = q3 - q1``;
+  ``iqr_pct = 100 * iqr / median``; ``noisy`` when ``iqr_pct > 10``.
+* ``ci_low``, ``ci_high``: 95% bootstrap confidence interval of the median
+  (``scipy.stats.bootstrap``, percentile method, 2000 resamples, fixed seed); NaN with fewer
+  than 2 replicates.
+* ``speedup = median / median(baseline)`` within the point's group (see
+  :mod:`analysis.spec`) with a 95% bootstrap interval of that ratio of medians (independent
+  resampling of both samples).
+* ``parallel_efficiency = speedup / p``, ``p`` from :attr:`ExperimentSpec.units`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from analysis.spec import SPECS, ExperimentSpec
+
+CONFIDENCE = 0.95
+N_RESAMPLES = 2000
+NOISY_IQR_PCT = 10.0
+
+
+def median_ci(x: np.ndarray, seed: int = 0) -> tuple[float, float]:
+    """95% percentile-bootstrap confidence interval of the median of ``x`` (1-D)."""
+    x = np.asarray(x, dtype=float)
+    if len(x) < 2:
+        return np.nan, np.nan
+    if np.all(x == x[0]):  # no spread: the bootstrap distribution is degenerate
+        return float(x[0]), float(x[0])
+    res = stats.bootstrap(
+        (x,), np.median, confidence_level=CONFIDENCE, n_resamples=N_RESAMPLES, method="percentile", rng=seed
+    )
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def _ratio_of_medians(a, b, axis=-1):
+    return np.median(a, axis=axis) / np.median(b, axis=axis)
+
+
+def ratio_ci(a: np.ndarray, b: np.ndarray, seed: int = 0) -> tuple[float, float]:
+    """95% bootstrap interval of ``median(a) / median(b)``, resampling ``a`` and ``b`` independently."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if len(a) < 2 or len(b) < 2:
+        return np.nan, np.nan
+    res = stats.bootstrap(
+        (a, b),
+        _ratio_of_medians,
+        confidence_level=CONFIDENCE,
+        n_resamples=N_RESAMPLES,
+        method="percentile",
+        vectorized=True,
+        paired=False,
+        rng=seed,
+    )
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def parallel_units(spec: ExperimentSpec, point: dict) -> float:
+    """``p`` of a point for parallel efficiency (NaN where it has no meaning)."""
+    if spec.units is None:
+        return np.nan
+    if spec.units == "processes*threads":
+        return float(point["processes"]) * float(point["threads"])
+    if spec.name == "gil" and point.get("mode") == "sequential":
+        return 1.0
+    return float(point[spec.units])
+
+
+def _is_baseline(spec: ExperimentSpec, point: dict) -> bool:
+    return all(str(point[k]) == str(v) for k, v in spec.baseline.items())
+
+
+def summarise(replicates: pd.DataFrame, experiment: str) -> pd.DataFrame:
+    """Summarise replicates (from :func:`analysis.load.load_experiment`) per point.
+
+    Returns:
+        One row per point, sorted by the swept keys, with the keys, ``metric``, ``status``,
+        ``reason``, ``n``, ``median``, ``q1``, ``q3``, ``iqr``, ``iqr_pct``, ``noisy``,
+        ``ci_low``, ``ci_high``, ``speedup``, ``speedup_ci_low``, ``speedup_ci_high``,
+        ``parallel_efficiency``, ``cpu_util_pct`` (median), ``oversubscribed``, ``best``
+        (highest median in its group) and the medians of the spec's ``extra_medians``.
+    """
+    spec = SPECS[experiment]
+    keys = list(spec.keys)
+    rows = []
+    for key_values, grp in replicates.groupby(keys, sort=True):
+        point = dict(zip(keys, key_values))
+        ok = grp[grp["status"] == "ok"]
+        values = ok["value"].to_numpy(dtype=float)
+        row = {**point, "metric": grp["metric"].iloc[0]}
+        if len(values):
+            q1, med, q3 = np.percentile(values, [25, 50, 75])
+            lo, hi = median_ci(values)
+            row.update(status="ok", reason="", n=len(values), median=med, q1=q1, q3=q3, iqr=q3 - q1)
+            row.update(iqr_pct=100 * (q3 - q1) / med if med else np.nan, ci_low=lo, ci_high=hi)
+            row["cpu_util_pct"] = float(np.median(ok["cpu_util_pct"]))
+        else:
+            status = grp["status"].iloc[0]
+            reason = (
+                grp["reason"].dropna().astype(str).iloc[0] if "reason" in grp and grp["reason"].notna().any() else ""
+            )
+            row.update(status=status, reason=reason, n=0, median=np.nan, q1=np.nan, q3=np.nan, iqr=np.nan)
+            row.update(iqr_pct=np.nan, ci_low=np.nan, ci_high=np.nan, cpu_util_pct=np.nan)
+        row["noisy"] = bool(row["iqr_pct"] > NOISY_IQR_PCT) if np.isfinite(row["iqr_pct"]) else False
+        row["oversubscribed"] = (
+            bool(grp["oversubscribed"].astype(str).eq("True").any()) if "oversubscribed" in grp else False
+        )
+        for col in spec.extra_medians:
+            row[col] = float(np.median(ok[col].astype(float))) if col in ok and len(ok) else np.nan
+        if "worker_warning" in grp:
+            warn = grp["worker_warning"].dropna().astype(str)
+            row["worker_warning"] = warn.iloc[0] if len(warn) else ""
+        if "allclose" in grp:
+            row["allclose"] = bool(ok["allclose"].astype(str).eq("True").all()) if len(ok) else np.nan
+        row["_values"] = values
+        rows.append(row)
+    summary = pd.DataFrame(rows)
+    group_keys = list(spec.group)
+    groups = summary.groupby(group_keys, sort=False) if group_keys else [((), summary)]
+    for _, grp in groups:
+        base = grp[[_is_baseline(spec, r) for r in grp[keys].to_dict("records")]]
+        base_vals = base["_values"].iloc[0] if len(base) else np.array([])
+        base_med = float(np.median(base_vals)) if len(base_vals) else np.nan
+        for idx, r in grp.iterrows():
+            vals = r["_values"]
+            if len(vals) and np.isfinite(base_med):
+                summary.loc[idx, "speedup"] = r["median"] / base_med
+                lo, hi = ratio_ci(vals, base_vals)
+                summary.loc[idx, ["speedup_ci_low", "speedup_ci_high"]] = [lo, hi]
+            else:
+                summary.loc[idx, ["speedup", "speedup_ci_low", "speedup_ci_high"]] = [np.nan] * 3
+        best = grp["median"].idxmax() if grp["median"].notna().any() else None
+        summary.loc[grp.index, "best"] = [i == best for i in grp.index]
+    summary["parallel_efficiency"] = [
+        s / parallel_units(spec, r) if np.isfinite(s) else np.nan
+        for s, r in zip(summary["speedup"], summary[keys].to_dict("records"))
+    ]
+    summary["best"] = summary["best"].astype(bool)
+    summary.insert(0, "experiment", experiment)
+    return summary.drop(columns="_values")

@@ -1,0 +1,113 @@
+# Helpers shared by experiments/, analysis/ and report/ rules.smk (host label, sweep points, command lines).
+import itertools
+import os
+import shlex
+import sys
+from pathlib import Path
+
+import pandas as pd
+from snakemake.utils import Paramspace
+
+sys.path.insert(0, workflow.basedir)
+
+from analysis.spec import FIGURES, SPECS
+from experiments.common import (
+    available_cpus,
+    default_host,
+    prepare_environment,
+    sanitise_host,
+)
+
+HOST = sanitise_host(config["host"]) if config.get("host") else default_host()
+EXPERIMENTS = list(config["experiments"])
+# One lock file for the whole machine: two host labels measured on one machine (taskset)
+# still never measure at the same time.
+MEASURE_LOCK = str(Path("results/.measure.lock").resolve())
+
+# Every job writes its temporary files and caches under .snakemake/lab/ and draws headless.
+prepare_environment(workflow.basedir, ".snakemake/lab")
+
+
+def sweep_values(experiment, key):
+    """Values swept for `key` of `experiment` (intraop threads 'auto' resolved here)."""
+    value = config[experiment][key]
+    if experiment == "intraop" and key == "threads" and value == "auto":
+        n = available_cpus()
+        return list(range(1, n + 1)) + [2 * n]
+    return list(value)
+
+
+def points(experiment):
+    """Point paths `<key>~<value>/...` of `experiment`, keys in the spec's order."""
+    keys = SPECS[experiment].keys
+    grid = itertools.product(*(sweep_values(experiment, k) for k in keys))
+    space = Paramspace(pd.DataFrame(list(grid), columns=list(keys)), param_sep="~")
+    return list(space.instance_patterns)
+
+
+def metrics_files(experiment, host=HOST, name="metrics.csv"):
+    return [f"results/{host}/{experiment}/{p}/{name}" for p in points(experiment)]
+
+
+def point_args(wildcards):
+    """Command-line flags of one point: swept values from the path, the rest from config."""
+    spec = SPECS[wildcards.experiment]
+    point = dict(part.split("~", 1) for part in wildcards.point.split("/"))
+    first = point[spec.keys[0]]
+    args = {"sample_hz": config["sample_hz"]}
+    for key, value in config[wildcards.experiment].items():
+        if key in point:
+            value = point[key]
+        elif isinstance(value, dict):
+            value = value[first]
+        args[key] = value
+    return " ".join(
+        f"--{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in args.items()
+    )
+
+
+def analysis_inputs(wildcards):
+    exp = wildcards.experiment
+    return {
+        "host": f"results/{wildcards.host}/host.json",
+        "metrics": metrics_files(exp, wildcards.host),
+        "samples": metrics_files(exp, wildcards.host, "samples.csv"),
+        "spans": metrics_files(exp, wildcards.host, "spans.csv"),
+    }
+
+
+def figure_inputs(wildcards):
+    exp = FIGURES[wildcards.figure]
+    base = f"results/{wildcards.host}/{exp}"
+    return {
+        "summary": f"{base}/summary.csv",
+        "replicates": f"{base}/replicates.csv",
+        "spans": f"{base}/spans.csv",
+        "samples": f"{base}/samples.csv",
+        "host": f"results/{wildcards.host}/host.json",
+    }
+
+
+def figure_experiment(wildcards):
+    return FIGURES[wildcards.figure]
+
+
+def report_inputs(wildcards):
+    host = wildcards.host
+    files = {
+        "host": f"results/{host}/host.json",
+        "summaries": [],
+        "findings": [],
+        "figures": [],
+    }
+    for exp in EXPERIMENTS:
+        files["summaries"].append(f"results/{host}/{exp}/summary.csv")
+        files["findings"].append(f"results/{host}/{exp}/findings.json")
+        files["figures"] += [
+            f"results/{host}/figures/{fig}.png" for fig in SPECS[exp].figures
+        ]
+    return files
+
+
+def report_targets(host=HOST):
+    return [f"results/{host}/report.html", f"results/{host}/report.md"]

@@ -1,0 +1,41 @@
+# Measurement rules. Each configuration point is its own job. Measurement jobs never run at
+# the same time: each takes all --cores (threads: workflow.cores), one unit of the `measure`
+# resource (limited to 1 by profiles/default/config.yaml) and an exclusive flock on
+# results/.measure.lock. Experiments set their own thread counts explicitly.
+
+
+rule host_info:
+    output:
+        "results/{host}/host.json",
+    log:
+        "logs/{host}/host_info.log",
+    conda:
+        "../environment.yml"
+    threads: workflow.cores
+    resources:
+        measure=1,
+    shell:
+        "python -m experiments.hostinfo --host {wildcards.host} --out {output} > {log} 2>&1"
+
+
+rule measure:
+    input:
+        host="results/{host}/host.json",
+    output:
+        metrics="results/{host}/{experiment}/{point}/metrics.csv",
+        samples="results/{host}/{experiment}/{point}/samples.csv",
+        spans="results/{host}/{experiment}/{point}/spans.csv",
+        job="results/{host}/{experiment}/{point}/job.json",
+    log:
+        "logs/{host}/{experiment}/{point}.log",
+    conda:
+        "../environment.yml"
+    threads: workflow.cores
+    resources:
+        measure=1,
+    params:
+        args=point_args,
+        lock=MEASURE_LOCK,
+    shell:
+        "python -m experiments.{wildcards.experiment} {params.args} --host {wildcards.host}"
+        " --lock {params.lock} --out $(dirname {output.metrics}) > {log} 2>&1"

@@ -1,0 +1,40 @@
+"""Render the report context (from :mod:`report.build`) with the Jinja2 templates.
+
+HTML autoescaping is on: everything from data (host labels, CPU model strings, config values,
+error messages) appears as text. The HTML inlines its images as data URIs, so it is one file
+that opens offline; the Markdown references ``figures/*.png`` by relative path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+
+TEMPLATES = Path(__file__).with_name("templates")
+
+
+def _md_cell(value) -> str:
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def environment() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(TEMPLATES),
+        autoescape=select_autoescape(enabled_extensions=("html", "html.j2"), default_for_string=False),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["md"] = _md_cell
+    return env
+
+
+def render_html(context: dict) -> str:
+    """The self-contained HTML report."""
+    return environment().get_template("report.html.j2").render(**context)
+
+
+def render_markdown(context: dict) -> str:
+    """The Markdown report (images by relative path)."""
+    return environment().get_template("report.md.j2").render(**context)
