@@ -4,7 +4,7 @@ What lives here, and why it is shared:
 
 * :func:`available_cpus` -- the CPUs this process may run on (``os.sched_getaffinity``),
   the denominator of every utilisation figure.
-* :class:`CpuSampler` -- a background thread that samples, with psutil, the busy share of
+* :class:`CpuSampler` -- a sampler process (:mod:`experiments.sampler`) that samples, with psutil, the busy share of
   every core, of the whole system, and of our own process tree (children included:
   DataLoader workers and ``multiprocessing`` children count) during a measured window.
 * :func:`measure` -- a context manager that times one measured window (wall clock
@@ -23,6 +23,7 @@ importing torch costs about 2.5 s per process.
 from __future__ import annotations
 
 import argparse
+import atexit
 import csv
 import dataclasses
 import fcntl
@@ -31,8 +32,8 @@ import os
 import platform
 import re
 import socket
+import subprocess
 import sys
-import threading
 import time
 import typing
 from collections.abc import Callable, Iterator
@@ -40,6 +41,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
+
+from experiments import sampler as sampler_mod
 
 #: Columns every metrics row carries, in this order, before experiment-specific ones.
 COMMON_COLUMNS = (
@@ -125,33 +128,25 @@ def tree_cpu_seconds(proc: psutil.Process | None = None) -> float:
     """CPU seconds (user + system) used so far by a process and all its descendants.
 
     Counts the process itself, the children it has already waited for (``children_user``
-    and ``children_system``) and every live descendant. Descendants that vanish between
-    listing and reading are skipped. Differences of this value over a window give the
-    tree's CPU time in that window.
+    and ``children_system``) and every live descendant except this process's CPU sampler.
+    Differences of this value over a window give the tree's CPU time in that window.
     """
-    proc = proc or psutil.Process()
-    t = proc.cpu_times()
-    total = t.user + t.system + t.children_user + t.children_system
-    for child in proc.children(recursive=True):
-        try:
-            ct = child.cpu_times()
-        except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
-            continue
-        total += ct.user + ct.system
-    return total
+    exclude = frozenset({_SAMPLER.pid}) if _SAMPLER is not None and _SAMPLER.pid else frozenset()
+    return sampler_mod.tree_cpu_seconds(proc or psutil.Process(), exclude)
 
 
 class CpuSampler:
-    """Background sampler of CPU utilisation during one measured window.
+    """Samples CPU utilisation during measured windows, from a separate process.
 
-    Every ``1 / hz`` seconds it records, relative to :meth:`start` (``t_s``, seconds):
+    The sampling runs in ``python -m experiments.sampler`` (see that module for why a thread
+    would starve under the GIL). Every ``1 / hz`` seconds it records
 
     * ``cpu<i>``: busy % of logical CPU ``i`` (``psutil.cpu_percent(percpu=True)``, 0-100);
     * ``system``: busy % of the whole machine over the available CPUs (0-100);
-    * ``tree``: our process tree's CPU time over the interval, as % of all available
-      CPUs (0-100), children included.
+    * ``tree``: our process tree's CPU time over the interval, as % of all available CPUs
+      (0-100), children included, the sampler excluded.
 
-    ``psutil.cpu_percent`` returns 0.0 on its first call by design; :meth:`start` primes it.
+    One sampler process serves all windows of a job; between windows it sleeps on its input.
 
     Args:
         hz: sampling rate in samples per second (> 0).
@@ -160,49 +155,60 @@ class CpuSampler:
     def __init__(self, hz: float = 10.0) -> None:
         if hz <= 0:
             raise ValueError(f"sample_hz must be > 0, got {hz}")
-        self.interval_s = 1.0 / hz
-        self.samples: list[tuple[float, str, float]] = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._proc = psutil.Process()
-        self._cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+        self.hz = hz
+        env = dict(os.environ)
+        code_dir = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (code_dir, env.get("PYTHONPATH")) if p)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "experiments.sampler", "--pid", str(os.getpid()), "--hz", str(hz)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        self.pid = self._proc.pid
+        self.sampler_cpu_s = 0.0
+
+    def _ask(self, cmd: str) -> str:
+        self._proc.stdin.write(cmd + "\n")
+        self._proc.stdin.flush()
+        line = self._proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"CPU sampler (pid {self.pid}) exited with code {self._proc.poll()}")
+        return line
 
     def start(self) -> None:
-        psutil.cpu_percent(percpu=True)  # prime: the first call returns 0.0 by design
-        self._t0 = time.perf_counter()
-        self._last_t = self._t0
-        self._last_tree = tree_cpu_seconds(self._proc)
-        self._thread = threading.Thread(target=self._loop, name="cpu-sampler", daemon=True)
-        self._thread.start()
-
-    def _sample(self) -> None:
-        now = time.perf_counter()
-        per_core = psutil.cpu_percent(percpu=True)
-        tree = tree_cpu_seconds(self._proc)
-        dt = now - self._last_t
-        t_s = round(now - self._t0, 6)
-        cores = self._cpus if self._cpus is not None else range(len(per_core))
-        for i in cores:
-            if i < len(per_core):
-                self.samples.append((t_s, f"cpu{i}", per_core[i]))
-        used = [per_core[i] for i in cores if i < len(per_core)]
-        self.samples.append((t_s, "system", sum(used) / max(len(used), 1)))
-        if dt > 0:
-            pct = 100.0 * (tree - self._last_tree) / (dt * max(len(used), 1))
-            self.samples.append((t_s, "tree", max(0.0, min(100.0, pct))))
-        self._last_t, self._last_tree = now, tree
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self._sample()
+        """Begin a window (primes ``psutil.cpu_percent``, whose first call returns 0.0)."""
+        self._ask("start")
 
     def stop(self) -> list[tuple[float, str, float]]:
-        """Stop sampling (taking one last sample) and return ``[(t_s, series, busy_pct)]``."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        self._sample()
-        return self.samples
+        """End the window; return ``[(t_monotonic_s, series, busy_pct)]``."""
+        reply = json.loads(self._ask("stop"))
+        self.sampler_cpu_s = reply["sampler_cpu_s"]
+        return [tuple(x) for x in reply["samples"]]
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            try:
+                self._proc.stdin.write("quit\n")
+                self._proc.stdin.close()
+            except (BrokenPipeError, ValueError):
+                pass
+            self._proc.wait(timeout=5)
+
+
+_SAMPLER: CpuSampler | None = None
+
+
+def get_sampler(hz: float) -> CpuSampler:
+    """This process's sampler at ``hz``, started on first use and closed at exit."""
+    global _SAMPLER
+    if _SAMPLER is None or _SAMPLER.hz != hz or _SAMPLER._proc.poll() is not None:
+        if _SAMPLER is not None:
+            _SAMPLER.close()
+        _SAMPLER = CpuSampler(hz)
+        atexit.register(_SAMPLER.close)
+    return _SAMPLER
 
 
 @dataclasses.dataclass
@@ -215,7 +221,8 @@ class Window:
         cpu_util_pct: ``cpu_s / (wall_s * available CPUs) * 100``, clipped to 0-100.
         start_unix, end_unix: the window's bounds as Unix time (s), to check overlaps.
         t0: ``perf_counter`` value at the start; spans are reported relative to it.
-        samples: ``[(t_s, series, busy_pct)]`` from :class:`CpuSampler`.
+        samples: ``[(t_s, series, busy_pct)]`` from :class:`CpuSampler`, ``t_s`` relative to
+            the window's start (negative for the priming sample just before it).
     """
 
     wall_s: float = float("nan")
@@ -241,7 +248,7 @@ def measure(sample_hz: float = 10.0) -> Iterator[Window]:
     """
     win = Window()
     proc = psutil.Process()
-    sampler = CpuSampler(sample_hz)
+    sampler = get_sampler(sample_hz)
     sampler.start()
     cpu0 = tree_cpu_seconds(proc)
     win.start_unix = time.time()
@@ -252,7 +259,8 @@ def measure(sample_hz: float = 10.0) -> Iterator[Window]:
         t1 = time.perf_counter()
         win.end_unix = time.time()
         cpu1 = tree_cpu_seconds(proc)
-        win.samples = sampler.stop()
+        # perf_counter is CLOCK_MONOTONIC on Linux, the sampler's clock: make times relative
+        win.samples = [(round(t - win.t0, 6), s, v) for t, s, v in sampler.stop()]
         win.wall_s = t1 - win.t0
         win.cpu_s = cpu1 - cpu0
         denom = win.wall_s * available_cpus()

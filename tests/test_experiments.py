@@ -1,0 +1,241 @@
+"""Each experiment's pure run function with tiny parameters, and the measurement machinery."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from experiments import dataloader, gil, intraop, jit
+from experiments import multiprocessing as mp_exp
+from experiments.common import available_cpus, measure, set_torch_threads
+
+NCPU = available_cpus()
+
+
+def _busy(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+# ------------------------------------------------------------------ measurement machinery
+
+
+def test_measure_busy_loop_uses_one_cpu():
+    with measure(20) as w:
+        _busy(0.5)
+    expected = 100.0 / NCPU
+    assert w.wall_s == pytest.approx(0.5, abs=0.1)
+    assert abs(w.cpu_util_pct - expected) < 15, (w.cpu_util_pct, expected)
+    tree = [v for _, s, v in w.samples if s == "tree"]
+    assert len(tree) >= 5
+    # psutil's first cpu_percent() call returns 0.0; the sampler primes it, so a busy
+    # process is never sampled as idle.
+    assert min(tree[:-1]) > expected * 0.5
+    cores = {s for _, s, _ in w.samples if s.startswith("cpu")}
+    assert len(cores) == NCPU
+
+
+def test_measure_counts_child_processes():
+    ctx = multiprocessing.get_context("fork")
+    with measure(10) as w:
+        p = ctx.Process(target=_busy, args=(0.4,))
+        p.start()
+        p.join()
+    assert w.cpu_s >= 0.3, "CPU time of a joined child must count in the process tree"
+
+
+def test_set_torch_threads_reports_what_torch_uses():
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        info = set_torch_threads(1)
+        assert info["torch_threads"] == 1 == torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+
+
+# ------------------------------------------------------------------ gil
+
+
+def test_gil_io_threads_overlap_cpu_threads_do_not():
+    io_seq = gil.run(gil.Params(workload="io", mode="sequential", workers=2, io_iterations=5, warmup=0, repeats=2))
+    io_thr = gil.run(gil.Params(workload="io", mode="threads", workers=2, io_iterations=5, warmup=0, repeats=2))
+    seq = min(r["wall_s"] for r in io_seq.rows)
+    thr = min(r["wall_s"] for r in io_thr.rows)
+    assert seq >= 0.1  # 2 tasks x 5 sleeps x 10 ms, one after the other
+    assert seq / thr > 1.5, (seq, thr)
+
+    cpu_thr = gil.run(gil.Params(workload="cpu", mode="threads", workers=2, cpu_iterations=1_500_000, warmup=0, repeats=1))
+    spans = pd.DataFrame(cpu_thr.spans)
+    assert set(spans["actor"]) == {"thread-0", "thread-1"}
+    assert len(spans) == 2 * 20
+    # The GIL: two CPU-bound threads together never get more than one CPU's worth of time.
+    wall = cpu_thr.rows[0]["wall_s"]
+    assert spans["cpu_s"].sum() / wall < 1.15
+    assert (spans["cpu_s"] <= (spans["end_s"] - spans["start_s"]) + 0.01).all()
+
+
+@pytest.mark.skipif(NCPU < 2, reason="needs 2 CPUs")
+def test_gil_processes_use_several_cpus():
+    res = gil.run(gil.Params(workload="cpu", mode="processes", workers=2, cpu_iterations=2_000_000, warmup=0, repeats=1))
+    spans = pd.DataFrame(res.spans)
+    assert set(spans["actor"]) == {"process-0", "process-1"}
+    assert spans["cpu_s"].sum() / res.rows[0]["wall_s"] > 1.2
+    assert res.rows[0]["start_method"] == "fork"
+
+
+def test_gil_params_reject_bad_values():
+    with pytest.raises(ValueError, match="workers=0.*>= 1"):
+        gil.Params(workers=0)
+
+
+def test_cli_reports_bad_parameter_and_writes_nothing(tmp_path):
+    out = tmp_path / "point"
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiments.gil", "--workers", "-1", "--out", str(out)], capture_output=True, text=True
+    )
+    assert proc.returncode == 2
+    assert "workers=-1" in proc.stderr
+    assert not out.exists()
+
+
+def test_cli_writes_point_files(tmp_path):
+    out = tmp_path / "point"
+    subprocess.run(
+        [sys.executable, "-m", "experiments.gil", "--workload", "io", "--mode", "threads", "--io-iterations", "15",
+         "--repeats", "2", "--warmup", "0", "--host", "test<host>", "--out", str(out)],
+        check=True,
+        capture_output=True,
+    )
+    m = pd.read_csv(out / "metrics.csv")
+    assert list(m["repeat"]) == [0, 1]
+    assert set(m["host"]) == {"test-host"}
+    assert {"workload", "mode", "workers", "wall_s", "tasks_per_s", "cpu_util_pct", "status"} <= set(m.columns)
+    assert (m["status"] == "ok").all()
+    assert ((m["cpu_util_pct"] >= 0) & (m["cpu_util_pct"] <= 100)).all()
+    assert (pd.read_csv(out / "spans.csv")["kind"] == "io").all()
+    assert set(pd.read_csv(out / "samples.csv")["series"]) >= {"system", "tree", "cpu0"}
+
+
+# ------------------------------------------------------------------ multiprocessing
+
+
+def test_multiprocessing_trains_in_processes():
+    p = mp_exp.Params(processes=2, threads=1, steps=6, warmup_steps=1, repeats=2)
+    res = mp_exp.run(p)
+    assert len(res.rows) == 2
+    for row in res.rows:
+        assert row["torch_threads"] == 1
+        assert row["samples_per_s"] == pytest.approx(2 * 6 * 64 / row["wall_s"])
+        assert row["oversubscribed"] is (2 > NCPU)
+        assert row["start_method"] == "fork"
+    spans = pd.DataFrame(res.spans)
+    assert set(spans["actor"]) == {"process-0", "process-1"}
+    assert spans.groupby(["repeat", "actor"])["steps"].sum().eq(6).all()
+
+
+def test_multiprocessing_marks_oversubscription():
+    res = mp_exp.run(mp_exp.Params(processes=1, threads=NCPU + 1, steps=2, warmup_steps=0, repeats=1))
+    assert res.rows[0]["oversubscribed"] is True
+    assert res.rows[0]["torch_threads"] == NCPU + 1
+
+
+# ------------------------------------------------------------------ dataloader
+
+
+@pytest.mark.parametrize("dataset", ["tensor", "cpu", "io"])
+def test_dataloader_epoch(dataset):
+    p = dataloader.Params(dataset=dataset, num_workers=1, items=128, io_latency_s=0.0005, warmup_epochs=1, repeats=1)
+    res = dataloader.run(p)
+    row = res.rows[0]
+    assert row["samples_per_s"] == pytest.approx(128 / row["wall_s"])
+    assert row["batches_per_s"] == pytest.approx(4 / row["wall_s"])
+    assert 0 <= row["data_stall_pct"] <= 100
+    spans = pd.DataFrame(res.spans)
+    assert sorted(spans["kind"].value_counts().to_dict().items()) == [("step", 4), ("wait", 4)]
+
+
+def test_dataloader_captures_too_many_workers_warning():
+    res = dataloader.run(dataloader.Params(num_workers=NCPU + 2, items=64, warmup_epochs=1, repeats=1))
+    row = res.rows[0]
+    assert "suggested max number of worker" in row["worker_warning"]
+    assert row["oversubscribed"] is True
+
+
+def test_dataloader_io_dataset_benefits_from_workers():
+    kw = dict(dataset="io", items=64, batch_size=8, io_latency_s=0.005, warmup_epochs=1, repeats=1)
+    zero = dataloader.run(dataloader.Params(num_workers=0, **kw)).rows[0]
+    four = dataloader.run(dataloader.Params(num_workers=4, **kw)).rows[0]
+    assert zero["wall_s"] >= 64 * 0.005
+    assert zero["wall_s"] / four["wall_s"] > 1.8
+
+
+# ------------------------------------------------------------------ intraop
+
+
+def test_intraop_matmul_gflops_definition():
+    res = intraop.run(intraop.Params(workload="matmul", threads=1, matmul_size=128, iterations=4, warmup=1, repeats=2))
+    for row in res.rows:
+        assert row["gflop_per_s"] == pytest.approx(2 * 128**3 * 4 / row["wall_s"] / 1e9)
+        assert row["torch_threads"] == 1
+        assert row["interop_threads"] == 1
+
+
+@pytest.mark.parametrize("workload", ["mlp", "tiny"])
+def test_intraop_training_steps(workload):
+    res = intraop.run(intraop.Params(workload=workload, threads=2, batch_size=8, iterations=3, warmup=1, repeats=1))
+    row = res.rows[0]
+    batch = 8 if workload == "mlp" else 4
+    assert row["samples_per_s"] == pytest.approx(batch * 3 / row["wall_s"])
+    assert row["torch_threads"] == 2
+    assert row["oversubscribed"] is (2 > NCPU)
+
+
+# ------------------------------------------------------------------ jit
+
+
+@pytest.mark.parametrize("mode", ["eager", "script", "trace"])
+@pytest.mark.parametrize("model", ["mlp", "cnn"])
+def test_jit_modes_match_eager(model, mode):
+    res = jit.run(jit.Params(model=model, mode=mode, iterations=3, warmup_calls=2, repeats=2))
+    assert len(res.rows) == 2
+    row = res.rows[0]
+    assert row["status"] == "ok"
+    assert row["allclose"] is True
+    assert row["max_abs_diff"] < 1e-4
+    assert row["first_call_s"] > 0
+    assert row["latency_ms"] == pytest.approx(1000 * row["wall_s"] / 3)
+
+
+def test_jit_compile_skipped_without_compiler(tmp_path):
+    # inductor reads $CXX when it is imported, so this needs a fresh process (as in a job)
+    env = {**os.environ, "CXX": "/nonexistent/c++"}
+    out = tmp_path / "point"
+    subprocess.run(
+        [sys.executable, "-m", "experiments.jit", "--mode", "compile", "--iterations", "2", "--out", str(out)],
+        check=True,
+        capture_output=True,
+        env=env,
+    )
+    m = pd.read_csv(out / "metrics.csv")
+    assert list(m["status"]) == ["skipped"]
+    assert "C++ compiler" in m["reason"][0]
+
+
+@pytest.mark.slow
+def test_jit_compile_runs_with_compiler():
+    if jit.cxx_compiler()[0] is None:
+        pytest.skip("no C++ compiler for inductor here")
+    res = jit.run(jit.Params(model="mlp", mode="compile", iterations=5, warmup_calls=2, repeats=1))
+    row = res.rows[0]
+    assert row["status"] == "ok"
+    assert row["allclose"] is True
+    assert row["first_call_s"] > 10 * row["latency_ms"] / 1000  # compiling dwarfs one call
