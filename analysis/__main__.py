@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -27,6 +28,19 @@ def _write_csv(df: pd.DataFrame, path: Path) -> None:
     tmp.replace(path)
 
 
+def _finite(obj):
+    """NaN and infinities become null: JSON has no NaN."""
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    if hasattr(obj, "item"):  # numpy scalar
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
 def cmd_summarise(args) -> int:
     spec = SPECS[args.experiment]
     out = Path(args.out_dir)
@@ -41,7 +55,7 @@ def cmd_summarise(args) -> int:
     _write_csv(summary, out / "summary.csv")
     result = findings(args.experiment, summary, host)
     tmp = out / ".findings.json.tmp"
-    tmp.write_text(json.dumps(result, indent=2, default=float))
+    tmp.write_text(json.dumps(_finite(result), indent=2, allow_nan=False))
     tmp.replace(out / "findings.json")
     for line in result["findings"]:
         print(line, file=sys.stderr)

@@ -1,8 +1,9 @@
 """Load and validate the per-point CSVs an experiment wrote.
 
-Every ``metrics.csv`` must have the common columns (host, experiment, repeat, status, wall_s,
-cpu_util_pct, ...; see docs/csv-schema.md), every swept key of its experiment, and for rows
-with status ``ok`` a finite, positive ``wall_s`` and a finite metric. Replicate keys
+Every ``metrics.csv`` must have the columns host, experiment, repeat, status and every swept
+key of its experiment (see docs/csv-schema.md); when any row has status ``ok`` also wall_s,
+cpu_util_pct and the metric, finite, with ``wall_s > 0``. Rows with another status (skipped,
+failed, timeout) may leave the measured columns out. Replicate keys
 (swept keys + repeat) must be unique. Violations raise :class:`DataError` naming the file,
 the row (1-based, header excluded) and the column.
 """
@@ -16,7 +17,7 @@ import pandas as pd
 
 from analysis.spec import SPECS, ExperimentSpec
 
-REQUIRED = ("host", "experiment", "repeat", "status", "wall_s", "cpu_util_pct")
+REQUIRED = ("host", "experiment", "repeat", "status")
 STATUSES = ("ok", "skipped", "failed", "timeout")
 
 
@@ -129,7 +130,7 @@ def load_sidecars(
         if df.empty:
             continue
         point = experiment_rows.loc[experiment_rows["source"] == str(path), list(keys)].iloc[0]
-        for k in keys:
+        for k in reversed(keys):
             df.insert(0, k, point[k])
         frames.append(df)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=[*keys])

@@ -1,0 +1,8 @@
+"""Experiments of the CPU-utilisation lab: one module per family, each ``python -m``-runnable."""
+
+import time as _time
+
+#: Unix time (s) at which this job's interpreter imported the package: the job's start, within
+#: the interpreter's own start-up (~20 ms). psutil's ``create_time()`` is not used because it
+#: adds clock ticks to the integer boot time (``btime``) and can be up to 1 s early.
+JOB_START_UNIX = _time.time()

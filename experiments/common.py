@@ -44,7 +44,8 @@ import psutil
 
 from experiments import sampler as sampler_mod
 
-#: Columns every metrics row carries, in this order, before experiment-specific ones.
+#: Columns every metrics row carries. In metrics.csv the order is host, experiment, then the
+#: experiment's parameters (Params fields), then the rest of these, then experiment-specific ones.
 COMMON_COLUMNS = (
     "host",
     "experiment",
@@ -221,8 +222,8 @@ class Window:
         cpu_util_pct: ``cpu_s / (wall_s * available CPUs) * 100``, clipped to 0-100.
         start_unix, end_unix: the window's bounds as Unix time (s), to check overlaps.
         t0: ``perf_counter`` value at the start; spans are reported relative to it.
-        samples: ``[(t_s, series, busy_pct)]`` from :class:`CpuSampler`, ``t_s`` relative to
-            the window's start (negative for the priming sample just before it).
+        samples: ``[(t_s, series, busy_pct)]`` from :class:`CpuSampler`, ``t_s`` in seconds
+            from the window's start.
     """
 
     wall_s: float = float("nan")
@@ -485,7 +486,8 @@ def cli_main(
     host = sanitise_host(args.host) if args.host else default_host()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    job_start = psutil.Process().create_time()
+    from experiments import JOB_START_UNIX as job_start
+
     print(f"[{experiment}] {params}", file=sys.stderr, flush=True)
     with exclusive(args.lock) as waited:
         locked_at = time.time()

@@ -22,7 +22,7 @@ share of the epoch spent waiting.
 
 Asking for more workers than PyTorch suggests for the machine makes it warn ("suggested max
 number of worker"); the warning is captured into ``worker_warning``, never fatal.
-Start method: ``fork`` (the Linux default). The main process runs with ``torch_threads``
+Start method: ``fork`` (the Linux default). The main process runs with ``threads``
 intra-op threads (default 1), so no OpenMP pool is active when workers are forked.
 """
 
@@ -52,7 +52,7 @@ class Params:
     items: int = field(default=10_000, metadata={"help": "samples per epoch"})
     cpu_work_size: int = field(default=4096, metadata={"help": "floats processed per item (dataset cpu)"})
     io_latency_s: float = field(default=0.002, metadata={"help": "sleep per item in s (dataset io)"})
-    torch_threads: int = field(default=1, metadata={"help": "intra-op threads of the main process"})
+    threads: int = field(default=1, metadata={"help": "intra-op threads of the main (training) process"})
     warmup_epochs: int = 1
     repeats: int = field(default=3, metadata={"help": "measured epochs"})
     sample_hz: float = 10.0
@@ -60,7 +60,7 @@ class Params:
 
     def __post_init__(self) -> None:
         check_min("num_workers", self.num_workers, 0)
-        for name in ("batch_size", "items", "cpu_work_size", "torch_threads", "repeats"):
+        for name in ("batch_size", "items", "cpu_work_size", "threads", "repeats"):
             check_min(name, getattr(self, name), 1)
         check_min("io_latency_s", self.io_latency_s, 0)
         check_min("warmup_epochs", self.warmup_epochs, 0)
@@ -126,14 +126,15 @@ def run(params: Params) -> RunResult:
     Returns:
         A :class:`~experiments.common.RunResult` with one row per epoch: ``wall_s`` (s),
         ``samples_per_s``, ``batches_per_s``, ``data_stall_pct`` (0-100), ``cpu_util_pct``
-        (0-100, workers included), ``first_epoch_s``, ``worker_warning``, ``oversubscribed``
-        (workers + main threads > available CPUs), ``torch_threads``, ``start_method``;
+        (0-100, workers included), ``first_epoch_s`` (the first warm-up epoch, worker start-up
+        included), ``worker_warning``, ``oversubscribed`` (workers + main threads > available
+        CPUs), ``torch_threads``/``interop_threads`` as torch reported them;
         spans ``wait`` and ``step`` per batch in the main process.
     """
     import torch
     from torch.utils.data import DataLoader
 
-    info = set_torch_threads(params.torch_threads)
+    info = set_torch_threads(params.threads)
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -150,11 +151,13 @@ def run(params: Params) -> RunResult:
             multiprocessing_context=params.start_method if params.num_workers > 0 else None,
             generator=torch.Generator().manual_seed(0),
         )
-        first = time.perf_counter()
-        for _ in range(params.warmup_epochs):
+        first_epoch_s = float("nan")
+        for e in range(params.warmup_epochs):
+            t = time.perf_counter()
             for _batch in loader:
                 pass
-        first_epoch_s = time.perf_counter() - first if params.warmup_epochs else float("nan")
+            if e == 0:
+                first_epoch_s = time.perf_counter() - t
     worker_warning = " | ".join(str(w.message) for w in caught if "worker" in str(w.message))
 
     result = RunResult()
@@ -193,10 +196,8 @@ def run(params: Params) -> RunResult:
             data_stall_pct=100.0 * stall / win.wall_s,
             first_epoch_s=first_epoch_s,
             worker_warning=worker_warning,
-            oversubscribed=params.num_workers + params.torch_threads > available_cpus(),
-            torch_threads=info["torch_threads"],
-            omp_num_threads_env=info["omp_num_threads_env"],
-            start_method=params.start_method if params.num_workers > 0 else "",
+            oversubscribed=params.num_workers + params.threads > available_cpus(),
+            **info,
         )
     del loader  # shuts persistent workers down
     return result

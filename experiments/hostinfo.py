@@ -44,11 +44,16 @@ def _cpuinfo() -> dict:
 
 
 def cgroup_cpu_quota() -> tuple[float | None, str]:
-    """CPUs granted by the cgroup CPU quota (``quota / period``), or ``(None, reason)``."""
+    """CPUs granted by the cgroup CPU quota (``quota / period``).
+
+    Returns:
+        ``(cpus, "")``; ``(None, "")`` when the cgroup sets no quota; ``(None, reason)`` when
+        neither cgroup v2 ``cpu.max`` nor v1 ``cpu.cfs_quota_us`` can be read.
+    """
     try:
         fields = Path("/sys/fs/cgroup/cpu.max").read_text().split()
         if fields[0] == "max":
-            return None, "cgroup v2 cpu.max is 'max' (no quota)"
+            return None, ""
         return int(fields[0]) / int(fields[1]), ""
     except (OSError, IndexError, ValueError):
         pass
@@ -56,7 +61,7 @@ def cgroup_cpu_quota() -> tuple[float | None, str]:
         quota = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())
         period = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text())
         if quota < 0:
-            return None, "cgroup v1 cfs_quota_us is -1 (no quota)"
+            return None, ""
         return quota / period, ""
     except (OSError, ValueError):
         return None, "no readable cgroup cpu.max or cpu.cfs_quota_us"
@@ -103,14 +108,16 @@ def collect(host: str) -> dict:
     freq = psutil.cpu_freq()
     if freq is None:
         unreadable["cpu_freq_mhz"] = "psutil.cpu_freq() returned None"
+    elif not freq.max:
+        unreadable["cpu_freq_max_mhz"] = "psutil.cpu_freq().max is 0 (not exposed, common in VMs)"
     governor = None
     try:
         governor = Path("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor").read_text().strip()
     except OSError:
         unreadable["governor"] = "no /sys/devices/system/cpu/cpu0/cpufreq/scaling_governor (common in VMs)"
     quota, why = cgroup_cpu_quota()
-    if quota is None:
-        unreadable["cgroup_cpu_quota"] = why
+    if why:
+        unreadable["cgroup_quota_cpus"] = why
     physical = psutil.cpu_count(logical=False)
     if physical is None:
         unreadable["physical_cores"] = "psutil.cpu_count(logical=False) returned None"
@@ -137,7 +144,7 @@ def collect(host: str) -> dict:
         "physical_cores": physical,
         "available_cpus": available_cpus(),
         "affinity": sorted(os.sched_getaffinity(0)),
-        "cgroup_cpu_quota": quota,
+        "cgroup_quota_cpus": quota,
         "isa": {f: (f in flags) for f in ISA_FLAGS},
         "cpu_freq_mhz": round(freq.current, 1) if freq else None,
         "cpu_freq_max_mhz": round(freq.max, 1) if freq and freq.max else None,

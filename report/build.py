@@ -50,7 +50,7 @@ def environment_rows(host: dict) -> list[tuple[str, str]]:
         ("CPU model", host.get("cpu_model") or "unknown"),
         ("Logical CPUs / physical cores", f"{host.get('logical_cpus')} / {host.get('physical_cores')}"),
         ("Available CPUs (affinity)", str(host.get("available_cpus"))),
-        ("cgroup CPU quota", _fmt(host.get("cgroup_cpu_quota")) or "none"),
+        ("cgroup CPU quota (CPUs)", _fmt(host.get("cgroup_quota_cpus")) or "none"),
         ("ISA flags", ", ".join(k for k, v in isa.items() if v) or "none of interest"),
         ("Memory", f"{host.get('memory_gib')} GiB"),
         ("OS", host.get("os", "")),

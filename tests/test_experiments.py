@@ -73,7 +73,9 @@ def test_gil_io_threads_overlap_cpu_threads_do_not():
     assert seq >= 0.1  # 2 tasks x 5 sleeps x 10 ms, one after the other
     assert seq / thr > 1.5, (seq, thr)
 
-    cpu_thr = gil.run(gil.Params(workload="cpu", mode="threads", workers=2, cpu_iterations=1_500_000, warmup=0, repeats=1))
+    cpu_thr = gil.run(
+        gil.Params(workload="cpu", mode="threads", workers=2, cpu_iterations=1_500_000, warmup=0, repeats=1)
+    )
     spans = pd.DataFrame(cpu_thr.spans)
     assert set(spans["actor"]) == {"thread-0", "thread-1"}
     assert len(spans) == 2 * 20
@@ -85,7 +87,9 @@ def test_gil_io_threads_overlap_cpu_threads_do_not():
 
 @pytest.mark.skipif(NCPU < 2, reason="needs 2 CPUs")
 def test_gil_processes_use_several_cpus():
-    res = gil.run(gil.Params(workload="cpu", mode="processes", workers=2, cpu_iterations=2_000_000, warmup=0, repeats=1))
+    res = gil.run(
+        gil.Params(workload="cpu", mode="processes", workers=2, cpu_iterations=2_000_000, warmup=0, repeats=1)
+    )
     spans = pd.DataFrame(res.spans)
     assert set(spans["actor"]) == {"process-0", "process-1"}
     assert spans["cpu_s"].sum() / res.rows[0]["wall_s"] > 1.2
@@ -110,8 +114,25 @@ def test_cli_reports_bad_parameter_and_writes_nothing(tmp_path):
 def test_cli_writes_point_files(tmp_path):
     out = tmp_path / "point"
     subprocess.run(
-        [sys.executable, "-m", "experiments.gil", "--workload", "io", "--mode", "threads", "--io-iterations", "15",
-         "--repeats", "2", "--warmup", "0", "--host", "test<host>", "--out", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "experiments.gil",
+            "--workload",
+            "io",
+            "--mode",
+            "threads",
+            "--io-iterations",
+            "15",
+            "--repeats",
+            "2",
+            "--warmup",
+            "0",
+            "--host",
+            "test<host>",
+            "--out",
+            str(out),
+        ],
         check=True,
         capture_output=True,
     )

@@ -1,0 +1,53 @@
+"""Builders of fixture metrics files with known values (no measurement involved)."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+
+def write_point(root: Path, experiment: str, point: dict, rows: list[dict]) -> Path:
+    """Write ``root/<experiment>/<k>~<v>/.../metrics.csv`` with common columns filled in."""
+    d = root / experiment
+    for k, v in point.items():
+        d = d / f"{k}~{v}"
+    d.mkdir(parents=True, exist_ok=True)
+    full = []
+    for i, r in enumerate(rows):
+        full.append(
+            {
+                "host": "fixture",
+                "experiment": experiment,
+                **point,
+                "repeat": i,
+                "status": "ok",
+                "reason": "",
+                "cpu_util_pct": 50.0,
+                "available_cpus": 2,
+                **r,
+            }
+        )
+    cols = list(full[0])
+    with open(d / "metrics.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=cols)
+        w.writeheader()
+        w.writerows(full)
+    return d / "metrics.csv"
+
+
+def gil_fixture(root: Path) -> list[Path]:
+    """gil points, 2 tasks: cpu sequential 1,2,3,4 tasks/s (median 2.5); threads 2.5 (x4);
+    processes 5 (x4); io sequential 1 (x4), threads 2, processes 2."""
+    paths = []
+    spec = {
+        ("cpu", "sequential"): [1.0, 2.0, 3.0, 4.0],
+        ("cpu", "threads"): [2.5] * 4,
+        ("cpu", "processes"): [5.0] * 4,
+        ("io", "sequential"): [1.0] * 4,
+        ("io", "threads"): [2.0] * 4,
+        ("io", "processes"): [2.0] * 4,
+    }
+    for (workload, mode), tps in spec.items():
+        rows = [{"wall_s": 2 / t, "tasks_per_s": t} for t in tps]
+        paths.append(write_point(root, "gil", {"workload": workload, "mode": mode, "workers": 2}, rows))
+    return paths

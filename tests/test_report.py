@@ -1,0 +1,137 @@
+"""Report rendering from analysis outputs: sections, offline HTML, escaping, Markdown."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from helpers import gil_fixture, write_point
+
+from analysis.__main__ import main as analysis_main
+from analysis.spec import SPECS
+from report.__main__ import main as report_main
+
+
+def _host(tmp_path, label="fixture"):
+    host = {
+        "host": label,
+        "cpu_model": "Test <b>CPU</b> & co",
+        "available_cpus": 2,
+        "logical_cpus": 2,
+        "physical_cores": 2,
+        "python_version": "3.11.7",
+        "torch_version": "2.13.0",
+        "torch_parallel": {"aten_parallel_backend": "OpenMP", "at_num_threads": 2},
+        "torch_parallel_info": "ATen/Parallel:\n\tat::get_num_threads() : 2",
+        "load_avg_1_5_15": [0.1, 0.2, 0.3],
+        "isa": {"avx2": True, "avx512f": False},
+    }
+    (tmp_path / "host.json").write_text(json.dumps(host))
+    return tmp_path / "host.json"
+
+
+@pytest.fixture
+def host_dir(tmp_path):
+    """results/<host> with gil (fixture data) and jit (one point skipped with a marked-up reason)."""
+    d = tmp_path / "fixture"
+    d.mkdir()
+    host = _host(d)
+    gil_paths = gil_fixture(tmp_path / "points")
+    for p in gil_paths:
+        p.with_name("spans.csv").write_text(
+            "repeat,actor,kind,start_s,end_s,cpu_s\n0,thread-0,cpu,0.0,0.1,0.05\n0,thread-1,cpu,0.0,0.1,0.05\n"
+        )
+    jit_paths = [
+        write_point(
+            tmp_path / "points",
+            "jit",
+            {"model": "mlp", "mode": m},
+            [
+                {
+                    "wall_s": w,
+                    "samples_per_s": 64 / w,
+                    "latency_ms": 1000 * w,
+                    "setup_s": 0.01,
+                    "first_call_s": 0.02,
+                    "allclose": True,
+                    "max_abs_diff": 0.0,
+                }
+                for w in (0.001, 0.0011)
+            ],
+        )
+        for m in ("eager", "script")
+    ]
+    jit_paths.append(
+        write_point(
+            tmp_path / "points",
+            "jit",
+            {"model": "mlp", "mode": "compile"},
+            [{"status": "skipped", "reason": "no <script>alert(1)</script> compiler"}],
+        )
+    )
+    for exp, paths in (("gil", gil_paths), ("jit", jit_paths)):
+        assert (
+            analysis_main(
+                [
+                    "summarise",
+                    "--experiment",
+                    exp,
+                    "--out-dir",
+                    str(d / exp),
+                    "--host-json",
+                    str(host),
+                    *map(str, paths),
+                ]
+            )
+            == 0
+        )
+        for fig in SPECS[exp].figures:
+            assert (
+                analysis_main(
+                    [
+                        "figure",
+                        fig,
+                        "--experiment-dir",
+                        str(d / exp),
+                        "--host-json",
+                        str(host),
+                        "--out",
+                        str(d / "figures" / f"{fig}.png"),
+                    ]
+                )
+                == 0
+            )
+    return d
+
+
+def test_report_renders_every_section(host_dir):
+    html, md = host_dir / "report.html", host_dir / "report.md"
+    assert (
+        report_main(["--host-dir", str(host_dir), "--experiments", "gil", "jit", "--html", str(html), "--md", str(md)])
+        == 0
+    )
+    text = html.read_text()
+    for exp in ("gil", "jit"):
+        assert f'<section id="{exp}">' in text
+        assert f'href="#{exp}"' in text  # table of contents
+    assert text.count("<img ") == 3
+    assert all(src.startswith("data:image/png;base64,") for src in re.findall(r'<img src="([^"]+)"', text))
+    assert not re.search(r'(src|href)="(https?:)?//', text), "the HTML must not load anything from the network"
+    assert "2 threads gave 1.00x" in text  # a finding computed from the fixture data
+    assert "71.47 s vs 72.08 s" in text  # the seed article's published timings
+    assert "skipped" in text
+    mdtext = md.read_text()
+    assert "![" in mdtext and "(figures/gil_timeline.png)" in mdtext
+    assert "## GIL: threads, processes and pure-Python code" in mdtext
+
+
+def test_report_escapes_markup_from_data(host_dir):
+    html = host_dir / "report.html"
+    report_main(
+        ["--host-dir", str(host_dir), "--experiments", "jit", "--html", str(html), "--md", str(host_dir / "r.md")]
+    )
+    text = html.read_text()
+    assert "<script>alert(1)</script>" not in text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    assert "Test &lt;b&gt;CPU&lt;/b&gt; &amp; co" in text

@@ -1,0 +1,87 @@
+"""End to end: config.quick.yaml through Snakemake in a temporary copy of the repository."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from analysis.spec import SPECS
+
+IGNORE = shutil.ignore_patterns(
+    ".git", ".venv", "results", "logs", ".snakemake", "__pycache__", ".pytest_cache", ".ruff_cache"
+)
+
+
+def _snakemake(work, *args, timeout=900):
+    env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", *args], cwd=work, capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory, request):
+    root = request.config.rootpath
+    work = tmp_path_factory.mktemp("e2e") / "repo"
+    shutil.copytree(root, work, ignore=IGNORE)
+    proc = _snakemake(work, "--cores", "4", "--configfile", "config.quick.yaml", "--config", "host=e2e")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    return work
+
+
+@pytest.mark.slow
+def test_every_output_exists(quick_run):
+    host = quick_run / "results" / "e2e"
+    assert (host / "host.json").exists()
+    for exp, spec in SPECS.items():
+        for name in ("replicates.csv", "summary.csv", "findings.json"):
+            assert (host / exp / name).stat().st_size > 0, (exp, name)
+        summary = pd.read_csv(host / exp / "summary.csv")
+        assert len(summary) >= 2 and (summary["n"] >= 3).all(), exp
+        for fig in spec.figures:
+            assert (host / "figures" / f"{fig}.png").stat().st_size > 10_000, fig
+    html = (host / "report.html").read_text()
+    md = (host / "report.md").read_text()
+    for exp in SPECS:
+        assert f'<section id="{exp}">' in html
+        assert f'<a id="{exp}"></a>' in md
+    assert "https://" not in html and "http://" not in html
+
+
+@pytest.mark.slow
+def test_measurement_jobs_never_overlap(quick_run):
+    jobs = [json.loads(p.read_text()) for p in (quick_run / "results" / "e2e").rglob("job.json")]
+    assert len(jobs) >= 20
+    by_lock = sorted(jobs, key=lambda j: j["lock_acquired_unix"])
+    for a, b in zip(by_lock, by_lock[1:]):
+        assert b["lock_acquired_unix"] >= a["lock_released_unix"], (a["params"], b["params"])
+    # Whole job processes, not just the measured part, ran one at a time (Snakemake's
+    # scheduling, not the lock).
+    by_start = sorted(jobs, key=lambda j: j["job_start_unix"])
+    for a, b in zip(by_start, by_start[1:]):
+        assert b["job_start_unix"] >= a["job_end_unix"], (a["params"], b["params"])
+        assert b["lock_wait_s"] < 0.5  # nobody had to wait for the lock: jobs were serialised
+
+
+@pytest.mark.slow
+def test_threads_recorded_and_explicit(quick_run):
+    host = quick_run / "results" / "e2e"
+    intra = pd.read_csv(host / "intraop" / "replicates.csv")
+    assert (intra["torch_threads"] == intra["threads"]).all()
+    # Snakemake exported OMP_NUM_THREADS = the rule's threads (all cores); torch ignored it
+    assert (intra["omp_num_threads_env"].astype(str) == "4").all()
+    mp = pd.read_csv(host / "multiprocessing" / "replicates.csv")
+    assert (mp["torch_threads"] == mp["threads"]).all()
+
+
+@pytest.mark.slow
+def test_rerun_has_nothing_to_do(quick_run):
+    proc = _snakemake(quick_run, "--cores", "4", "--configfile", "config.quick.yaml", "--config", "host=e2e", "-n")
+    assert proc.returncode == 0
+    assert "Nothing to be done" in proc.stdout + proc.stderr
