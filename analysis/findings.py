@@ -57,7 +57,12 @@ def gil_findings(summary: pd.DataFrame, host: dict) -> list[str]:
     if r is not None and np.isfinite(r["speedup"]):
         hi = r["speedup_ci_high"] if np.isfinite(r["speedup_ci_high"]) else r["speedup"]
         lo = r["speedup_ci_low"] if np.isfinite(r["speedup_ci_low"]) else r["speedup"]
-        if hi <= 1.15:
+        if hi < 0.85:
+            s = (
+                f"Threads running pure-Python bytecode were slower than sequential ({r['speedup']:.2f}x): "
+                "besides serialising the bytecode, the threads spend time handing the GIL to each other"
+            )
+        elif hi <= 1.15:
             s = f"As the GIL predicts, threads running pure-Python bytecode gave no gain ({r['speedup']:.2f}x)"
         elif lo > 1.15:
             s = (
