@@ -61,8 +61,18 @@ def point_args(wildcards):
         elif isinstance(value, dict):
             value = value[first]
         args[key] = value
-    return " ".join(
-        f"--{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in args.items()
+    text = " ".join(f"--{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in args.items())
+    # The group's baseline is measured in the same job, interleaved with the point.
+    if any(str(point.get(k)) != str(v) for k, v in spec.baseline.items()):
+        text += " --baseline " + " ".join(shlex.quote(f"{k}={v}") for k, v in spec.baseline.items())
+    return text
+
+
+def selfcheck_args(wildcards):
+    sc = config["selfcheck"]
+    return (
+        f"--load busy --baseline load=idle --duration-s {sc['duration_s']}"
+        f" --repeats {sc['repeats']} --sample-hz {config['sample_hz']}"
     )
 
 
@@ -92,10 +102,36 @@ def figure_experiment(wildcards):
     return FIGURES[wildcards.figure]
 
 
+def fidelity_inputs(wildcards):
+    host = wildcards.host
+    files = {
+        "host": f"results/{host}/host.json",
+        "selfcheck": f"results/{host}/selfcheck/metrics.csv",
+    }
+    for exp in ("gil", "intraop"):
+        if exp in EXPERIMENTS:
+            files[exp] = f"results/{host}/{exp}/summary.csv"
+    return files
+
+
+def fidelity_args(wildcards, input):
+    return " ".join(f"--{exp} {input[exp]}" for exp in ("gil", "intraop") if exp in input.keys())
+
+
+def job_files(wildcards):
+    host = wildcards.host
+    files = [f"results/{host}/selfcheck/job.json"]
+    for exp in EXPERIMENTS:
+        files += metrics_files(exp, host, "job.json")
+    return files
+
+
 def report_inputs(wildcards):
     host = wildcards.host
     files = {
         "host": f"results/{host}/host.json",
+        "fidelity": f"results/{host}/fidelity.csv",
+        "run": f"results/{host}/run.json",
         "summaries": [],
         "findings": [],
         "figures": [],

@@ -78,6 +78,33 @@ def cmd_figure(args) -> int:
     return 0
 
 
+def cmd_fidelity(args) -> int:
+    from analysis.fidelity import checks
+
+    host = json.loads(Path(args.host_json).read_text())
+    read = lambda p: pd.read_csv(p) if p else None  # noqa: E731
+    table = checks(
+        read(args.gil), read(args.intraop), read(args.selfcheck), int(host["available_cpus"]), args.sample_hz
+    )
+    _write_csv(table, Path(args.out))
+    for _, r in table.iterrows():
+        print(f"{r['verdict']:5} {r['check']}: {r['measured']:.3g} (expected {r['expected']})", file=sys.stderr)
+    return 0
+
+
+def cmd_runinfo(args) -> int:
+    from analysis.runinfo import run_timing
+
+    host = json.loads(Path(args.host_json).read_text())
+    jobs = [json.loads(Path(p).read_text()) for p in args.jobs]
+    metrics = [pd.read_csv(Path(p).with_name("metrics.csv")) for p in args.jobs]
+    out = Path(args.out)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(json.dumps(_finite(run_timing(jobs, metrics, host)), indent=2, allow_nan=False))
+    tmp.replace(out)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -91,9 +118,21 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--experiment-dir", required=True)
     f.add_argument("--host-json", required=True)
     f.add_argument("--out", required=True)
+    fi = sub.add_parser("fidelity", help="compare measured ratios with theory (fidelity.csv)")
+    fi.add_argument("--host-json", required=True)
+    fi.add_argument("--gil", default=None, help="gil summary.csv")
+    fi.add_argument("--intraop", default=None, help="intraop summary.csv")
+    fi.add_argument("--selfcheck", default=None, help="selfcheck metrics.csv")
+    fi.add_argument("--sample-hz", type=float, required=True)
+    fi.add_argument("--out", required=True)
+    ri = sub.add_parser("runinfo", help="run duration and share inside measured windows (run.json)")
+    ri.add_argument("--host-json", required=True)
+    ri.add_argument("--out", required=True)
+    ri.add_argument("jobs", nargs="+", help="job.json of every measurement job")
     args = p.parse_args(argv)
+    commands = {"summarise": cmd_summarise, "figure": cmd_figure, "fidelity": cmd_fidelity, "runinfo": cmd_runinfo}
     try:
-        return cmd_summarise(args) if args.cmd == "summarise" else cmd_figure(args)
+        return commands[args.cmd](args)
     except DataError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

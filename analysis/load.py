@@ -83,8 +83,9 @@ def load_experiment(paths: list[str | Path], experiment: str) -> pd.DataFrame:
     """Concatenate and validate every point's metrics of one experiment.
 
     Returns:
-        One row per replicate, with a ``metric`` column (the name of the point's throughput
-        column) and ``value`` (its value).
+        One row per replicate, with ``role`` (``point``, or ``baseline`` for the baseline
+        measured interleaved inside a point's job), ``source`` (the file), a ``metric`` column
+        (the name of the point's throughput column) and ``value`` (its value).
 
     Raises:
         DataError: for any invalid file, or duplicated replicate keys (swept keys + repeat).
@@ -99,15 +100,24 @@ def load_experiment(paths: list[str | Path], experiment: str) -> pd.DataFrame:
     seen: dict[tuple, str] = {}
     for path in paths:
         df = read_metrics(path, spec)
-        for i, key in enumerate(df[[*spec.keys, "repeat"]].astype(str).itertuples(index=False)):
-            if tuple(key) in seen:
+        if "role" not in df.columns:
+            df["role"] = "point"
+        bad = ~df["role"].isin(("point", "baseline"))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise DataError(path, f"role {df['role'].iloc[i]!r} is not point or baseline", row=i + 1, column="role")
+        cols = [*spec.keys, "repeat", "role"]
+        for i, key in enumerate(df[cols].astype(str).itertuples(index=False)):
+            # a baseline measured inside a job belongs to that job only
+            ident = (*key, str(path)) if key[-1] == "baseline" else tuple(key)
+            if ident in seen:
                 raise DataError(
                     path,
-                    f"duplicated replicate {dict(zip((*spec.keys, 'repeat'), key))} (also in {seen[tuple(key)]})",
+                    f"duplicated replicate {dict(zip(cols, key))} (also in {seen[ident]})",
                     row=i + 1,
                     column="repeat",
                 )
-            seen[tuple(key)] = str(path)
+            seen[ident] = str(path)
         df["source"] = str(path)
         frames.append(df)
     out = pd.concat(frames, ignore_index=True)
@@ -129,7 +139,8 @@ def load_sidecars(
         df = pd.read_csv(side)
         if df.empty:
             continue
-        point = experiment_rows.loc[experiment_rows["source"] == str(path), list(keys)].iloc[0]
+        own = experiment_rows[(experiment_rows["source"] == str(path)) & (experiment_rows["role"] == "point")]
+        point = own[list(keys)].iloc[0]
         for k in reversed(keys):
             df.insert(0, k, point[k])
         frames.append(df)

@@ -20,6 +20,37 @@ rule analyse:
         " --host-json {input.host} --out-dir results/{wildcards.host}/{wildcards.experiment} {input.metrics} > {log} 2>&1"
 
 
+rule fidelity:
+    input:
+        unpack(fidelity_inputs),
+    output:
+        "results/{host}/fidelity.csv",
+    params:
+        summaries=fidelity_args,
+        sample_hz=config["sample_hz"],
+    log:
+        "logs/{host}/fidelity.log",
+    conda:
+        "../environment.yml"
+    shell:
+        "python -m analysis fidelity --host-json {input.host} {params.summaries}"
+        " --selfcheck {input.selfcheck} --sample-hz {params.sample_hz} --out {output} > {log} 2>&1"
+
+
+rule run_info:
+    input:
+        host="results/{host}/host.json",
+        jobs=job_files,
+    output:
+        "results/{host}/run.json",
+    log:
+        "logs/{host}/run_info.log",
+    conda:
+        "../environment.yml"
+    shell:
+        "python -m analysis runinfo --host-json {input.host} --out {output} {input.jobs} > {log} 2>&1"
+
+
 rule figure:
     input:
         unpack(figure_inputs),

@@ -7,9 +7,17 @@ Definitions (per configuration point, over its ``ok`` replicates of the throughp
 * ``ci_low``, ``ci_high``: 95% bootstrap confidence interval of the median
   (``scipy.stats.bootstrap``, percentile method, 2000 resamples, fixed seed); NaN with fewer
   than 2 replicates.
-* ``speedup = median / median(baseline)`` within the point's group (see
-  :mod:`analysis.spec`) with a 95% bootstrap interval of that ratio of medians (independent
-  resampling of both samples).
+* ``speedup``: with a baseline measured interleaved inside the point's own job
+  (``role == "baseline"``, ``speedup_source = "interleaved"``), the median over rounds of the
+  paired ratio ``point_r / baseline_r`` (the two windows of a round are adjacent in time),
+  with a 95% bootstrap interval of that median. Pairing matters on shared machines: here the
+  host switched between states in which the same loop ran 2x faster or slower for seconds at
+  a time, and on one quick run's data the ratio of medians gave 0.745x for two GIL-bound
+  threads where the paired median gave 0.98x. ``speedup_ratio_of_medians`` =
+  ``median / baseline_median`` is kept beside it. Data without interleaved baselines fall back
+  to the group's baseline point from its own job (``speedup_source = "separate jobs"``):
+  ratio of medians, bootstrap resampling both samples independently. A baseline point's
+  speedup is 1.
 * ``parallel_efficiency = speedup / p``, ``p`` from :attr:`ExperimentSpec.units`.
 """
 
@@ -82,13 +90,21 @@ def summarise(replicates: pd.DataFrame, experiment: str) -> pd.DataFrame:
     Returns:
         One row per point, sorted by the swept keys, with the keys, ``metric``, ``status``,
         ``reason``, ``n``, ``median``, ``q1``, ``q3``, ``iqr``, ``iqr_pct``, ``noisy``,
-        ``ci_low``, ``ci_high``, ``speedup``, ``speedup_ci_low``, ``speedup_ci_high``,
-        ``parallel_efficiency``, ``cpu_util_pct`` (median), ``oversubscribed``, ``best``
+        ``ci_low``, ``ci_high``, ``baseline_median``, ``speedup``, ``speedup_ci_low``,
+        ``speedup_ci_high``, ``speedup_ratio_of_medians``, ``speedup_source`` (interleaved,
+        separate jobs, baseline),
+        ``parallel_efficiency``, ``cpu_util_pct`` (median), ``interference_pct`` (median, % of one CPU),
+        ``contended`` (any replicate whose interference exceeded 10% of one CPU),
+        ``oversubscribed``, ``best``
         (highest median in its group) and the medians of the spec's ``extra_medians``.
     """
     spec = SPECS[experiment]
     keys = list(spec.keys)
     rows = []
+    if "role" not in replicates.columns:
+        replicates = replicates.assign(role="point")
+    baselines = replicates[replicates["role"] == "baseline"]
+    replicates = replicates[replicates["role"] == "point"]
     for key_values, grp in replicates.groupby(keys, sort=True):
         point = dict(zip(keys, key_values))
         ok = grp[grp["status"] == "ok"]
@@ -108,6 +124,10 @@ def summarise(replicates: pd.DataFrame, experiment: str) -> pd.DataFrame:
             row.update(status=status, reason=reason, n=0, median=np.nan, q1=np.nan, q3=np.nan, iqr=np.nan)
             row.update(iqr_pct=np.nan, ci_low=np.nan, ci_high=np.nan, cpu_util_pct=np.nan)
         row["noisy"] = bool(row["iqr_pct"] > NOISY_IQR_PCT) if np.isfinite(row["iqr_pct"]) else False
+        row["contended"] = bool(ok["contended"].astype(str).eq("True").any()) if "contended" in ok else False
+        row["interference_pct"] = (
+            float(np.median(ok["interference_pct"].astype(float))) if "interference_pct" in ok and len(ok) else np.nan
+        )
         row["oversubscribed"] = (
             bool(grp["oversubscribed"].astype(str).eq("True").any()) if "oversubscribed" in grp else False
         )
@@ -119,22 +139,39 @@ def summarise(replicates: pd.DataFrame, experiment: str) -> pd.DataFrame:
         if "allclose" in grp:
             row["allclose"] = bool(ok["allclose"].astype(str).eq("True").all()) if len(ok) else np.nan
         row["_values"] = values
+        own_base = baselines[baselines["source"].isin(grp["source"]) & (baselines["status"] == "ok")]
+        row["_base_values"] = own_base["value"].to_numpy(dtype=float)
+        paired = ok[["repeat", "value"]].merge(own_base[["repeat", "value"]], on="repeat", suffixes=("", "_base"))
+        row["_ratios"] = (paired["value"] / paired["value_base"]).to_numpy(dtype=float)
         rows.append(row)
     summary = pd.DataFrame(rows)
     group_keys = list(spec.group)
     groups = summary.groupby(group_keys, sort=False) if group_keys else [((), summary)]
     for _, grp in groups:
-        base = grp[[_is_baseline(spec, r) for r in grp[keys].to_dict("records")]]
-        base_vals = base["_values"].iloc[0] if len(base) else np.array([])
-        base_med = float(np.median(base_vals)) if len(base_vals) else np.nan
-        for idx, r in grp.iterrows():
+        is_base = [_is_baseline(spec, r) for r in grp[keys].to_dict("records")]
+        base = grp[is_base]
+        group_base_vals = base["_values"].iloc[0] if len(base) else np.array([])
+        for (idx, r), itself in zip(grp.iterrows(), is_base):
             vals = r["_values"]
-            if len(vals) and np.isfinite(base_med):
-                summary.loc[idx, "speedup"] = r["median"] / base_med
-                lo, hi = ratio_ci(vals, base_vals)
-                summary.loc[idx, ["speedup_ci_low", "speedup_ci_high"]] = [lo, hi]
+            if itself:
+                base_vals, source = vals, "baseline"
+            elif len(r["_base_values"]):
+                base_vals, source = r["_base_values"], "interleaved"
             else:
-                summary.loc[idx, ["speedup", "speedup_ci_low", "speedup_ci_high"]] = [np.nan] * 3
+                base_vals, source = group_base_vals, "separate jobs"
+            summary.loc[idx, "speedup_source"] = source
+            cols = ["baseline_median", "speedup_ratio_of_medians", "speedup", "speedup_ci_low", "speedup_ci_high"]
+            if not (len(vals) and len(base_vals)):
+                summary.loc[idx, cols] = [np.nan] * len(cols)
+                continue
+            ratio_of_medians = r["median"] / float(np.median(base_vals))
+            if itself:
+                speedup, (lo, hi) = 1.0, (1.0, 1.0)
+            elif source == "interleaved" and len(r["_ratios"]):
+                speedup, (lo, hi) = float(np.median(r["_ratios"])), median_ci(r["_ratios"])
+            else:
+                speedup, (lo, hi) = ratio_of_medians, ratio_ci(vals, base_vals)
+            summary.loc[idx, cols] = [float(np.median(base_vals)), ratio_of_medians, speedup, lo, hi]
         best = grp["median"].idxmax() if grp["median"].notna().any() else None
         summary.loc[grp.index, "best"] = [i == best for i in grp.index]
     summary["parallel_efficiency"] = [
@@ -143,4 +180,4 @@ def summarise(replicates: pd.DataFrame, experiment: str) -> pd.DataFrame:
     ]
     summary["best"] = summary["best"].astype(bool)
     summary.insert(0, "experiment", experiment)
-    return summary.drop(columns="_values")
+    return summary.drop(columns=["_values", "_base_values", "_ratios"])

@@ -28,6 +28,7 @@ import csv
 import dataclasses
 import fcntl
 import json
+import math
 import os
 import platform
 import re
@@ -60,15 +61,47 @@ COMMON_COLUMNS = (
 )
 
 
-def available_cpus() -> int:
-    """Number of CPUs this process may run on (``len(os.sched_getaffinity(0))``).
+def cgroup_quota_cpus() -> tuple[float | None, str]:
+    """CPUs granted by the cgroup CPU quota (``quota / period``).
 
-    This honours ``taskset`` and cpusets, unlike ``os.cpu_count()``.
+    Reads cgroup v2 ``/sys/fs/cgroup/cpu.max``, else v1 ``cpu.cfs_quota_us`` and
+    ``cpu.cfs_period_us``.
+
+    Returns:
+        ``(cpus, "")``; ``(None, "")`` when the cgroup sets no quota; ``(None, reason)`` when
+        neither file can be read.
     """
     try:
-        return len(os.sched_getaffinity(0))
+        fields = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        if fields[0] == "max":
+            return None, ""
+        return int(fields[0]) / int(fields[1]), ""
+    except (OSError, IndexError, ValueError):
+        pass
+    try:
+        quota = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())
+        period = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text())
+        return (quota / period if quota > 0 else None), ""
+    except (OSError, ValueError):
+        return None, "no readable cgroup cpu.max or cpu.cfs_quota_us"
+
+
+def available_cpus() -> int:
+    """CPUs this process can use: its affinity (``os.sched_getaffinity``, which honours
+    ``taskset`` and cpusets, unlike ``os.cpu_count()``), capped by the cgroup CPU quota
+    rounded up (a quota of 1.5 CPUs counts as 2).
+
+    This is the denominator of ``cpu_util_pct`` and the limit above which a point is
+    oversubscribed.
+    """
+    try:
+        n = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - non-Linux
-        return os.cpu_count() or 1
+        n = os.cpu_count() or 1
+    quota, _ = cgroup_quota_cpus()
+    if quota is not None:
+        n = min(n, max(1, math.ceil(quota)))
+    return n
 
 
 #: Environment variables pointed at directories the pipeline owns, so that no job writes
@@ -180,12 +213,15 @@ class CpuSampler:
 
     def start(self) -> None:
         """Begin a window (primes ``psutil.cpu_percent``, whose first call returns 0.0)."""
-        self._ask("start")
+        self._cpu_at_start = float(self._ask("start").split()[1])
 
     def stop(self) -> list[tuple[float, str, float]]:
-        """End the window; return ``[(t_monotonic_s, series, busy_pct)]``."""
+        """End the window; return ``[(t_monotonic_s, series, busy_pct)]``.
+
+        Afterwards ``sampler_cpu_s`` holds the sampler's own CPU seconds during the window.
+        """
         reply = json.loads(self._ask("stop"))
-        self.sampler_cpu_s = reply["sampler_cpu_s"]
+        self.sampler_cpu_s = reply["sampler_cpu_s"] - self._cpu_at_start
         return [tuple(x) for x in reply["samples"]]
 
     def close(self) -> None:
@@ -220,6 +256,10 @@ class Window:
         wall_s: wall-clock duration (s) from ``perf_counter``.
         cpu_s: CPU seconds of the process tree in the window.
         cpu_util_pct: ``cpu_s / (wall_s * available CPUs) * 100``, clipped to 0-100.
+        interference_pct: CPU used by everything else on the machine during the window, in %
+            of one CPU: mean(system busy) - mean(our tree), both in % of all available CPUs,
+            times the available CPUs, minus the sampler's own share; clipped at 0.
+        sampler_cpu_pct: the sampler process's own CPU time over the window, % of one CPU.
         start_unix, end_unix: the window's bounds as Unix time (s), to check overlaps.
         t0: ``perf_counter`` value at the start; spans are reported relative to it.
         samples: ``[(t_s, series, busy_pct)]`` from :class:`CpuSampler`, ``t_s`` in seconds
@@ -229,6 +269,8 @@ class Window:
     wall_s: float = float("nan")
     cpu_s: float = float("nan")
     cpu_util_pct: float = float("nan")
+    interference_pct: float = float("nan")
+    sampler_cpu_pct: float = float("nan")
     start_unix: float = float("nan")
     end_unix: float = float("nan")
     t0: float = 0.0
@@ -264,8 +306,19 @@ def measure(sample_hz: float = 10.0) -> Iterator[Window]:
         win.samples = [(round(t - win.t0, 6), s, v) for t, s, v in sampler.stop()]
         win.wall_s = t1 - win.t0
         win.cpu_s = cpu1 - cpu0
-        denom = win.wall_s * available_cpus()
+        ncpu = available_cpus()
+        denom = win.wall_s * ncpu
         win.cpu_util_pct = max(0.0, min(100.0, 100.0 * win.cpu_s / denom)) if denom > 0 else float("nan")
+        win.sampler_cpu_pct = 100.0 * sampler.sampler_cpu_s / win.wall_s if win.wall_s > 0 else float("nan")
+        system = [v for _, s, v in win.samples if s == "system"]
+        tree = [v for _, s, v in win.samples if s == "tree"]
+        if system and tree:
+            other = (sum(system) / len(system) - sum(tree) / len(tree)) * ncpu - win.sampler_cpu_pct
+            win.interference_pct = max(0.0, other)
+
+
+#: A window whose interference averages more than this (% of one CPU) is flagged contended.
+CONTENDED_PCT = 10.0
 
 
 def window_columns(win: Window) -> dict:
@@ -274,6 +327,9 @@ def window_columns(win: Window) -> dict:
         "wall_s": win.wall_s,
         "cpu_util_pct": win.cpu_util_pct,
         "available_cpus": available_cpus(),
+        "interference_pct": win.interference_pct,
+        "contended": bool(win.interference_pct > CONTENDED_PCT),
+        "sampler_cpu_pct": win.sampler_cpu_pct,
         "window_start_unix": win.start_unix,
         "window_end_unix": win.end_unix,
     }
@@ -346,14 +402,73 @@ class RunResult:
     samples: list[dict] = dataclasses.field(default_factory=list)
     spans: list[dict] = dataclasses.field(default_factory=list)
 
-    def add_window(self, repeat: int, win: Window, **row) -> dict:
-        """Append a metrics row built from ``win`` plus ``row`` and keep its samples."""
-        full = {"repeat": repeat, "status": "ok", "reason": "", **window_columns(win), **row}
+    def add_window(self, repeat: int, win: Window, role: str = "point", params=None, **row) -> dict:
+        """Append a metrics row built from ``win`` plus ``row`` and keep its samples.
+
+        ``role`` is ``point`` or ``baseline``; ``params`` (a Params object) overrides the
+        job's parameters in this row's parameter columns (baseline rows).
+        """
+        full = {"repeat": repeat, "role": role, "status": "ok", "reason": "", **window_columns(win), **row}
+        if params is not None:
+            full["_params"] = dataclasses.asdict(params)
         self.rows.append(full)
         self.samples.extend(
-            {"repeat": repeat, "t_s": t, "series": s, "busy_pct": round(v, 3)} for t, s, v in win.samples
+            {"repeat": repeat, "role": role, "t_s": t, "series": s, "busy_pct": round(v, 3)} for t, s, v in win.samples
         )
         return full
+
+
+@dataclasses.dataclass
+class Measured:
+    """One measured window of a :class:`Runner`.
+
+    Attributes:
+        win: the window (wall time, CPU, samples).
+        row: experiment-specific metrics columns (throughput with its unit in the name ...).
+        spans: work spans with ``actor, kind, start_s, end_s`` in seconds from ``win.t0``.
+    """
+
+    win: Window
+    row: dict
+    spans: list[dict] = dataclasses.field(default_factory=list)
+
+
+class Runner(typing.Protocol):
+    """A configuration point made ready to measure: set-up and warm-up happen when it is
+    created, ``once()`` measures one window, ``close()`` releases processes."""
+
+    def once(self) -> Measured: ...
+
+    def close(self) -> None: ...
+
+
+def interleave(make_runner: Callable[[typing.Any], Runner], params, baseline=None) -> RunResult:
+    """Measure ``params.repeats`` rounds of a point and, interleaved, its baseline.
+
+    Both are set up (and warmed up) first. In round ``r`` the point and the baseline are each
+    measured once, in the order point, baseline for even ``r`` and baseline, point for odd
+    ``r`` (A B B A ...), so that slow drift of a shared machine (timings here move by up to
+    30% between runs) affects both alike and cancels out of their ratio, as in asv's rounds
+    and pyperf's worker processes. Without a baseline, or when the point is its own
+    baseline, only the point is measured.
+
+    Returns:
+        A :class:`RunResult`; rows have ``role`` ``point`` or ``baseline``.
+    """
+    runners = [("point", params, make_runner(params))]
+    try:
+        if baseline is not None and baseline != params:
+            runners.append(("baseline", baseline, make_runner(baseline)))
+        result = RunResult()
+        for r in range(params.repeats):
+            for role, p, runner in runners if r % 2 == 0 else runners[::-1]:
+                m = runner.once()
+                result.add_window(r, m.win, role=role, params=p if role == "baseline" else None, **m.row)
+                result.spans.extend({"repeat": r, "role": role, **s} for s in m.spans)
+        return result
+    finally:
+        for _, _, runner in runners:
+            runner.close()
 
 
 def check_choice(name: str, value, allowed) -> None:
@@ -397,8 +512,8 @@ def write_json(path: Path, data: dict) -> None:
     _atomic_write(path, lambda fh: json.dump(data, fh, indent=2, sort_keys=True, default=str))
 
 
-SAMPLE_COLUMNS = ["repeat", "t_s", "series", "busy_pct"]
-SPAN_COLUMNS = ["repeat", "actor", "kind", "start_s", "end_s"]
+SAMPLE_COLUMNS = ["repeat", "role", "t_s", "series", "busy_pct"]
+SPAN_COLUMNS = ["repeat", "role", "actor", "kind", "start_s", "end_s"]
 
 
 @contextmanager
@@ -460,27 +575,53 @@ def build_parser(params_cls, description: str) -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output directory for metrics.csv, samples.csv, spans.csv")
     p.add_argument("--host", default=None, help="host label (default: sanitised hostname)")
     p.add_argument("--lock", default=None, help="lock file serialising measurement jobs")
+    p.add_argument(
+        "--baseline",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="also measure this variant of the point (fields overridden), interleaved with it",
+    )
     return p
+
+
+def parse_overrides(params_cls, items: list[str]) -> dict:
+    """Turn ``["mode=sequential", ...]`` into typed field values of ``params_cls``.
+
+    Raises:
+        ValueError: for an item without ``=``, an unknown field or a value of the wrong type.
+    """
+    fields = {f.name: f for f in dataclasses.fields(params_cls)}
+    out = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or key not in fields:
+            raise ValueError(f"--baseline {item!r}: expected KEY=VALUE with KEY one of {sorted(fields)}")
+        tp, _ = _field_type(params_cls, fields[key])
+        out[key] = _parse_bool(text) if tp is bool else tp(text)
+    return out
 
 
 def cli_main(
     experiment: str,
     params_cls,
-    run: Callable[[typing.Any], RunResult],
+    run: Callable[[typing.Any, typing.Any], RunResult],
     description: str,
     argv: list[str] | None = None,
 ) -> int:
     """Command-line entry point shared by the experiment modules.
 
-    Parses ``argv`` into ``params_cls``, runs ``run(params)`` while holding the measurement
-    lock, and writes ``metrics.csv``, ``samples.csv``, ``spans.csv`` and ``job.json`` into
-    ``--out``. Parameter errors exit with status 2 and a message naming the parameter.
+    Parses ``argv`` into ``params_cls`` (and ``--baseline`` overrides into a second Params),
+    runs ``run(params, baseline)`` while holding the measurement lock, and writes
+    ``metrics.csv``, ``samples.csv``, ``spans.csv`` and ``job.json`` into ``--out``.
+    Parameter errors exit with status 2 and a message naming the parameter.
     """
     parser = build_parser(params_cls, description)
     args = parser.parse_args(argv)
     kwargs = {f.name: getattr(args, f.name) for f in dataclasses.fields(params_cls)}
     try:
         params = params_cls(**kwargs)
+        baseline = dataclasses.replace(params, **parse_overrides(params_cls, args.baseline)) if args.baseline else None
     except ValueError as exc:
         parser.error(str(exc))
     host = sanitise_host(args.host) if args.host else default_host()
@@ -491,10 +632,12 @@ def cli_main(
     print(f"[{experiment}] {params}", file=sys.stderr, flush=True)
     with exclusive(args.lock) as waited:
         locked_at = time.time()
-        result = run(params)
+        result = run(params, baseline)
         released_at = time.time()
     param_cols = dataclasses.asdict(params)
-    rows = [{"host": host, "experiment": experiment, **param_cols, **r} for r in result.rows]
+    rows = [
+        {"host": host, "experiment": experiment, **(r.pop("_params", None) or param_cols), **r} for r in result.rows
+    ]
     columns = list(COMMON_COLUMNS[:2]) + list(param_cols)
     for r in rows:
         columns.extend(k for k in r if k not in columns)
@@ -509,6 +652,7 @@ def cli_main(
             "experiment": experiment,
             "host": host,
             "params": param_cols,
+            "baseline": dataclasses.asdict(baseline) if baseline else None,
             "pid": os.getpid(),
             "python": platform.python_version(),
             "job_start_unix": job_start,
@@ -521,7 +665,7 @@ def cli_main(
     write_csv(out / "metrics.csv", rows, columns)  # last: its presence means the point is complete
     for r in rows:
         print(
-            f"[{experiment}] repeat={r['repeat']} status={r['status']} "
+            f"[{experiment}] repeat={r['repeat']} {r.get('role', '')} status={r['status']} "
             f"wall_s={r.get('wall_s', float('nan')):.4f} cpu_util_pct={r.get('cpu_util_pct', float('nan')):.1f} "
             f"{r.get('reason') or ''}",
             file=sys.stderr,

@@ -33,7 +33,16 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Literal
 
-from experiments.common import RunResult, available_cpus, check_min, cli_main, measure, set_torch_threads
+from experiments.common import (
+    Measured,
+    RunResult,
+    available_cpus,
+    check_min,
+    cli_main,
+    interleave,
+    measure,
+    set_torch_threads,
+)
 
 EXPERIMENT = "dataloader"
 
@@ -120,53 +129,47 @@ def make_dataset(params: Params):
     return SleepDataset(params.items, params.io_latency_s)
 
 
-def run(params: Params) -> RunResult:
-    """Run warm-up epochs, then ``params.repeats`` measured epochs.
+class Runner:
+    """A DataLoader (persistent workers started by the warm-up epochs), a model and an optimiser."""
 
-    Returns:
-        A :class:`~experiments.common.RunResult` with one row per epoch: ``wall_s`` (s),
-        ``samples_per_s``, ``batches_per_s``, ``data_stall_pct`` (0-100), ``cpu_util_pct``
-        (0-100, workers included), ``first_epoch_s`` (the first warm-up epoch, worker start-up
-        included), ``worker_warning``, ``oversubscribed`` (workers + main threads > available
-        CPUs), ``torch_threads``/``interop_threads`` as torch reported them;
-        spans ``wait`` and ``step`` per batch in the main process.
-    """
-    import torch
-    from torch.utils.data import DataLoader
+    def __init__(self, params: Params) -> None:
+        import torch
+        from torch.utils.data import DataLoader
 
-    info = set_torch_threads(params.threads)
-    torch.manual_seed(0)
-    model = torch.nn.Linear(3, 1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    loss_fn = torch.nn.MSELoss()
-    dataset = make_dataset(params)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        loader = DataLoader(
-            dataset,
-            batch_size=params.batch_size,
-            shuffle=True,
-            num_workers=params.num_workers,
-            persistent_workers=params.num_workers > 0,
-            multiprocessing_context=params.start_method if params.num_workers > 0 else None,
-            generator=torch.Generator().manual_seed(0),
-        )
-        first_epoch_s = float("nan")
-        for e in range(params.warmup_epochs):
-            t = time.perf_counter()
-            for _batch in loader:
-                pass
-            if e == 0:
-                first_epoch_s = time.perf_counter() - t
-    worker_warning = " | ".join(str(w.message) for w in caught if "worker" in str(w.message))
+        self.params = params
+        self.info = set_torch_threads(params.threads)
+        torch.manual_seed(0)
+        self.model = torch.nn.Linear(3, 1)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01)
+        self.loss_fn = torch.nn.MSELoss()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            self.loader = DataLoader(
+                make_dataset(params),
+                batch_size=params.batch_size,
+                shuffle=True,
+                num_workers=params.num_workers,
+                persistent_workers=params.num_workers > 0,
+                multiprocessing_context=params.start_method if params.num_workers > 0 else None,
+                generator=torch.Generator().manual_seed(0),
+            )
+            self.first_epoch_s = float("nan")
+            for e in range(params.warmup_epochs):
+                t = time.perf_counter()
+                for _batch in self.loader:
+                    pass
+                if e == 0:
+                    self.first_epoch_s = time.perf_counter() - t
+        self.worker_warning = " | ".join(str(w.message) for w in caught if "worker" in str(w.message))
 
-    result = RunResult()
-    for r in range(params.repeats):
+    def once(self) -> Measured:
+        """One measured epoch: fetch every batch and run a training step on it."""
+        p = self.params
+        self.info = set_torch_threads(p.threads)
         stall = 0.0
-        batches = 0
-        spans = []
-        with measure(params.sample_hz) as win:
-            it = iter(loader)
+        marks = []
+        with measure(p.sample_hz) as win:
+            it = iter(self.loader)
             while True:
                 t0 = time.perf_counter()
                 try:
@@ -174,33 +177,43 @@ def run(params: Params) -> RunResult:
                 except StopIteration:
                     break
                 t1 = time.perf_counter()
-                opt.zero_grad(set_to_none=True)
-                loss_fn(model(x), y).backward()
-                opt.step()
+                self.opt.zero_grad(set_to_none=True)
+                self.loss_fn(self.model(x), y).backward()
+                self.opt.step()
                 t2 = time.perf_counter()
                 stall += t1 - t0
-                spans.append((t0, t1, t2, batches))
-                batches += 1
-        for t0, t1, t2, b in spans:
-            result.spans.append(
-                {"repeat": r, "actor": "main", "kind": "wait", "start_s": t0 - win.t0, "end_s": t1 - win.t0, "batch": b}
-            )
-            result.spans.append(
-                {"repeat": r, "actor": "main", "kind": "step", "start_s": t1 - win.t0, "end_s": t2 - win.t0, "batch": b}
-            )
-        result.add_window(
-            r,
-            win,
-            samples_per_s=params.items / win.wall_s,
-            batches_per_s=batches / win.wall_s,
-            data_stall_pct=100.0 * stall / win.wall_s,
-            first_epoch_s=first_epoch_s,
-            worker_warning=worker_warning,
-            oversubscribed=params.num_workers + params.threads > available_cpus(),
-            **info,
-        )
-    del loader  # shuts persistent workers down
-    return result
+                marks.append((t0, t1, t2))
+        spans = []
+        for b, (t0, t1, t2) in enumerate(marks):
+            spans.append({"actor": "main", "kind": "wait", "start_s": t0 - win.t0, "end_s": t1 - win.t0, "batch": b})
+            spans.append({"actor": "main", "kind": "step", "start_s": t1 - win.t0, "end_s": t2 - win.t0, "batch": b})
+        row = {
+            "samples_per_s": p.items / win.wall_s,
+            "batches_per_s": len(marks) / win.wall_s,
+            "data_stall_pct": 100.0 * stall / win.wall_s,
+            "first_epoch_s": self.first_epoch_s,
+            "worker_warning": self.worker_warning,
+            "oversubscribed": p.num_workers + p.threads > available_cpus(),
+            **self.info,
+        }
+        return Measured(win, row, spans)
+
+    def close(self) -> None:
+        del self.loader  # shuts persistent workers down
+
+
+def run(params: Params, baseline: Params | None = None) -> RunResult:
+    """Measure ``params.repeats`` epochs, interleaved with ``baseline``'s epochs if given.
+
+    Returns:
+        A :class:`~experiments.common.RunResult` with one row per epoch and role: ``wall_s``
+        (s), ``samples_per_s``, ``batches_per_s``, ``data_stall_pct`` (0-100), ``cpu_util_pct``
+        (0-100, workers included), ``first_epoch_s`` (the first warm-up epoch, worker start-up
+        included), ``worker_warning``, ``oversubscribed`` (workers + main threads > available
+        CPUs), ``torch_threads``/``interop_threads`` as torch reported them;
+        spans ``wait`` and ``step`` per batch in the main process.
+    """
+    return interleave(Runner, params, baseline)
 
 
 def main(argv: list[str] | None = None) -> int:

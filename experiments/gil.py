@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-from experiments.common import RunResult, check_min, cli_main, measure
+from experiments.common import Measured, RunResult, check_min, cli_main, interleave, measure
 
 EXPERIMENT = "gil"
 
@@ -151,28 +151,35 @@ def run_once(params: Params, t0: float) -> list[dict]:
     return spans
 
 
-def run(params: Params) -> RunResult:
-    """Run the warm-ups and ``params.repeats`` measured repeats of one configuration point.
+class Runner:
+    """One gil point made ready to measure (warm-up runs done on creation)."""
+
+    def __init__(self, params: Params) -> None:
+        self.params = params
+        for _ in range(params.warmup):
+            run_once(params, time.perf_counter())
+
+    def once(self) -> Measured:
+        """Run the point's tasks once inside a measured window."""
+        p = self.params
+        with measure(p.sample_hz) as win:
+            spans = run_once(p, win.t0)
+        row = {"tasks_per_s": p.workers / win.wall_s, "start_method": "fork" if p.mode == "processes" else ""}
+        return Measured(win, row, spans)
+
+    def close(self) -> None:
+        pass
+
+
+def run(params: Params, baseline: Params | None = None) -> RunResult:
+    """Measure ``params.repeats`` rounds of a point, interleaved with ``baseline`` if given.
 
     Returns:
-        A :class:`~experiments.common.RunResult` with one row per repeat: ``wall_s`` (s),
-        ``tasks_per_s`` (tasks/s), ``cpu_util_pct`` (0-100), ``start_method``; spans as
+        A :class:`~experiments.common.RunResult` with one row per repeat and role: ``wall_s``
+        (s), ``tasks_per_s`` (tasks/s), ``cpu_util_pct`` (0-100), ``start_method``; spans as
         described in the module docstring, with ``cpu_s`` (s of thread CPU time).
     """
-    result = RunResult()
-    for _ in range(params.warmup):
-        run_once(params, time.perf_counter())
-    for r in range(params.repeats):
-        with measure(params.sample_hz) as win:
-            spans = run_once(params, win.t0)
-        result.add_window(
-            r,
-            win,
-            tasks_per_s=params.workers / win.wall_s,
-            start_method="fork" if params.mode == "processes" else "",
-        )
-        result.spans.extend({"repeat": r, **s} for s in spans)
-    return result
+    return interleave(Runner, params, baseline)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psutil
 
-from experiments.common import available_cpus, default_host, sanitise_host, write_json
+from experiments.common import available_cpus, cgroup_quota_cpus, default_host, sanitise_host, write_json
 
 #: ISA flags that decide which PyTorch CPU kernels run (oneDNN, FBGEMM, inductor).
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
@@ -41,30 +41,6 @@ def _cpuinfo() -> dict:
         if key in ("model name", "vendor_id", "flags") and key not in out:
             out[key] = value
     return out
-
-
-def cgroup_cpu_quota() -> tuple[float | None, str]:
-    """CPUs granted by the cgroup CPU quota (``quota / period``).
-
-    Returns:
-        ``(cpus, "")``; ``(None, "")`` when the cgroup sets no quota; ``(None, reason)`` when
-        neither cgroup v2 ``cpu.max`` nor v1 ``cpu.cfs_quota_us`` can be read.
-    """
-    try:
-        fields = Path("/sys/fs/cgroup/cpu.max").read_text().split()
-        if fields[0] == "max":
-            return None, ""
-        return int(fields[0]) / int(fields[1]), ""
-    except (OSError, IndexError, ValueError):
-        pass
-    try:
-        quota = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())
-        period = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text())
-        if quota < 0:
-            return None, ""
-        return quota / period, ""
-    except (OSError, ValueError):
-        return None, "no readable cgroup cpu.max or cpu.cfs_quota_us"
 
 
 def parse_parallel_info(text: str) -> dict:
@@ -115,7 +91,7 @@ def collect(host: str) -> dict:
         governor = Path("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor").read_text().strip()
     except OSError:
         unreadable["governor"] = "no /sys/devices/system/cpu/cpu0/cpufreq/scaling_governor (common in VMs)"
-    quota, why = cgroup_cpu_quota()
+    quota, why = cgroup_quota_cpus()
     if why:
         unreadable["cgroup_quota_cpus"] = why
     physical = psutil.cpu_count(logical=False)

@@ -11,7 +11,8 @@ Workloads (``workload``):
   where one thread is fastest: per-op work is too small to amortise waking a thread pool.
 
 The intra-op thread count is set explicitly with ``torch.set_num_threads`` (and read back);
-inter-op threads are set to 1. Set-up and ``warmup`` untimed iterations precede the repeats.
+inter-op threads are set to 1. Before every measured window the thread count is set again
+(an interleaved baseline may use another) and ``warmup`` untimed iterations run.
 """
 
 from __future__ import annotations
@@ -19,7 +20,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from experiments.common import RunResult, available_cpus, check_min, cli_main, measure, set_torch_threads
+from experiments.common import (
+    Measured,
+    RunResult,
+    available_cpus,
+    check_min,
+    cli_main,
+    interleave,
+    measure,
+    set_torch_threads,
+)
 
 EXPERIMENT = "intraop"
 
@@ -70,36 +80,49 @@ def make_workload(params: Params):
     return (lambda: step(x, y)), 4, 0.0
 
 
-def run(params: Params) -> RunResult:
-    """Run ``params.repeats`` repeats of ``params.iterations`` calls each.
+class Runner:
+    """A workload built once; every window first sets its thread count and warms up."""
+
+    def __init__(self, params: Params) -> None:
+        self.params = params
+        set_torch_threads(params.threads, inter_op=1)
+        self.fn, self.samples, self.flop = make_workload(params)
+
+    def once(self) -> Measured:
+        """Set the threads (interleaved points use other counts), warm up, time ``iterations`` calls."""
+        p = self.params
+        info = set_torch_threads(p.threads, inter_op=1)
+        for _ in range(p.warmup):  # untimed: lets a resized thread pool settle
+            self.fn()
+        with measure(p.sample_hz) as win:
+            for _ in range(p.iterations):
+                self.fn()
+        row = {
+            "gflop_per_s": self.flop * p.iterations / win.wall_s / 1e9 if self.flop else float("nan"),
+            "samples_per_s": self.samples * p.iterations / win.wall_s if self.samples else float("nan"),
+            "oversubscribed": p.threads > available_cpus(),
+            **info,
+        }
+        return Measured(win, row)
+
+    def close(self) -> None:
+        pass
+
+
+def run(params: Params, baseline: Params | None = None) -> RunResult:
+    """Measure ``params.repeats`` repeats of ``params.iterations`` calls each, interleaved with
+    ``baseline`` (typically 1 thread) if given.
 
     Returns:
-        A :class:`~experiments.common.RunResult` with one row per repeat: ``wall_s`` (s),
-        ``gflop_per_s`` (matmul) or ``samples_per_s`` (mlp, tiny), ``cpu_util_pct``,
+        A :class:`~experiments.common.RunResult` with one row per repeat and role: ``wall_s``
+        (s), ``gflop_per_s`` (matmul) or ``samples_per_s`` (mlp, tiny), ``cpu_util_pct``,
         ``torch_threads``/``interop_threads`` as torch reported them, ``omp_num_threads_env``
         and ``oversubscribed`` (threads > available CPUs).
 
     Raises:
         RuntimeError: if torch does not report the requested thread counts.
     """
-    info = set_torch_threads(params.threads, inter_op=1)
-    fn, samples, flop = make_workload(params)
-    for _ in range(params.warmup):
-        fn()
-    result = RunResult()
-    for r in range(params.repeats):
-        with measure(params.sample_hz) as win:
-            for _ in range(params.iterations):
-                fn()
-        result.add_window(
-            r,
-            win,
-            gflop_per_s=flop * params.iterations / win.wall_s / 1e9 if flop else float("nan"),
-            samples_per_s=samples * params.iterations / win.wall_s if samples else float("nan"),
-            oversubscribed=params.threads > available_cpus(),
-            **info,
-        )
-    return result
+    return interleave(Runner, params, baseline)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,7 +26,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Literal
 
-from experiments.common import RunResult, check_min, cli_main, measure, set_torch_threads
+from experiments.common import Measured, RunResult, check_min, cli_main, interleave, measure, set_torch_threads
 
 EXPERIMENT = "jit"
 
@@ -93,57 +93,79 @@ def build(mode: str, model, example):
     return torch.compile(model)
 
 
-def run(params: Params) -> RunResult:
-    """Measure up-front and steady-state cost of one (model, mode) point.
+def _silence_torchscript() -> None:
+    """Inside ``warnings.catch_warnings()``: hide TorchScript's deprecation warnings (torch 2.x)."""
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", message=".*TorchScript.*")
+    warnings.filterwarnings("ignore", message=".*torch.jit.*")
+
+
+class Runner:
+    """The model in one mode, built, called once (first-call cost) and warmed up."""
+
+    def __init__(self, params: Params) -> None:
+        import torch
+
+        self.params = params
+        set_torch_threads(params.threads)
+        model, self.x = make_model(params.model)
+        with torch.no_grad(), warnings.catch_warnings():
+            _silence_torchscript()
+            ref = model(self.x)
+            t = time.perf_counter()
+            self.fn = build(params.mode, model, self.x)
+            self.setup_s = time.perf_counter() - t
+            t = time.perf_counter()
+            out = self.fn(self.x)
+            self.first_call_s = time.perf_counter() - t
+            for _ in range(params.warmup_calls):
+                out = self.fn(self.x)
+        self.allclose = bool(torch.allclose(out, ref, rtol=1e-4, atol=1e-5))
+        self.max_abs_diff = float((out - ref).abs().max())
+
+    def once(self) -> Measured:
+        """Time ``iterations`` inference calls."""
+        import torch
+
+        p = self.params
+        info = set_torch_threads(p.threads)
+        with torch.no_grad(), warnings.catch_warnings():
+            _silence_torchscript()
+            with measure(p.sample_hz) as win:
+                for _ in range(p.iterations):
+                    self.fn(self.x)
+        row = {
+            "samples_per_s": self.x.shape[0] * p.iterations / win.wall_s,
+            "latency_ms": 1000.0 * win.wall_s / p.iterations,
+            "setup_s": self.setup_s,
+            "first_call_s": self.first_call_s,
+            "allclose": self.allclose,
+            "max_abs_diff": self.max_abs_diff,
+            **info,
+        }
+        return Measured(win, row)
+
+    def close(self) -> None:
+        pass
+
+
+def run(params: Params, baseline: Params | None = None) -> RunResult:
+    """Measure up-front and steady-state cost of one (model, mode) point, its steady state
+    interleaved with ``baseline`` (eager) if given.
 
     Returns:
-        A :class:`~experiments.common.RunResult` with one row per repeat: ``wall_s`` (s),
-        ``samples_per_s``, ``latency_ms`` (ms per call), ``setup_s``, ``first_call_s``,
-        ``allclose``, ``max_abs_diff``, ``torch_threads``; or one row with status
-        ``skipped`` and the reason when the mode cannot run here.
+        A :class:`~experiments.common.RunResult` with one row per repeat and role: ``wall_s``
+        (s), ``samples_per_s``, ``latency_ms`` (ms per call), ``setup_s``, ``first_call_s``,
+        ``allclose``, ``max_abs_diff``, ``torch_threads``; or one row with status ``skipped``
+        and the reason when the mode cannot run here.
     """
-    import torch
-
-    info = set_torch_threads(params.threads)
-    model, x = make_model(params.model)
-    batch = x.shape[0]
     if params.mode == "compile":
         compiler, why = cxx_compiler()
         if compiler is None:
+            info = set_torch_threads(params.threads)
             reason = f"torch.compile needs a working C++ compiler; inductor found none ({why})"
-            return RunResult(rows=[{"repeat": 0, "status": "skipped", "reason": reason, **info}])
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=DeprecationWarning)
-        warnings.filterwarnings("ignore", message=".*TorchScript.*")
-        warnings.filterwarnings("ignore", message=".*torch.jit.*")
-        ref = model(x)
-        t = time.perf_counter()
-        fn = build(params.mode, model, x)
-        setup_s = time.perf_counter() - t
-        t = time.perf_counter()
-        out = fn(x)
-        first_call_s = time.perf_counter() - t
-        for _ in range(params.warmup_calls):
-            out = fn(x)
-        allclose = bool(torch.allclose(out, ref, rtol=1e-4, atol=1e-5))
-        max_abs_diff = float((out - ref).abs().max())
-        result = RunResult()
-        for r in range(params.repeats):
-            with measure(params.sample_hz) as win:
-                for _ in range(params.iterations):
-                    fn(x)
-            result.add_window(
-                r,
-                win,
-                samples_per_s=batch * params.iterations / win.wall_s,
-                latency_ms=1000.0 * win.wall_s / params.iterations,
-                setup_s=setup_s,
-                first_call_s=first_call_s,
-                allclose=allclose,
-                max_abs_diff=max_abs_diff,
-                **info,
-            )
-    return result
+            return RunResult(rows=[{"repeat": 0, "role": "point", "status": "skipped", "reason": reason, **info}])
+    return interleave(Runner, params, baseline)
 
 
 def main(argv: list[str] | None = None) -> int:

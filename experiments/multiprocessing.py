@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-from experiments.common import RunResult, available_cpus, check_min, cli_main, measure
+from experiments.common import Measured, RunResult, available_cpus, check_min, cli_main, interleave, measure
 
 EXPERIMENT = "multiprocessing"
 
@@ -76,7 +76,7 @@ def _worker(rank: int, params: Params, barrier, q) -> None:
             step(x, y)
         q.put(("ready", rank, info))
         for r in range(params.repeats):
-            barrier.wait()
+            barrier.wait()  # the parent releases all workers at once
             spans = []
             done = 0
             while done < params.steps:
@@ -112,66 +112,72 @@ def _get(q, procs, timeout_s: float):
         return msg
 
 
-def run(params: Params) -> RunResult:
-    """Run ``params.repeats`` measured repeats with P persistent worker processes.
+class Runner:
+    """P persistent worker processes, built and warmed up, waiting at a barrier."""
 
-    Returns:
-        A :class:`~experiments.common.RunResult` with one row per repeat: ``wall_s`` (s),
-        ``samples_per_s`` (training samples/s over all processes), ``cpu_util_pct``
-        (0-100), ``torch_threads`` (intra-op threads torch reported in the workers),
-        ``oversubscribed`` and ``start_method``; spans per process per chunk of steps.
+    def __init__(self, params: Params) -> None:
+        import torch.multiprocessing as mp
 
-    Raises:
-        RuntimeError: if a worker fails or reports threads other than requested.
-    """
-    import torch.multiprocessing as mp
+        self.params = params
+        ctx = mp.get_context(params.start_method)
+        self.barrier = ctx.Barrier(params.processes + 1)
+        self.q = ctx.Queue()
+        self.procs = [
+            ctx.Process(target=_worker, args=(rank, params, self.barrier, self.q), name=f"process-{rank}", daemon=True)
+            for rank in range(params.processes)
+        ]
+        for p in self.procs:
+            p.start()
+        infos = [_get(self.q, self.procs, params.timeout_s)[2] for _ in self.procs]
+        self.threads_seen = max(i["torch_threads"] for i in infos)
 
-    ctx = mp.get_context(params.start_method)
-    barrier = ctx.Barrier(params.processes + 1)
-    q = ctx.Queue()
-    procs = [
-        ctx.Process(target=_worker, args=(rank, params, barrier, q), name=f"process-{rank}", daemon=True)
-        for rank in range(params.processes)
-    ]
-    for p in procs:
-        p.start()
-    result = RunResult()
-    try:
-        infos = [_get(q, procs, params.timeout_s)[2] for _ in procs]
-        threads_seen = sorted({i["torch_threads"] for i in infos})
-        for r in range(params.repeats):
-            with measure(params.sample_hz) as win:
-                barrier.wait(timeout=params.timeout_s)
-                msgs = [_get(q, procs, params.timeout_s) for _ in procs]
-            samples = params.processes * params.steps * params.batch_size
-            result.add_window(
-                r,
-                win,
-                samples_per_s=samples / win.wall_s,
-                torch_threads=max(threads_seen),
-                oversubscribed=params.processes * params.threads > available_cpus(),
-                start_method=params.start_method,
-            )
-            for _, _rank, _r, spans in msgs:
-                for s in spans:
-                    result.spans.append(
-                        {
-                            "repeat": r,
-                            "actor": s["actor"],
-                            "kind": s["kind"],
-                            "start_s": s["t0"] - win.t0,
-                            "end_s": s["t1"] - win.t0,
-                            "cpu_s": s["cpu_s"],
-                            "steps": s["steps"],
-                        }
-                    )
-    finally:
-        for p in procs:
+    def once(self) -> Measured:
+        """Release all workers for one repeat of ``steps`` steps each; wait for every one."""
+        p = self.params
+        with measure(p.sample_hz) as win:
+            self.barrier.wait(timeout=p.timeout_s)
+            msgs = [_get(self.q, self.procs, p.timeout_s) for _ in self.procs]
+        row = {
+            "samples_per_s": p.processes * p.steps * p.batch_size / win.wall_s,
+            "torch_threads": self.threads_seen,
+            "oversubscribed": p.processes * p.threads > available_cpus(),
+        }
+        spans = [
+            {
+                "actor": s["actor"],
+                "kind": s["kind"],
+                "start_s": s["t0"] - win.t0,
+                "end_s": s["t1"] - win.t0,
+                "cpu_s": s["cpu_s"],
+                "steps": s["steps"],
+            }
+            for _, _rank, _r, spans in msgs
+            for s in spans
+        ]
+        return Measured(win, row, spans)
+
+    def close(self) -> None:
+        for p in self.procs:
             p.join(timeout=10)
             if p.is_alive():
                 p.kill()
                 p.join()
-    return result
+
+
+def run(params: Params, baseline: Params | None = None) -> RunResult:
+    """Measure ``params.repeats`` rounds with P persistent worker processes, interleaved with
+    ``baseline`` (its own worker processes) if given.
+
+    Returns:
+        A :class:`~experiments.common.RunResult` with one row per repeat and role: ``wall_s``
+        (s), ``samples_per_s`` (training samples/s over all processes), ``cpu_util_pct``
+        (0-100), ``torch_threads`` (intra-op threads torch reported in the workers) and
+        ``oversubscribed``; spans per process per chunk of steps.
+
+    Raises:
+        RuntimeError: if a worker fails or reports threads other than requested.
+    """
+    return interleave(Runner, params, baseline)
 
 
 def main(argv: list[str] | None = None) -> int:

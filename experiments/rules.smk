@@ -18,6 +18,29 @@ rule host_info:
         "python -m experiments.hostinfo --host {wildcards.host} --out {output} > {log} 2>&1"
 
 
+rule selfcheck:
+    input:
+        host="results/{host}/host.json",
+    output:
+        metrics="results/{host}/selfcheck/metrics.csv",
+        samples="results/{host}/selfcheck/samples.csv",
+        spans="results/{host}/selfcheck/spans.csv",
+        job="results/{host}/selfcheck/job.json",
+    log:
+        "logs/{host}/selfcheck.log",
+    params:
+        args=selfcheck_args,
+        lock=MEASURE_LOCK,
+    threads: workflow.cores
+    resources:
+        measure=1,
+    conda:
+        "../environment.yml"
+    shell:
+        "python -m experiments.selfcheck {params.args} --host {wildcards.host}"
+        " --lock {params.lock} --out $(dirname {output.metrics}) > {log} 2>&1"
+
+
 rule measure:
     input:
         host="results/{host}/host.json",

@@ -9,8 +9,9 @@ measured process's interpreter.
 
 Protocol (one line per message on stdin/stdout):
 ``start`` -> prime ``psutil.cpu_percent`` (its first call returns 0.0 by design), start
-sampling, answer ``ok``; ``stop`` -> take a last sample, answer one JSON line
-``{"samples": [[t_monotonic_s, series, busy_pct], ...], "sampler_cpu_s": float}``;
+sampling, answer ``ok <sampler CPU s so far>``; ``stop`` -> take a last sample, answer one
+JSON line ``{"samples": [[t_monotonic_s, series, busy_pct], ...], "sampler_cpu_s": float}``
+(the sampler's cumulative CPU seconds, so the caller gets its cost per window);
 ``quit`` -> exit. Series: ``cpu<i>`` (busy % of CPU i), ``system`` (mean over the target's
 available CPUs), ``tree`` (the target process tree's CPU time as % of its available CPUs;
 the sampler itself excluded).
@@ -31,17 +32,65 @@ import time
 import psutil
 
 
+def _children_from_proc(pid: int) -> list[int] | None:
+    """Direct children of ``pid`` from ``/proc/<pid>/task/<tid>/children`` (Linux 4.2+ with
+    CONFIG_PROC_CHILDREN), or None where that file does not exist."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out: list[int] = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as fh:
+                out.extend(int(c) for c in fh.read().split())
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # the thread ended meanwhile
+            return None
+        except OSError:
+            continue
+    return out
+
+
+def descendants(pid: int) -> list[int]:
+    """Pids of every live descendant of ``pid``.
+
+    Walks the kernel's per-task child lists, which costs a few file reads per process of the
+    tree, instead of ``psutil.Process.children(recursive=True)``, which reads the status of
+    every process on the machine (1.3 ms per call with 68 processes here: over 1% of a CPU
+    at 10 Hz). Falls back to psutil where the kernel lacks the child lists.
+    """
+    out: list[int] = []
+    stack = [pid]
+    while stack:
+        kids = _children_from_proc(stack.pop())
+        if kids is None:
+            try:
+                return [c.pid for c in psutil.Process(pid).children(recursive=True)]
+            except psutil.NoSuchProcess:
+                return []
+        out.extend(kids)
+        stack.extend(kids)
+    return out
+
+
+_PROCS: dict[int, psutil.Process] = {}
+
+
 def tree_cpu_seconds(proc: psutil.Process, exclude: frozenset[int] = frozenset()) -> float:
     """CPU seconds (user + system) of ``proc``, its reaped children and live descendants,
     skipping the pids in ``exclude`` and descendants that vanish while being read."""
     t = proc.cpu_times()
     total = t.user + t.system + t.children_user + t.children_system
-    for child in proc.children(recursive=True):
-        if child.pid in exclude:
+    for pid in descendants(proc.pid):
+        if pid in exclude:
             continue
         try:
+            child = _PROCS.get(pid) or _PROCS.setdefault(pid, psutil.Process(pid))
             ct = child.cpu_times()
         except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            _PROCS.pop(pid, None)
             continue
         total += ct.user + ct.system
     return total
@@ -95,13 +144,13 @@ def serve(pid: int, hz: float, inp=sys.stdin, out=sys.stdout) -> None:
             last_t, last_tree = time.monotonic(), tree_cpu_seconds(target, exclude)
             next_t = last_t + interval
             sampling = True
-            out.write("ok\n")
+            out.write(f"ok {time.process_time()}\n")
             out.flush()
         elif cmd == "stop":
             sample(final=True)
             sampling = False
-            t = me.cpu_times()
-            out.write(json.dumps({"samples": samples, "sampler_cpu_s": t.user + t.system}) + "\n")
+            # process_time (CLOCK_PROCESS_CPUTIME_ID) has ns resolution; /proc ticks are 10 ms
+            out.write(json.dumps({"samples": samples, "sampler_cpu_s": time.process_time()}) + "\n")
             out.flush()
         elif cmd == "quit" or line == "":
             return

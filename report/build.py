@@ -1,7 +1,8 @@
 """Build the report's data model from analysis outputs and host metadata (no rendering here).
 
 :func:`build_context` reads ``results/<host>/host.json`` and, per experiment,
-``summary.csv`` and ``findings.json`` plus the figure PNGs, and returns a plain dict of
+``summary.csv`` and ``findings.json`` plus the figure PNGs, and ``fidelity.csv`` and
+``run.json``, and returns a plain dict of
 already-formatted strings for the templates. It reads nothing else.
 """
 
@@ -112,11 +113,7 @@ def summary_table(summary: pd.DataFrame, experiment: str) -> dict:
         if spec.units:
             row.append(f"{r['parallel_efficiency']:.0%}" if math.isfinite(r["parallel_efficiency"]) else "")
         row += [_fmt(r[c]) for c in spec.extra_medians if c in extra]
-        flags = [
-            name
-            for name, col in (("best", "best"), ("noisy", "noisy"), ("oversubscribed", "oversubscribed"))
-            if _flag(r.get(col))
-        ]
+        flags = [name for name in ("best", "noisy", "contended", "oversubscribed") if _flag(r.get(name))]
         if str(r.get("worker_warning", "") or "") not in ("", "nan"):
             flags.append("worker warning")
         if "allclose" in r and str(r["allclose"]) == "False":
@@ -124,6 +121,32 @@ def summary_table(summary: pd.DataFrame, experiment: str) -> dict:
         row += [_fmt(r["cpu_util_pct"], 3), ", ".join(flags)]
         rows.append(row)
     return {"columns": cols, "rows": rows}
+
+
+def trust_context(fidelity: pd.DataFrame, run: dict, exps: list[dict], now_unix: float) -> dict:
+    """The "Can these numbers be trusted?" section: fidelity checks, flags and run timing."""
+    checks = []
+    for _, r in fidelity.iterrows():
+        measured = ""
+        if math.isfinite(r["measured"]):
+            measured = _fmt(r["measured"])
+            if math.isfinite(r["ci_low"]):
+                measured += f" (95% CI {r['ci_low']:.2f}-{r['ci_high']:.2f})"
+        checks.append({k: r[k] for k in ("check", "expected", "verdict", "reason")} | {"measured": measured})
+    flags = [row[-1] for e in exps for row in e["table"]["rows"]]
+    return {
+        "checks": checks,
+        "passed": int((fidelity["verdict"] == "pass").sum()),
+        "warned": int((fidelity["verdict"] == "warn").sum()),
+        "measurement_phase": f"{run['measurement_phase_s']:.0f} s",
+        "total": f"{now_unix - run['start_unix']:.0f} s",
+        "measured_share": f"{run['measured_share_pct']:.0f}%",
+        "jobs": run["measurement_jobs"],
+        "overhead_per_job": f"{run['overhead_per_job_s']:.1f} s",
+        "noisy": sum("noisy" in f for f in flags),
+        "contended": sum("contended" in f for f in flags),
+        "points": len(flags),
+    }
 
 
 def build_context(host_dir: str | Path, experiments: list[str]) -> dict:
@@ -187,12 +210,16 @@ def build_context(host_dir: str | Path, experiments: list[str]) -> dict:
                 "figures": figures,
             }
         )
+    fidelity = pd.read_csv(host_dir / "fidelity.csv")
+    run = json.loads((host_dir / "run.json").read_text())
+    now = dt.datetime.now(dt.UTC)
     return {
+        "trust": trust_context(fidelity, run, exps, now.timestamp()),
         "host": host.get("host", host_dir.name),
         "cpu_model": host.get("cpu_model") or "unknown CPU",
         "available_cpus": host.get("available_cpus"),
         "environment": environment_rows(host),
         "parallel_info": host.get("torch_parallel_info", ""),
-        "generated": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "generated": now.strftime("%Y-%m-%d %H:%M UTC"),
         "experiments": exps,
     }

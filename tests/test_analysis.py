@@ -174,3 +174,110 @@ def test_cli_summarise_and_figures(tmp_path, capsys):
     bad.write_text("")
     assert analysis_main(["summarise", "--experiment", "gil", "--out-dir", str(out), str(bad)]) == 1
     assert f"{bad}: file is empty" in capsys.readouterr().err
+
+
+def test_interleaved_baseline_gives_the_speedup(tmp_path):
+    # the threads job measured its own sequential baseline at 1 task/s; the sequential job,
+    # measured at another time, saw 4 tasks/s: the speedup must use the interleaved one
+    rows = [{"role": "point", "wall_s": 1.0, "tasks_per_s": 2.0}] * 3
+    rows += [{"role": "baseline", "mode": "sequential", "wall_s": 2.0, "tasks_per_s": 1.0}] * 3
+    p1 = write_point(tmp_path, "gil", {"workload": "cpu", "mode": "threads", "workers": 2}, rows)
+    for i, r in enumerate(pd.read_csv(p1).to_dict("records")):
+        assert r["repeat"] == i  # helper numbers rows; fix repeats per role below
+    df = pd.read_csv(p1)
+    df["repeat"] = [0, 1, 2, 0, 1, 2]
+    df.to_csv(p1, index=False)
+    p2 = write_point(
+        tmp_path,
+        "gil",
+        {"workload": "cpu", "mode": "sequential", "workers": 2},
+        [{"wall_s": 0.5, "tasks_per_s": 4.0}] * 3,
+    )
+    s = summarise(load_experiment([p1, p2], "gil"), "gil").set_index("mode")
+    assert s.loc["threads", "speedup"] == pytest.approx(2.0)
+    assert s.loc["threads", "speedup_source"] == "interleaved"
+    assert s.loc["threads", "baseline_median"] == pytest.approx(1.0)
+    assert s.loc["threads", "median"] == pytest.approx(2.0)
+    assert s.loc["sequential", "speedup"] == pytest.approx(1.0)
+    assert s.loc["sequential", "speedup_source"] == "baseline"
+
+
+def test_fidelity_verdicts(tmp_path):
+    from analysis.fidelity import checks
+
+    gil = pd.DataFrame(
+        [
+            {
+                "workload": "cpu",
+                "mode": "threads",
+                "workers": 2,
+                "speedup": 0.98,
+                "speedup_ci_low": 0.9,
+                "speedup_ci_high": 1.0,
+            },
+            {
+                "workload": "io",
+                "mode": "threads",
+                "workers": 2,
+                "speedup": 1.5,
+                "speedup_ci_low": 1.4,
+                "speedup_ci_high": 1.6,
+            },
+            {
+                "workload": "cpu",
+                "mode": "processes",
+                "workers": 2,
+                "speedup": 1.9,
+                "speedup_ci_low": 1.8,
+                "speedup_ci_high": 2.0,
+            },
+        ]
+    )
+    intra = pd.DataFrame(
+        [{"workload": "matmul", "threads": 2, "speedup": 1.2, "speedup_ci_low": 1.1, "speedup_ci_high": 1.3}]
+    )
+    sc = pd.DataFrame([{"load": "busy", "role": "point", "sampler_tree_pct": 49.0, "sampler_cpu_pct": 0.4}] * 3)
+    t = checks(gil, intra, sc, ncpu=2, sample_hz=10).set_index("check")
+    assert t.loc["CPU-bound Python: 2 threads over sequential", "verdict"] == "pass"
+    assert t.loc["I/O-bound sleep loop: 2 threads over sequential", "verdict"] == "warn"  # 1.5 < 1.8
+    assert t.loc["CPU-bound Python: 2 processes over sequential", "verdict"] == "pass"  # 1.9 >= 1.4
+    assert t.loc["matmul GFLOP/s: 2 threads over 1", "verdict"] == "warn"  # 1.2 < 1.5
+    assert t.loc["sampler: one busy-looping process", "verdict"] == "pass"
+    assert t.loc["sampler's own cost at 10 Hz", "verdict"] == "pass"
+    none = checks(None, None, None, ncpu=2, sample_hz=10)
+    assert set(none["verdict"]) == {"n/a"}
+
+
+def test_run_timing():
+    from analysis.runinfo import run_timing
+
+    jobs = [{"job_start_unix": 100.0, "job_end_unix": 104.0}, {"job_start_unix": 104.5, "job_end_unix": 110.0}]
+    metrics = [pd.DataFrame({"wall_s": [1.0, 1.0]}), pd.DataFrame({"wall_s": [2.0, float("nan")]})]
+    t = run_timing(jobs, metrics, {"collected_unix": 98.0})
+    assert t["measurement_phase_s"] == pytest.approx(12.0)
+    assert t["measured_s"] == pytest.approx(4.0)
+    assert t["measured_share_pct"] == pytest.approx(100 * 4 / 12)
+    assert t["overhead_per_job_s"] == pytest.approx((9.5 - 4.0) / 2)
+
+
+def test_paired_speedup_survives_drift(tmp_path):
+    # the machine ran 4x faster in round 2 for both windows of the round: per-round ratios
+    # stay 2, the ratio of medians does not
+    rows = [{"role": "point", "wall_s": 1.0, "tasks_per_s": v} for v in (1.0, 1.0, 4.0)]
+    rows += [{"role": "baseline", "mode": "sequential", "wall_s": 1.0, "tasks_per_s": v} for v in (0.5, 0.5, 2.0)]
+    rows[3:] = [dict(r) for r in rows[3:]]
+    p = write_point(tmp_path, "gil", {"workload": "io", "mode": "threads", "workers": 2}, rows)
+    df = pd.read_csv(p)
+    df["repeat"] = [0, 1, 2, 0, 1, 2]
+    df.to_csv(p, index=False)
+    s = summarise(load_experiment([p], "gil"), "gil").iloc[0]
+    assert s["speedup"] == pytest.approx(2.0)
+    assert s["speedup_ci_low"] == pytest.approx(2.0) and s["speedup_ci_high"] == pytest.approx(2.0)
+    assert s["speedup_ratio_of_medians"] == pytest.approx(2.0)  # medians 1.0 / 0.5
+    # the machine's fast phase covered baseline windows 1 and 2 but only point window 2:
+    # the ratio of medians is fooled (1.0 / 2.0), the paired median is not (2, 0.5, 2 -> 2)
+    df["tasks_per_s"] = [1.0, 1.0, 4.0, 0.5, 2.0, 2.0]
+    df.to_csv(p, index=False)
+    s = summarise(load_experiment([p], "gil"), "gil").iloc[0]
+    assert s["speedup"] == pytest.approx(2.0)
+    assert s["speedup_ratio_of_medians"] == pytest.approx(0.5)

@@ -86,13 +86,16 @@ def test_gil_io_threads_overlap_cpu_threads_do_not():
 
 
 @pytest.mark.skipif(NCPU < 2, reason="needs 2 CPUs")
-def test_gil_processes_use_several_cpus():
+def test_gil_processes_run_concurrently():
     res = gil.run(
         gil.Params(workload="cpu", mode="processes", workers=2, cpu_iterations=2_000_000, warmup=0, repeats=1)
     )
     spans = pd.DataFrame(res.spans)
     assert set(spans["actor"]) == {"process-0", "process-1"}
-    assert spans["cpu_s"].sum() / res.rows[0]["wall_s"] > 1.2
+    # the two processes run at the same time (robust to load; the speedup this gives on an
+    # idle machine is a fidelity check of the pipeline)
+    first, second = (spans[spans["actor"] == a] for a in ("process-0", "process-1"))
+    assert first["start_s"].min() < second["end_s"].max() and second["start_s"].min() < first["end_s"].max()
     assert res.rows[0]["start_method"] == "fork"
 
 
@@ -157,7 +160,6 @@ def test_multiprocessing_trains_in_processes():
         assert row["torch_threads"] == 1
         assert row["samples_per_s"] == pytest.approx(2 * 6 * 64 / row["wall_s"])
         assert row["oversubscribed"] is (2 > NCPU)
-        assert row["start_method"] == "fork"
     spans = pd.DataFrame(res.spans)
     assert set(spans["actor"]) == {"process-0", "process-1"}
     assert spans.groupby(["repeat", "actor"])["steps"].sum().eq(6).all()
@@ -260,3 +262,78 @@ def test_jit_compile_runs_with_compiler():
     assert row["status"] == "ok"
     assert row["allclose"] is True
     assert row["first_call_s"] > 10 * row["latency_ms"] / 1000  # compiling dwarfs one call
+
+
+# ------------------------------------------------------------------ interleaving and self-check
+
+
+def test_interleave_alternates_point_and_baseline():
+    p = gil.Params(workload="io", mode="threads", workers=2, io_iterations=3, warmup=0, repeats=4)
+    res = gil.run(p, gil.Params(workload="io", mode="sequential", workers=2, io_iterations=3, warmup=0, repeats=4))
+    rows = sorted(res.rows, key=lambda r: r["window_start_unix"])
+    assert [r["role"] for r in rows] == ["point", "baseline", "baseline", "point"] * 2
+    assert {r["_params"]["mode"] for r in rows if r["role"] == "baseline"} == {"sequential"}
+    assert all("_params" not in r for r in rows if r["role"] == "point")
+    base = sorted(r["wall_s"] for r in rows if r["role"] == "baseline")
+    point = sorted(r["wall_s"] for r in rows if r["role"] == "point")
+    assert base[0] / point[-1] > 1.5  # sleeping threads overlap; sequential sleeps add up
+
+
+def test_cli_baseline_rows_carry_baseline_params(tmp_path):
+    out = tmp_path / "point"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "experiments.intraop",
+            "--workload",
+            "matmul",
+            "--threads",
+            "2",
+            "--matmul-size",
+            "64",
+            "--iterations",
+            "2",
+            "--repeats",
+            "2",
+            "--baseline",
+            "threads=1",
+            "--out",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    m = pd.read_csv(out / "metrics.csv")
+    assert sorted(zip(m["role"], m["threads"], m["torch_threads"])) == [
+        ("baseline", 1, 1),
+        ("baseline", 1, 1),
+        ("point", 2, 2),
+        ("point", 2, 2),
+    ]
+    bad = subprocess.run(
+        [sys.executable, "-m", "experiments.intraop", "--baseline", "nosuch=1", "--out", str(tmp_path / "x")],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 2 and "nosuch=1" in bad.stderr
+
+
+def test_selfcheck_sampler_reads_known_load_and_costs_little():
+    from experiments import selfcheck
+
+    res = selfcheck.run(
+        selfcheck.Params(load="busy", duration_s=0.5, repeats=2),
+        selfcheck.Params(load="idle", duration_s=0.5, repeats=2),
+    )
+    busy = [r for r in res.rows if r["role"] == "point"]
+    idle = [r for r in res.rows if r["role"] == "baseline"]
+    for r in busy:
+        # the sampler's series agrees with the process's own CPU-time accounting (this holds
+        # under load too; that it equals 100 / CPUs on an idle machine is a fidelity check)
+        assert abs(r["sampler_tree_pct"] - r["cpu_util_pct"]) <= 10, r
+        assert r["cpu_util_pct"] <= 100 / NCPU + 5
+        assert r["samples"] >= 4
+    for r in idle:
+        assert r["sampler_tree_pct"] < 5
+        assert r["sampler_cpu_pct"] < 5  # measured cost, % of one CPU; the 1% goal is a fidelity check

@@ -102,6 +102,27 @@ def host_dir(tmp_path):
                 )
                 == 0
             )
+    gil_summary = d / "gil" / "summary.csv"
+    assert (
+        analysis_main(
+            [
+                "fidelity",
+                "--host-json",
+                str(host),
+                "--gil",
+                str(gil_summary),
+                "--sample-hz",
+                "10",
+                "--out",
+                str(d / "fidelity.csv"),
+            ]
+        )
+        == 0
+    )
+    job = tmp_path / "job.json"
+    job.write_text(json.dumps({"job_start_unix": 1.0, "job_end_unix": 3.0}))
+    (tmp_path / "metrics.csv").write_text("wall_s\n0.5\n")
+    assert analysis_main(["runinfo", "--host-json", str(host), "--out", str(d / "run.json"), str(job)]) == 0
     return d
 
 
@@ -121,6 +142,8 @@ def test_report_renders_every_section(host_dir):
     assert "2 threads gave 1.00x" in text  # a finding computed from the fixture data
     assert "71.47 s vs 72.08 s" in text  # the seed article's published timings
     assert "skipped" in text
+    assert '<section id="trust">' in text and "CPU-bound Python: 2 threads over sequential" in text
+    assert "25% of it inside measured windows" in text  # 0.5 s of a 2 s measurement phase
     mdtext = md.read_text()
     assert "![" in mdtext and "(figures/gil_timeline.png)" in mdtext
     assert "## GIL: threads, processes and pure-Python code" in mdtext

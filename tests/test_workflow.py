@@ -46,7 +46,14 @@ def test_every_output_exists(quick_run):
         assert len(summary) >= 2 and (summary["n"] >= 3).all(), exp
         for fig in spec.figures:
             assert (host / "figures" / f"{fig}.png").stat().st_size > 10_000, fig
+    for exp in SPECS:
+        summary = pd.read_csv(host / exp / "summary.csv")
+        not_base = summary[summary["speedup_source"] != "baseline"]
+        assert (not_base["speedup_source"] == "interleaved").all(), exp
+    run = json.loads((host / "run.json").read_text())
+    assert 0 < run["measured_share_pct"] < 100
     html = (host / "report.html").read_text()
+    assert '<section id="trust">' in html
     md = (host / "report.md").read_text()
     for exp in SPECS:
         assert f'<section id="{exp}">' in html
@@ -85,3 +92,25 @@ def test_rerun_has_nothing_to_do(quick_run):
     proc = _snakemake(quick_run, "--cores", "4", "--configfile", "config.quick.yaml", "--config", "host=e2e", "-n")
     assert proc.returncode == 0
     assert "Nothing to be done" in proc.stdout + proc.stderr
+
+
+#: Checks that hold on any working machine: the GIL, sleeping threads, the sampler.
+STRICT = ("threads over sequential", "sleep loop", "sampler")
+#: Checks that depend on the CPU capacity the host delivers at that moment. On the shared
+#: 2-vCPU VM of development and CI, two processes gave 1.02x or 1.87x over one within the
+#: same few minutes (the vCPUs sometimes share a physical core): there the verdict is a
+#: finding about the host, and the test checks it is consistent, not that it passes.
+CAPACITY = ("processes over sequential", "matmul GFLOP/s")
+
+
+@pytest.mark.slow
+def test_fidelity_checks(quick_run):
+    table = pd.read_csv(quick_run / "results" / "e2e" / "fidelity.csv")
+    assert len(table) == 6
+    for _, r in table.iterrows():
+        if any(k in r["check"] for k in STRICT):
+            assert r["verdict"] == "pass", r.to_dict()
+        else:
+            assert any(k in r["check"] for k in CAPACITY), r["check"]
+            threshold = float(r["expected"].strip(">= x"))
+            assert r["verdict"] == ("pass" if r["measured"] >= threshold else "warn"), r.to_dict()

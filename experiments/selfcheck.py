@@ -1,0 +1,87 @@
+"""Self-check of the measurement machinery: does the CPU sampler report a known load right?
+
+Two windows per repeat, on a target whose CPU use is known:
+
+* ``busy``: the main thread busy-loops for ``duration_s``: the process tree uses exactly one
+  CPU, so the sampler's ``tree`` series must average ``100 / available CPUs`` %;
+* ``idle``: the main thread sleeps for ``duration_s``: the tree uses about nothing, and the
+  sampler's own CPU time (``sampler_cpu_pct``, % of one CPU) is its cost at ``sample_hz``.
+
+The report's "Can these numbers be trusted?" section compares both with expectations.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+from experiments.common import Measured, RunResult, available_cpus, check_min, cli_main, interleave, measure
+
+EXPERIMENT = "selfcheck"
+
+
+@dataclass(frozen=True)
+class Params:
+    """Parameters of the self-check.
+
+    Raises:
+        ValueError: for a value below its minimum (the message names the field).
+    """
+
+    load: Literal["busy", "idle"] = "busy"
+    duration_s: float = field(default=1.0, metadata={"help": "length of each window (s)"})
+    repeats: int = 3
+    sample_hz: float = 10.0
+
+    def __post_init__(self) -> None:
+        check_min("duration_s", self.duration_s, 0.2)
+        check_min("repeats", self.repeats, 1)
+        check_min("sample_hz", self.sample_hz, 0.1)
+
+
+class Runner:
+    """Busy-loops or sleeps for one window."""
+
+    def __init__(self, params: Params) -> None:
+        self.params = params
+
+    def once(self) -> Measured:
+        p = self.params
+        with measure(p.sample_hz) as win:
+            if p.load == "busy":
+                end = time.perf_counter() + p.duration_s
+                while time.perf_counter() < end:
+                    pass
+            else:
+                time.sleep(p.duration_s)
+        tree = [v for _, s, v in win.samples if s == "tree"]
+        row = {
+            "sampler_tree_pct": sum(tree) / len(tree) if tree else float("nan"),
+            "expected_tree_pct": 100.0 / available_cpus() if p.load == "busy" else 0.0,
+            "samples": len(tree),
+        }
+        return Measured(win, row)
+
+    def close(self) -> None:
+        pass
+
+
+def run(params: Params, baseline: Params | None = None) -> RunResult:
+    """Measure ``params.repeats`` windows (interleaved with ``baseline``'s load if given).
+
+    Returns:
+        Rows with ``sampler_tree_pct`` (mean of the sampler's tree series, 0-100),
+        ``expected_tree_pct``, ``samples`` (tree samples in the window), ``sampler_cpu_pct``
+        (the sampler's own CPU, % of one CPU), ``cpu_util_pct`` and ``interference_pct``.
+    """
+    return interleave(Runner, params, baseline)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point: ``python -m experiments.selfcheck --help``."""
+    return cli_main(EXPERIMENT, Params, run, __doc__.splitlines()[0], argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
