@@ -6,9 +6,13 @@
 #
 # Output paths (one meaning per separator):
 #   results/<host>/host.json                                  machine fingerprint
-#   results/<host>/<experiment>/<key>~<value>/.../metrics.csv one row per repeat (raw)
+#   results/<host>/selfcheck/{metrics,samples,spans}.csv, job.json  sampler self-check
+#   results/<host>/<experiment>/<key>~<value>/.../metrics.csv one row per window (raw):
+#       point and, interleaved, the experiment's baseline (column role)
 #       ... samples.csv (CPU samples), spans.csv (work spans), job.json (job timing)
 #   results/<host>/<experiment>/{replicates,summary,spans,samples}.csv, findings.json
+#   results/<host>/fidelity.csv                               measured ratios against theory
+#   results/<host>/run.json                                   run duration, share measured
 #   results/<host>/figures/<figure>.png
 #   results/<host>/report.html, results/<host>/report.md
 #   logs/<host>/...                                           one log per job

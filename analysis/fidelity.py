@@ -12,7 +12,9 @@ Each check compares a measured quantity with the range theory allows and gives a
   100 / available CPUs %;
 * the sampler's own cost: under 1% of one CPU at its configured rate.
 
-Ratios are the medians' ratios from :mod:`analysis.stats` (interleaved baselines).
+Ratios are the speedups of :mod:`analysis.stats`: medians of per-round paired ratios of a
+point and its baseline measured interleaved in the same job. The sampler's cost is its own
+CPU time during the self-check's idle windows, where nothing else of ours runs.
 """
 
 from __future__ import annotations
@@ -140,7 +142,8 @@ def checks(
             "the sampler misreads a known load",
         )
     )
-    cost = float(np.median(selfcheck["sampler_cpu_pct"])) if selfcheck is not None and len(selfcheck) else None
+    idle = selfcheck[selfcheck["load"] == "idle"] if selfcheck is not None else None
+    cost = float(np.median(idle["sampler_cpu_pct"])) if idle is not None and len(idle) else None
     rows.append(
         _row(
             f"sampler's own cost at {sample_hz:g} Hz",

@@ -129,7 +129,7 @@ def gil_speedup(summary: pd.DataFrame, host: dict) -> Figure:
     fig.text(
         0.01,
         0.005,
-        "Error bars: 95% bootstrap CI of the speedup (ratio of medians). Hatched: noisy point.",
+        "Error bars: 95% bootstrap CI of the speedup (median of paired ratios). Hatched: noisy point.",
         fontsize=8,
         color="#555555",
     )
@@ -140,6 +140,8 @@ def gil_speedup(summary: pd.DataFrame, host: dict) -> Figure:
 def gil_timeline(spans: pd.DataFrame, summary: pd.DataFrame, host: dict) -> Figure:
     """Gantt chart of the CPU-bound tasks' work spans (repeat 0, fewest tasks), one panel per
     mode; each bar is one chunk of work coloured by the share of it spent on a CPU."""
+    if "role" in spans:
+        spans = spans[spans["role"] == "point"]  # baseline windows measured inside a job
     sub = spans[(spans["workload"] == "cpu") & (spans["repeat"] == 0)] if len(spans) else spans
     if sub.empty:
         sub = spans[spans["repeat"] == 0]

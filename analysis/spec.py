@@ -4,8 +4,9 @@ This module is plain Python with no heavy imports: the Snakefile reads it at par
 build the path scheme ``results/<host>/<experiment>/<key>~<value>/.../metrics.csv`` (keys in
 the order of :attr:`ExperimentSpec.keys`), and the analysis uses it to summarise.
 
-Speedup is always a ratio of medians of a higher-is-better throughput metric:
-``speedup = median(metric at point) / median(metric at the baseline of its group)``.
+Speedup always compares a higher-is-better throughput metric with the baseline of the
+point's group (``baseline`` below), measured interleaved in the point's own job: the median of
+the per-round ratios ``metric_r / baseline_r`` (see :mod:`analysis.stats`).
 Parallel efficiency is ``speedup / p`` (Amdahl's and Gustafson's textbook definition, e.g.
 Hennessy and Patterson, *Computer Architecture*), with ``p`` the number of parallel workers the
 point uses (:attr:`ExperimentSpec.units`); it is left empty where ``p`` has no meaning

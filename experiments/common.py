@@ -51,11 +51,15 @@ COMMON_COLUMNS = (
     "host",
     "experiment",
     "repeat",
+    "role",
     "status",
     "reason",
     "wall_s",
     "cpu_util_pct",
     "available_cpus",
+    "interference_pct",
+    "contended",
+    "sampler_cpu_pct",
     "window_start_unix",
     "window_end_unix",
 )
@@ -194,7 +198,17 @@ class CpuSampler:
         code_dir = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (code_dir, env.get("PYTHONPATH")) if p)
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "experiments.sampler", "--pid", str(os.getpid()), "--hz", str(hz)],
+            [
+                sys.executable,
+                "-m",
+                "experiments.sampler",
+                "--pid",
+                str(os.getpid()),
+                "--hz",
+                str(hz),
+                "--ncpu",
+                str(available_cpus()),
+            ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -313,7 +327,8 @@ def measure(sample_hz: float = 10.0) -> Iterator[Window]:
         system = [v for _, s, v in win.samples if s == "system"]
         tree = [v for _, s, v in win.samples if s == "tree"]
         if system and tree:
-            other = (sum(system) / len(system) - sum(tree) / len(tree)) * ncpu - win.sampler_cpu_pct
+            n_affinity = len(os.sched_getaffinity(0))  # system is a share of these, tree of ncpu
+            other = sum(system) / len(system) * n_affinity - sum(tree) / len(tree) * ncpu - win.sampler_cpu_pct
             win.interference_pct = max(0.0, other)
 
 

@@ -96,12 +96,17 @@ def tree_cpu_seconds(proc: psutil.Process, exclude: frozenset[int] = frozenset()
     return total
 
 
-def serve(pid: int, hz: float, inp=sys.stdin, out=sys.stdout) -> None:
-    """Answer ``start``/``stop``/``quit`` commands on ``inp`` (see the module docstring)."""
+def serve(pid: int, hz: float, ncpu: int | None = None, inp=sys.stdin, out=sys.stdout) -> None:
+    """Answer ``start``/``stop``/``quit`` commands on ``inp`` (see the module docstring).
+
+    ``ncpu`` is the CPUs the tree may use (affinity capped by the cgroup quota): the ``tree``
+    series is a share of them. ``system`` is the mean busy % of the target's affinity CPUs.
+    """
     target = psutil.Process(pid)
     me = psutil.Process()
     exclude = frozenset({me.pid})
     cpus = sorted(target.cpu_affinity())
+    ncpu = ncpu or len(cpus)
     interval = 1.0 / hz
     fd = inp.fileno()
     samples: list = []
@@ -125,7 +130,7 @@ def serve(pid: int, hz: float, inp=sys.stdin, out=sys.stdout) -> None:
         samples.append([now, "system", sum(used) / max(len(used), 1)])
         dt = now - last_t
         if dt > 0:
-            pct = 100.0 * (tree - last_tree) / (dt * max(len(used), 1))
+            pct = 100.0 * (tree - last_tree) / (dt * ncpu)
             samples.append([now, "tree", max(0.0, min(100.0, pct))])
         last_t, last_tree = now, tree
 
@@ -160,8 +165,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--pid", type=int, default=os.getppid(), help="process tree to sample (default: parent)")
     p.add_argument("--hz", type=float, default=10.0, help="samples per second")
+    p.add_argument("--ncpu", type=int, default=None, help="CPUs available to the tree (default: its affinity)")
     args = p.parse_args(argv)
-    serve(args.pid, args.hz)
+    serve(args.pid, args.hz, args.ncpu)
     return 0
 
 

@@ -236,7 +236,10 @@ def test_fidelity_verdicts(tmp_path):
     intra = pd.DataFrame(
         [{"workload": "matmul", "threads": 2, "speedup": 1.2, "speedup_ci_low": 1.1, "speedup_ci_high": 1.3}]
     )
-    sc = pd.DataFrame([{"load": "busy", "role": "point", "sampler_tree_pct": 49.0, "sampler_cpu_pct": 0.4}] * 3)
+    sc = pd.DataFrame(
+        [{"load": "busy", "role": "point", "sampler_tree_pct": 49.0, "sampler_cpu_pct": 3.0}] * 3
+        + [{"load": "idle", "role": "baseline", "sampler_tree_pct": 0.1, "sampler_cpu_pct": 0.4}] * 3
+    )
     t = checks(gil, intra, sc, ncpu=2, sample_hz=10).set_index("check")
     assert t.loc["CPU-bound Python: 2 threads over sequential", "verdict"] == "pass"
     assert t.loc["I/O-bound sleep loop: 2 threads over sequential", "verdict"] == "warn"  # 1.5 < 1.8
