@@ -186,19 +186,55 @@ def gil_timeline(spans: pd.DataFrame, summary: pd.DataFrame, host: dict) -> Figu
     return fig
 
 
+SPEEDUP = ("speedup", "speedup_ci_low", "speedup_ci_high")
+
+
+def _speedup_line(ax, x, sub: pd.DataFrame, colour: str, label: str | None = None) -> None:
+    """Speedup over the interleaved baseline with its 95% CI; noisy points drawn hollow."""
+    ax.errorbar(x, sub["speedup"], yerr=_yerr(sub, *SPEEDUP), color=colour, marker="o", capsize=3, label=label)
+    noisy = sub["noisy"].fillna(False).astype(bool).to_numpy()
+    if noisy.any():
+        ax.scatter(
+            np.asarray(x)[noisy],
+            sub["speedup"].to_numpy()[noisy],
+            s=36,
+            facecolors="white",
+            edgecolors=colour,
+            linewidths=1.5,
+            zorder=4,
+        )
+
+
+def _speedup_note(fig: Figure, extra: str = "") -> None:
+    fig.text(
+        0.01,
+        0.005,
+        "Speedup: median of per-round ratios to the baseline measured interleaved in the same job; "
+        "error bars: 95% bootstrap CI. Hollow: noisy (IQR > 10% of median)." + extra,
+        fontsize=7.5,
+        color="#555555",
+    )
+
+
+def _baseline_text(sub: pd.DataFrame, unit: str) -> str:
+    base = sub["baseline_median"].dropna()
+    return f"baseline {base.median():,.0f} {unit}" if len(base) else ""
+
+
 def multiprocessing_throughput(summary: pd.DataFrame, host: dict) -> Figure:
-    """Total training samples/s against processes, one line per threads-per-process."""
-    fig, ax = plt.subplots(figsize=(7, 4.4))
+    """Speedup of total training samples/s over 1 process x 1 thread, against processes, one
+    line per threads-per-process; oversubscribed points marked."""
+    fig, ax = plt.subplots(figsize=(9.5, 4.4))
     ncpu = host.get("available_cpus")
     for j, (threads, sub) in enumerate(summary.groupby("threads")):
         sub = sub.sort_values("processes")
         c = PALETTE[j % len(PALETTE)]
-        _line(ax, sub["processes"], sub, c, label=f"{threads} thread{'s' if threads > 1 else ''} per process")
+        _speedup_line(ax, sub["processes"], sub, c, label=f"{threads} thread{'s' if threads > 1 else ''} per process")
         over = sub[sub["oversubscribed"].astype(bool)]
         if len(over):
             ax.scatter(
                 over["processes"],
-                over["median"],
+                over["speedup"],
                 s=110,
                 marker="s",
                 facecolors="none",
@@ -207,74 +243,81 @@ def multiprocessing_throughput(summary: pd.DataFrame, host: dict) -> Figure:
                 zorder=5,
                 label="oversubscribed (P x T > available CPUs)",
             )
+    if ncpu:
+        ax.axhline(ncpu, color="#444444", linestyle=":", linewidth=1, label=f"all {ncpu} CPUs busy (ideal)")
+    ax.axhline(1.0, color="black", linewidth=0.8)
     handles, labels = ax.get_legend_handles_labels()
     uniq = dict(zip(labels, handles))
-    ax.legend(uniq.values(), uniq.keys(), loc="best")
+    ax.legend(uniq.values(), uniq.keys(), loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9)
     ax.set_xticks(sorted(summary["processes"].unique()))
     ax.set_xlabel("training processes (P)")
-    ax.set_ylabel("total throughput (samples/s)")
+    ax.set_ylabel("speedup of total samples/s over 1 x 1 (x)")
     ax.set_ylim(bottom=0)
-    ax.set_title(f"torch.multiprocessing: P processes x T threads on {ncpu} available CPUs")
-    _ci_note(fig, " Orange square: oversubscribed.")
+    ax.set_title(
+        f"torch.multiprocessing: P processes x T threads on {ncpu} available CPUs\n"
+        f"({_baseline_text(summary, 'samples/s')} at 1 x 1)",
+        fontsize=10,
+    )
+    _speedup_note(fig, " Orange square: oversubscribed.")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     return fig
 
 
 def dataloader_throughput(summary: pd.DataFrame, host: dict) -> Figure:
-    """Samples/s against num_workers, one panel per dataset (scales differ), best point starred."""
+    """Speedup over num_workers = 0 against num_workers, one panel per dataset, best starred."""
     datasets = [d for d in ("tensor", "cpu", "io") if d in set(summary["dataset"])]
     titles = {"tensor": "in-memory TensorDataset", "cpu": "CPU-heavy __getitem__", "io": "sleeping __getitem__ (I/O)"}
-    fig, axes = plt.subplots(1, len(datasets), figsize=(4.2 * len(datasets), 4), squeeze=False)
+    fig, axes = plt.subplots(1, len(datasets), figsize=(4.3 * len(datasets), 4.2), squeeze=False)
     for ax, ds, c in zip(axes[0], datasets, PALETTE):
         sub = summary[summary["dataset"] == ds].sort_values("num_workers")
-        _line(ax, sub["num_workers"], sub, c)
-        best = sub.loc[sub["median"].idxmax()]
-        ax.scatter(
-            [best["num_workers"]],
-            [best["median"]],
-            marker="*",
-            s=220,
-            color="#D55E00",
-            zorder=5,
-            label=f"best: num_workers={int(best['num_workers'])}",
-        )
+        _speedup_line(ax, sub["num_workers"], sub, c)
+        best = sub[sub["best"].astype(bool)]
+        if len(best):
+            b = best.iloc[0]
+            ax.scatter(
+                [b["num_workers"]],
+                [b["speedup"]],
+                marker="*",
+                s=220,
+                color="#D55E00",
+                zorder=5,
+                label=f"best: num_workers={int(b['num_workers'])}",
+            )
+            ax.legend(loc="best", fontsize=9)
+        ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xticks(sub["num_workers"])
         ax.set_xlabel("num_workers")
-        ax.set_title(titles[ds])
+        ax.set_title(f"{titles[ds]}\n({_baseline_text(sub, 'samples/s')} at num_workers=0)", fontsize=10)
         ax.set_ylim(bottom=0)
-        ax.legend(loc="lower right")
-    axes[0, 0].set_ylabel("training throughput (samples/s)")
+    axes[0, 0].set_ylabel("speedup over num_workers = 0 (x)")
     fig.suptitle(f"DataLoader num_workers on {host.get('available_cpus', '?')} available CPUs", fontsize=11)
-    _ci_note(fig)
+    _speedup_note(fig)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     return fig
 
 
 def intraop_scaling(summary: pd.DataFrame, host: dict) -> Figure:
-    """Throughput against intra-op threads per workload, with ideal linear scaling from 1 thread."""
+    """Speedup over 1 intra-op thread against threads per workload, with ideal linear scaling."""
     workloads = list(summary["workload"].unique())
     ncpu = host.get("available_cpus")
-    fig, axes = plt.subplots(1, len(workloads), figsize=(4.4 * len(workloads), 4), squeeze=False)
+    names = {"matmul": "1024x1024 matmul", "mlp": "MLP training step", "tiny": "Linear(100,100), batch 4"}
+    fig, axes = plt.subplots(1, len(workloads), figsize=(4.5 * len(workloads), 4.2), squeeze=False)
     for ax, wl, c in zip(axes[0], workloads, PALETTE):
         sub = summary[summary["workload"] == wl].sort_values("threads")
         unit = "GFLOP/s" if sub["metric"].iloc[0] == "gflop_per_s" else "samples/s"
-        _line(ax, sub["threads"], sub, c, label="measured")
-        one = sub[sub["threads"] == 1]
-        if len(one) and ncpu:
-            xs = np.array([1, ncpu])
-            ax.plot(xs, one["median"].iloc[0] * xs, ":", color="#444444", label="ideal (linear)")
+        _speedup_line(ax, sub["threads"], sub, c, label="measured")
         if ncpu:
+            ax.plot([1, ncpu], [1, ncpu], ":", color="#444444", label="ideal (linear)")
             ax.axvline(ncpu, color="#D55E00", linestyle="--", linewidth=1, label=f"{ncpu} available CPUs")
+        ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xticks(sub["threads"])
         ax.set_xlabel("intra-op threads (torch.set_num_threads)")
-        ax.set_ylabel(unit)
-        ax.set_ylim(bottom=0)
-        ax.set_title(
-            {"matmul": "1024x1024 matmul", "mlp": "MLP training step", "tiny": "Linear(100,100), batch 4"}.get(wl, wl)
-        )
+        ax.set_ylabel("speedup over 1 thread (x)")
+        ax.set_ylim(0, max(float(np.nanmax(sub["speedup_ci_high"].fillna(sub["speedup"]))), ncpu or 1) * 1.15)
+        ax.set_title(f"{names.get(wl, wl)}\n({_baseline_text(sub, unit)} at 1 thread)", fontsize=10)
         ax.legend(loc="lower right", fontsize=8)
     fig.suptitle("Intra-op threads", fontsize=11)
-    _ci_note(fig)
+    _speedup_note(fig)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     return fig
 

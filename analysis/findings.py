@@ -59,8 +59,8 @@ def gil_findings(summary: pd.DataFrame, host: dict) -> list[str]:
         lo = r["speedup_ci_low"] if np.isfinite(r["speedup_ci_low"]) else r["speedup"]
         if hi < 0.85:
             s = (
-                f"Threads running pure-Python bytecode were slower than sequential ({r['speedup']:.2f}x): "
-                "besides serialising the bytecode, the threads spend time handing the GIL to each other"
+                f"Threads running pure-Python bytecode were slower than sequential ({r['speedup']:.2f}x), "
+                "as they also spend time handing the GIL to each other"
             )
         elif hi <= 1.15:
             s = f"As the GIL predicts, threads running pure-Python bytecode gave no gain ({r['speedup']:.2f}x)"
@@ -72,8 +72,8 @@ def gil_findings(summary: pd.DataFrame, host: dict) -> list[str]:
         else:
             s = f"Threads running pure-Python bytecode gave {r['speedup']:.2f}x, not clearly different from 1x"
         out.append(
-            s + ": the GIL lets one thread execute bytecode at a time. "
-            "Sleeping releases the GIL, so I/O-bound threads overlap."
+            s + ". The GIL lets one thread execute bytecode at a time; "
+            "sleeping releases it, so I/O-bound threads overlap."
         )
     return out
 
@@ -107,10 +107,11 @@ def multiprocessing_findings(summary: pd.DataFrame, host: dict) -> list[str]:
     ok = summary[summary["median"].notna()]
     if ok.empty:
         return out
-    best = ok.loc[ok["median"].idxmax()]
+    best = ok[ok["best"].astype(bool)].iloc[0] if ok["best"].astype(bool).any() else ok.loc[ok["median"].idxmax()]
     ncpu = host.get("available_cpus")
     out.append(
-        f"Best split: {int(best['processes'])} processes x {int(best['threads'])} threads at "
+        f"Best split: {int(best['processes'])} process{'es' if best['processes'] > 1 else ''} x "
+        f"{int(best['threads'])} thread{'s' if best['threads'] > 1 else ''} at "
         f"{_num(best['median'], 'samples/s')}, {fmt_x(best)} over 1 x 1 "
         f"(parallel efficiency {best['parallel_efficiency']:.0%})."
     )
@@ -120,7 +121,7 @@ def multiprocessing_findings(summary: pd.DataFrame, host: dict) -> list[str]:
         out.append(
             f"Oversubscribed ({int(worst['processes'])} x {int(worst['threads'])} = "
             f"{int(worst['processes'] * worst['threads'])} threads on {ncpu} available CPUs): "
-            f"{_num(worst['median'], 'samples/s')}, {best['median'] / worst['median']:.1f}x slower than the best split."
+            f"{worst['speedup']:.2f}x of 1 x 1 where the best split gave {best['speedup']:.2f}x."
         )
     return out
 
@@ -136,7 +137,9 @@ def dataloader_findings(summary: pd.DataFrame, host: dict) -> list[str]:
         sub = summary[(summary["dataset"] == dataset) & summary["median"].notna()]
         if sub.empty:
             continue
-        best = sub.loc[sub["median"].idxmax()]
+        best = (
+            sub[sub["best"].astype(bool)].iloc[0] if sub["best"].astype(bool).any() else sub.loc[sub["median"].idxmax()]
+        )
         zero = _pick(sub, num_workers=0)
         s = f"{names[dataset]}: best num_workers = {int(best['num_workers'])} at {_num(best['median'], 'samples/s')}"
         if zero is not None and int(best["num_workers"]) != 0:
@@ -165,7 +168,9 @@ def intraop_findings(summary: pd.DataFrame, host: dict) -> list[str]:
         sub = summary[(summary["workload"] == workload) & summary["median"].notna()]
         if sub.empty:
             continue
-        best = sub.loc[sub["median"].idxmax()]
+        best = (
+            sub[sub["best"].astype(bool)].iloc[0] if sub["best"].astype(bool).any() else sub.loc[sub["median"].idxmax()]
+        )
         unit = "GFLOP/s" if best["metric"] == "gflop_per_s" else "samples/s"
         plural = "s" if best["threads"] > 1 else ""
         s = f"{workload}: best at {int(best['threads'])} thread{plural}, {_num(best['median'], unit)}"
@@ -195,8 +200,9 @@ def jit_findings(summary: pd.DataFrame, host: dict) -> list[str]:
                 continue
             part = f"{r['mode']} {fmt_x(r)} at steady state, first call {r['first_call_s'] * 1000:.0f} ms"
             part += f" + setup {r['setup_s'] * 1000:.0f} ms"
-            if eager is not None and np.isfinite(eager.get("latency_ms", np.nan)):
-                saved_ms = eager["latency_ms"] - r["latency_ms"]
+            if eager is not None and np.isfinite(r["speedup"]):
+                # eager latency measured interleaved in this job = latency x speedup
+                saved_ms = r["latency_ms"] * (r["speedup"] - 1)
                 upfront_ms = (r["setup_s"] + r["first_call_s"] - eager["first_call_s"]) * 1000
                 if saved_ms > 0:
                     part += f", pays off after {math.ceil(max(upfront_ms, 0) / saved_ms):,} calls"

@@ -337,3 +337,12 @@ def test_selfcheck_sampler_reads_known_load_and_costs_little():
     for r in idle:
         assert r["sampler_tree_pct"] < 5
         assert r["sampler_cpu_pct"] < 5  # measured cost, % of one CPU; the 1% goal is a fidelity check
+
+
+def test_thread_mismatch_fails_naming_both_values(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)  # a runtime that ignores the request
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 7)
+    with pytest.raises(RuntimeError, match=r"requested 3 intra-op threads but torch.get_num_threads\(\) reports 7"):
+        set_torch_threads(3)
