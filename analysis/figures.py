@@ -53,22 +53,6 @@ def _ci_note(fig: Figure, extra: str = "") -> None:
     )
 
 
-def _line(ax, x, sub: pd.DataFrame, colour: str, label: str | None = None) -> None:
-    """Median with CI error bars; noisy points drawn hollow."""
-    ax.errorbar(x, sub["median"], yerr=_yerr(sub), color=colour, marker="o", capsize=3, label=label)
-    noisy = sub["noisy"].fillna(False).astype(bool).to_numpy()
-    if noisy.any():
-        ax.scatter(
-            np.asarray(x)[noisy],
-            sub["median"].to_numpy()[noisy],
-            s=36,
-            facecolors="white",
-            edgecolors=colour,
-            linewidths=1.5,
-            zorder=4,
-        )
-
-
 def gil_speedup(summary: pd.DataFrame, host: dict) -> Figure:
     """Speedup over sequential of threads and processes, per workload and task count."""
     workloads = [w for w in ("cpu", "io") if w in set(summary["workload"])]
