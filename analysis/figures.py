@@ -43,16 +43,6 @@ def _yerr(df: pd.DataFrame, centre: str = "median", low: str = "ci_low", high: s
     return np.vstack([lo, hi])
 
 
-def _ci_note(fig: Figure, extra: str = "") -> None:
-    fig.text(
-        0.01,
-        0.005,
-        "Error bars: 95% bootstrap CI of the median. Hollow marker: noisy point (IQR > 10% of median)." + extra,
-        fontsize=8,
-        color="#555555",
-    )
-
-
 def gil_speedup(summary: pd.DataFrame, host: dict) -> Figure:
     """Speedup over sequential of threads and processes, per workload and task count."""
     workloads = [w for w in ("cpu", "io") if w in set(summary["workload"])]
@@ -85,12 +75,11 @@ def gil_speedup(summary: pd.DataFrame, host: dict) -> Figure:
                 if np.isfinite(v):
                     ax.annotate(
                         f"{v:.2f}x",
-                        (b.get_x() + b.get_width() / 2, 0),
-                        xytext=(0, 3),
+                        (b.get_x() + b.get_width() / 2, v),
+                        xytext=(0, 12),
                         textcoords="offset points",
                         ha="center",
                         fontsize=8,
-                        color="white" if v > 0.4 else "black",
                     )
         for w_i, w in enumerate(workers):
             ax.hlines(
@@ -248,7 +237,7 @@ def multiprocessing_throughput(summary: pd.DataFrame, host: dict) -> Figure:
 
 
 def dataloader_throughput(summary: pd.DataFrame, host: dict) -> Figure:
-    """Speedup over num_workers = 0 against num_workers, one panel per dataset, best starred."""
+    """Speedup over num_workers = 0 against num_workers, one panel per dataset, best circled."""
     datasets = [d for d in ("tensor", "cpu", "io") if d in set(summary["dataset"])]
     titles = {"tensor": "in-memory TensorDataset", "cpu": "CPU-heavy __getitem__", "io": "sleeping __getitem__ (I/O)"}
     fig, axes = plt.subplots(1, len(datasets), figsize=(4.3 * len(datasets), 4.2), squeeze=False)
@@ -261,9 +250,11 @@ def dataloader_throughput(summary: pd.DataFrame, host: dict) -> Figure:
             ax.scatter(
                 [b["num_workers"]],
                 [b["speedup"]],
-                marker="*",
-                s=220,
-                color="#D55E00",
+                marker="o",
+                s=260,
+                facecolors="none",
+                edgecolors="#D55E00",
+                linewidths=2,
                 zorder=5,
                 label=f"best: num_workers={int(b['num_workers'])}",
             )
@@ -292,7 +283,9 @@ def intraop_scaling(summary: pd.DataFrame, host: dict) -> Figure:
         _speedup_line(ax, sub["threads"], sub, c, label="measured")
         if ncpu:
             ax.plot([1, ncpu], [1, ncpu], ":", color="#444444", label="ideal (linear)")
-            ax.axvline(ncpu, color="#D55E00", linestyle="--", linewidth=1, label=f"{ncpu} available CPUs")
+            ax.axvline(
+                ncpu, color="#D55E00", linestyle="--", linewidth=1, alpha=0.5, zorder=0, label=f"{ncpu} available CPUs"
+            )
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xticks(sub["threads"])
         ax.set_xlabel("intra-op threads (torch.set_num_threads)")
@@ -307,7 +300,8 @@ def intraop_scaling(summary: pd.DataFrame, host: dict) -> Figure:
 
 
 def jit_latency(summary: pd.DataFrame, host: dict) -> Figure:
-    """Steady-state latency per mode (left) and up-front cost, setup plus first call (right)."""
+    """Steady-state speedup over eager per mode (left; eager measured interleaved in the same
+    job) and up-front cost, setup plus first call (right, log scale)."""
     models = list(summary["model"].unique())
     modes = [m for m in ("eager", "script", "trace", "compile") if m in set(summary["mode"])]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4.2))
@@ -316,17 +310,12 @@ def jit_latency(summary: pd.DataFrame, host: dict) -> Figure:
     for j, mode in enumerate(modes):
         m = summary[summary["mode"] == mode].set_index("model").reindex(models)
         ok = m["status"] == "ok"
-        # latency = batch / throughput, so the throughput CI maps to a latency CI (ms per batch)
-        lat = m["latency_ms"]
-        scale = lat / m["median"]
-        lo, hi = (m["ci_high"] * scale), (m["ci_low"] * scale)
-        err = np.vstack([(lat - lo).clip(lower=0).fillna(0), (hi - lat).clip(lower=0).fillna(0)])
         pos = x + (j - (len(modes) - 1) / 2) * width
         ax1.bar(
             pos,
-            lat.where(ok, 0),
+            m["speedup"].where(ok, 0),
             width,
-            yerr=err,
+            yerr=_yerr(m, *SPEEDUP),
             capsize=3,
             color=PALETTE[j],
             label=mode,
@@ -343,14 +332,15 @@ def jit_latency(summary: pd.DataFrame, host: dict) -> Figure:
                     )
     for ax in (ax1, ax2):
         ax.set_xticks(x, models)
-    ax1.set_ylabel("steady-state latency (ms per batch)")
-    ax1.set_title("Steady state (after warm-up)")
-    ax1.legend()
+    ax1.axhline(1.0, color="black", linewidth=0.8)
+    ax1.set_ylabel("steady-state speedup over eager (x)")
+    ax1.set_title("Steady state (after warm-up), eager interleaved")
+    ax1.legend(fontsize=8)
     ax2.set_yscale("log")
     ax2.set_ylabel("setup + first call (ms, log scale)")
     ax2.set_title("Up-front cost")
     fig.suptitle("Inference: eager vs TorchScript (script, trace) vs torch.compile", fontsize=11)
-    _ci_note(fig)
+    _speedup_note(fig)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     return fig
 

@@ -95,8 +95,9 @@ def summarise(replicates: pd.DataFrame, experiment: str) -> pd.DataFrame:
         separate jobs, baseline),
         ``parallel_efficiency``, ``cpu_util_pct`` (median), ``interference_pct`` (median, % of one CPU),
         ``contended`` (any replicate whose interference exceeded 10% of one CPU),
-        ``oversubscribed``, ``best`` (highest speedup in its group: speedups are measured against
-        interleaved baselines, raw medians of separate jobs are not comparable on a drifting host)
+        ``oversubscribed``, ``best`` (in its group, the highest speedup whose 95% CI lies above 1,
+        else the baseline: speedups are measured against interleaved baselines, raw medians of
+        separate jobs are not comparable on a drifting host)
         (highest median in its group) and the medians of the spec's ``extra_medians``.
     """
     spec = SPECS[experiment]
@@ -174,9 +175,16 @@ def summarise(replicates: pd.DataFrame, experiment: str) -> pd.DataFrame:
                 speedup, (lo, hi) = ratio_of_medians, ratio_ci(vals, base_vals)
             summary.loc[idx, cols] = [float(np.median(base_vals)), ratio_of_medians, speedup, lo, hi]
     for _, grp in summary.groupby(group_keys, sort=False) if group_keys else [((), summary)]:
-        # best by speedup (interleaved with the baseline, immune to drift between jobs)
-        score = grp["speedup"] if grp["speedup"].notna().any() else grp["median"]
-        best = score.idxmax() if score.notna().any() else None
+        # best by speedup (interleaved with the baseline, immune to drift between jobs), and
+        # only where its 95% CI clears 1: otherwise nothing beat the baseline
+        is_base = pd.Series([_is_baseline(spec, r) for r in grp[keys].to_dict("records")], index=grp.index)
+        better = grp[(grp["speedup_ci_low"] > 1.0) & ~is_base]
+        if len(better):
+            best = better["speedup"].idxmax()
+        elif is_base.any():
+            best = is_base.idxmax()
+        else:
+            best = grp["median"].idxmax() if grp["median"].notna().any() else None
         summary.loc[grp.index, "best"] = [i == best for i in grp.index]
     summary["parallel_efficiency"] = [
         s / parallel_units(spec, r) if np.isfinite(s) else np.nan

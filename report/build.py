@@ -34,6 +34,8 @@ def _fmt(v, digits: int = 3) -> str:
     if isinstance(v, float):
         if abs(v) >= 1000:
             return f"{v:,.0f}"
+        if 0 < abs(v) < 0.001:
+            return "< 0.001"
         return f"{v:.{digits}g}"
     return str(v)
 
@@ -84,6 +86,7 @@ def summary_table(summary: pd.DataFrame, experiment: str) -> dict:
         f"median{'' if multi_metric else ' (' + UNITS.get(metric, metric) + ')'}",
         "IQR",
         "95% CI",
+        "baseline, same job",
         "speedup (95% CI)",
     ]
     if spec.units:
@@ -109,7 +112,7 @@ def summary_table(summary: pd.DataFrame, experiment: str) -> dict:
         sp = _fmt(r["speedup"], 3) + "x" if math.isfinite(r["speedup"]) else ""
         if math.isfinite(r.get("speedup_ci_low", float("nan"))):
             sp += f" ({r['speedup_ci_low']:.2f}-{r['speedup_ci_high']:.2f})"
-        row += [str(int(r["n"])), _fmt(r["median"]), _fmt(r["iqr"]), ci, sp]
+        row += [str(int(r["n"])), _fmt(r["median"]), _fmt(r["iqr"]), ci, _fmt(r.get("baseline_median")), sp]
         if spec.units:
             row.append(f"{r['parallel_efficiency']:.0%}" if math.isfinite(r["parallel_efficiency"]) else "")
         row += [_fmt(r[c]) for c in spec.extra_medians if c in extra]
@@ -129,7 +132,8 @@ def trust_context(fidelity: pd.DataFrame, run: dict, exps: list[dict], now_unix:
     for _, r in fidelity.iterrows():
         measured = ""
         if math.isfinite(r["measured"]):
-            measured = _fmt(r["measured"])
+            unit = "% of one CPU" if "cost" in r["check"] else "%" if "sampler" in r["check"] else "x"
+            measured = _fmt(r["measured"]) + (unit if unit == "x" else f" {unit}")
             if math.isfinite(r["ci_low"]):
                 measured += f" (95% CI {r['ci_low']:.2f}-{r['ci_high']:.2f})"
         checks.append({k: r[k] for k in ("check", "expected", "verdict", "reason")} | {"measured": measured})
@@ -143,6 +147,7 @@ def trust_context(fidelity: pd.DataFrame, run: dict, exps: list[dict], now_unix:
         "measured_share": f"{run['measured_share_pct']:.0f}%",
         "jobs": run["measurement_jobs"],
         "overhead_per_job": f"{run['overhead_per_job_s']:.1f} s",
+        "between_jobs": f"{run['measurement_phase_s'] - run['job_s']:.0f} s",
         "noisy": sum("noisy" in f for f in flags),
         "contended": sum("contended" in f for f in flags),
         "points": len(flags),
