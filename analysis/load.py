@@ -73,9 +73,30 @@ def read_metrics(path: str | Path, spec: ExperimentSpec) -> pd.DataFrame:
             i = int(np.flatnonzero(missing)[0])
             raise DataError(path, "NaN or missing where a number is required (status ok)", row=i + 1, column=col)
         df[col] = values
-    if (ok & (df["wall_s"] <= 0)).any():
-        i = int(np.flatnonzero(ok & (df["wall_s"] <= 0))[0])
-        raise DataError(path, "wall_s must be > 0", row=i + 1, column="wall_s")
+    for col in needed:
+        if col == "cpu_util_pct":
+            bad = ok & ((df[col] < 0) | (df[col] > 100))
+            rule = "must be between 0 and 100"
+        else:
+            bad = ok & (df[col] <= 0)
+            rule = "must be > 0"
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise DataError(path, f"{rule}, got {df[col].iloc[i]!r}", row=i + 1, column=col)
+    wrong = df["experiment"].astype(str) != spec.name
+    if wrong.any():
+        i = int(np.flatnonzero(wrong)[0])
+        raise DataError(
+            path, f"experiment {df['experiment'].iloc[i]!r}, expected {spec.name!r}", row=i + 1, column="experiment"
+        )
+    rep = pd.to_numeric(df["repeat"], errors="coerce")
+    bad = ~np.isfinite(rep) | (rep < 0) | (rep != np.floor(rep))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise DataError(
+            path, f"repeat must be a whole number >= 0, got {df['repeat'].iloc[i]!r}", row=i + 1, column="repeat"
+        )
+    df["repeat"] = rep.astype(int)
     return df
 
 
@@ -102,6 +123,8 @@ def load_experiment(paths: list[str | Path], experiment: str) -> pd.DataFrame:
         df = read_metrics(path, spec)
         if "role" not in df.columns:
             df["role"] = "point"
+        if not (df["role"] == "point").any():
+            raise DataError(path, "no row with role 'point' (only the interleaved baseline)", column="role")
         bad = ~df["role"].isin(("point", "baseline"))
         if bad.any():
             i = int(np.flatnonzero(bad)[0])

@@ -146,15 +146,15 @@ def sanitise_host(name: str) -> str:
     Raises:
         ValueError: if nothing usable is left.
     """
-    label = re.sub(r"[^A-Za-z0-9._-]+", "-", name.split(".")[0] if name else "").strip("-.")
+    label = re.sub(r"[^A-Za-z0-9._-]+", "-", name or "").strip("-.")
     if not label:
         raise ValueError(f"host label {name!r} has no usable characters (allowed: A-Z a-z 0-9 . _ -)")
     return label
 
 
 def default_host() -> str:
-    """The sanitised short hostname of this machine, the default host label."""
-    return sanitise_host(socket.gethostname())
+    """The sanitised short hostname of this machine (up to its first dot), the default label."""
+    return sanitise_host(socket.gethostname().split(".")[0])
 
 
 # --------------------------------------------------------------------------------------
@@ -355,6 +355,23 @@ def window_columns(win: Window) -> dict:
 # --------------------------------------------------------------------------------------
 
 
+def die_with_parent() -> None:
+    """Ask Linux to SIGTERM this process when its parent dies (``prctl(PR_SET_PDEATHSIG)``).
+
+    Called first thing in worker processes, so that killing a job (timeout, Ctrl-C, SIGTERM
+    from Snakemake) never leaves its workers running as orphans. A no-op where prctl is absent.
+    """
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        os._exit(1)
+
+
 def set_torch_threads(intra_op: int, inter_op: int | None = None) -> dict:
     """Set torch's intra-op (and optionally inter-op) thread counts and read them back.
 
@@ -493,8 +510,9 @@ def check_choice(name: str, value, allowed) -> None:
 
 
 def check_min(name: str, value, minimum) -> None:
-    """Raise ``ValueError`` if ``value < minimum``, naming the parameter and the bound."""
-    if value < minimum:
+    """Raise ``ValueError`` if ``value`` is not a finite number ``>= minimum``, naming the
+    parameter and the bound."""
+    if not math.isfinite(value) or value < minimum:
         raise ValueError(f"{name}={value!r} is out of range; it must be >= {minimum}")
 
 
@@ -612,8 +630,14 @@ def parse_overrides(params_cls, items: list[str]) -> dict:
         key, sep, text = item.partition("=")
         if not sep or key not in fields:
             raise ValueError(f"--baseline {item!r}: expected KEY=VALUE with KEY one of {sorted(fields)}")
-        tp, _ = _field_type(params_cls, fields[key])
-        out[key] = _parse_bool(text) if tp is bool else tp(text)
+        tp, choices = _field_type(params_cls, fields[key])
+        try:
+            value = _parse_bool(text) if tp is bool else tp(text)
+        except (ValueError, argparse.ArgumentTypeError):
+            raise ValueError(f"--baseline {item!r}: {key} must be of type {tp.__name__}") from None
+        if choices is not None and value not in choices:
+            raise ValueError(f"--baseline {item!r}: {key} must be one of {list(choices)}")
+        out[key] = value
     return out
 
 
@@ -675,6 +699,7 @@ def cli_main(
             "lock_acquired_unix": locked_at,
             "lock_released_unix": released_at,
             "job_end_unix": time.time(),
+            "env": {var: os.environ.get(var) for var in (*OWNED_DIRS, "OMP_NUM_THREADS", "MKL_NUM_THREADS")},
         },
     )
     write_csv(out / "metrics.csv", rows, columns)  # last: its presence means the point is complete

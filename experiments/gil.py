@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-from experiments.common import Measured, RunResult, check_min, cli_main, interleave, measure
+from experiments.common import Measured, RunResult, check_min, cli_main, die_with_parent, interleave, measure
 
 EXPERIMENT = "gil"
 
@@ -109,6 +109,7 @@ def task(params: Params, actor: str, t0: float) -> list[dict]:
 
 
 def _process_target(params: Params, actor: str, t0: float, queue) -> None:
+    die_with_parent()
     queue.put(task(params, actor, t0))
 
 

@@ -62,7 +62,9 @@ class Params:
 
 def _worker(rank: int, params: Params, barrier, q) -> None:
     try:
-        from experiments.common import set_torch_threads
+        from experiments.common import die_with_parent, set_torch_threads
+
+        die_with_parent()
         from experiments.models import classification_batch, mlp, train_step_fn
 
         info = set_torch_threads(params.threads)
@@ -76,7 +78,7 @@ def _worker(rank: int, params: Params, barrier, q) -> None:
             step(x, y)
         q.put(("ready", rank, info))
         for r in range(params.repeats):
-            barrier.wait()  # the parent releases all workers at once
+            barrier.wait(timeout=params.timeout_s)  # the parent releases all workers at once
             spans = []
             done = 0
             while done < params.steps:

@@ -21,6 +21,8 @@ from analysis.spec import SPECS
 
 SECTIONS = yaml.safe_load((Path(__file__).with_name("sections.yaml")).read_text())
 
+NUMERIC = ("measured", "ci_low", "ci_high")
+
 UNITS = {"tasks_per_s": "tasks/s", "samples_per_s": "samples/s", "gflop_per_s": "GFLOP/s"}
 
 
@@ -215,7 +217,8 @@ def build_context(host_dir: str | Path, experiments: list[str]) -> dict:
                 "figures": figures,
             }
         )
-    fidelity = pd.read_csv(host_dir / "fidelity.csv")
+    # keep the verdict "n/a" as text (pandas reads it as NaN by default)
+    fidelity = pd.read_csv(host_dir / "fidelity.csv", keep_default_na=False, na_values={c: [""] for c in NUMERIC})
     run = json.loads((host_dir / "run.json").read_text())
     now = dt.datetime.now(dt.UTC)
     return {

@@ -15,7 +15,9 @@ TEMPLATES = Path(__file__).with_name("templates")
 
 
 def _md_cell(value) -> str:
-    return str(value).replace("|", "\\|").replace("\n", " ")
+    """Text from data, made inert in Markdown: no raw HTML, no table breaks, one line."""
+    text = str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return text.replace("|", "\\|").replace("\r", " ").replace("\n", " ")
 
 
 def environment() -> Environment:

@@ -284,3 +284,22 @@ def test_paired_speedup_survives_drift(tmp_path):
     s = summarise(load_experiment([p], "gil"), "gil").iloc[0]
     assert s["speedup"] == pytest.approx(2.0)
     assert s["speedup_ratio_of_medians"] == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize(
+    "row, expected",
+    [
+        ("h,gil,cpu,threads,2,0,ok,1,50,0", "column 'tasks_per_s': must be > 0"),
+        ("h,gil,cpu,threads,2,0,ok,1,50,-2", "column 'tasks_per_s': must be > 0"),
+        ("h,gil,cpu,threads,2,0,ok,1,250,2", "column 'cpu_util_pct': must be between 0 and 100"),
+        ("h,gil,cpu,threads,2,x,ok,1,50,2", "column 'repeat': repeat must be a whole number"),
+        ("h,jit,cpu,threads,2,0,ok,1,50,2", "column 'experiment'"),
+    ],
+)
+def test_implausible_values_are_refused(tmp_path, row, expected):
+    path = tmp_path / "metrics.csv"
+    path.write_text(
+        "host,experiment,workload,mode,workers,repeat,status,wall_s,cpu_util_pct,tasks_per_s\n" + row + "\n"
+    )
+    with pytest.raises(DataError, match=expected):
+        load_experiment([path], "gil")

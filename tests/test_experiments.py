@@ -346,3 +346,51 @@ def test_thread_mismatch_fails_naming_both_values(monkeypatch):
     monkeypatch.setattr(torch, "get_num_threads", lambda: 7)
     with pytest.raises(RuntimeError, match=r"requested 3 intra-op threads but torch.get_num_threads\(\) reports 7"):
         set_torch_threads(3)
+
+
+def test_baseline_override_is_validated_and_nan_refused():
+    from experiments.common import parse_overrides
+
+    with pytest.raises(ValueError, match="mode must be one of"):
+        parse_overrides(gil.Params, ["mode=bogus"])
+    with pytest.raises(ValueError, match="workers must be of type int"):
+        parse_overrides(gil.Params, ["workers=abc"])
+    with pytest.raises(ValueError, match="sample_hz=nan"):
+        gil.Params(sample_hz=float("nan"))
+
+
+def test_workers_die_with_their_parent(tmp_path):
+    # a job killed mid-run must not leave its training processes behind
+    import signal
+
+    import psutil
+
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "experiments.multiprocessing",
+            "--processes",
+            "2",
+            "--steps",
+            "100000",
+            "--repeats",
+            "1",
+            "--warmup-steps",
+            "0",
+            "--out",
+            str(tmp_path / "mp"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    parent = psutil.Process(proc.pid)
+    deadline = time.time() + 60
+    while len(parent.children(recursive=True)) < 3 and time.time() < deadline:  # 2 workers + sampler
+        time.sleep(0.2)
+    children = parent.children(recursive=True)
+    assert len(children) >= 2
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)
+    gone, alive = psutil.wait_procs(children, timeout=15)
+    assert not alive, [p.cmdline() for p in alive]

@@ -158,3 +158,13 @@ def test_report_escapes_markup_from_data(host_dir):
     assert "<script>alert(1)</script>" not in text
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
     assert "Test &lt;b&gt;CPU&lt;/b&gt; &amp; co" in text
+
+
+def test_markdown_report_escapes_markup_from_data(host_dir):
+    md = host_dir / "r.md"
+    report_main(
+        ["--host-dir", str(host_dir), "--experiments", "jit", "--html", str(host_dir / "r.html"), "--md", str(md)]
+    )
+    text = md.read_text()
+    assert "<script>" not in text and "<b>" not in text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text

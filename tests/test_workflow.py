@@ -65,6 +65,11 @@ def test_every_output_exists(quick_run):
 def test_measurement_jobs_never_overlap(quick_run):
     jobs = [json.loads(p.read_text()) for p in (quick_run / "results" / "e2e").rglob("job.json")]
     assert len(jobs) >= 20
+    for j in jobs:  # every job wrote its temporary files and caches inside the pipeline's directory
+        for var, path in j["env"].items():
+            if var.endswith("_NUM_THREADS"):
+                continue
+            assert path and ".snakemake/lab" in path, (var, path)
     by_lock = sorted(jobs, key=lambda j: j["lock_acquired_unix"])
     for a, b in zip(by_lock, by_lock[1:]):
         assert b["lock_acquired_unix"] >= a["lock_released_unix"], (a["params"], b["params"])
