@@ -61,10 +61,14 @@ def point_args(wildcards):
         elif isinstance(value, dict):
             value = value[first]
         args[key] = value
-    text = " ".join(f"--{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in args.items())
+    text = " ".join(
+        f"--{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in args.items()
+    )
     # The group's baseline is measured in the same job, interleaved with the point.
     if any(str(point.get(k)) != str(v) for k, v in spec.baseline.items()):
-        text += " --baseline " + " ".join(shlex.quote(f"{k}={v}") for k, v in spec.baseline.items())
+        text += " --baseline " + " ".join(
+            shlex.quote(f"{k}={v}") for k, v in spec.baseline.items()
+        )
     return text
 
 
@@ -115,7 +119,9 @@ def fidelity_inputs(wildcards):
 
 
 def fidelity_args(wildcards, input):
-    return " ".join(f"--{exp} {input[exp]}" for exp in ("gil", "intraop") if exp in input.keys())
+    return " ".join(
+        f"--{exp} {input[exp]}" for exp in ("gil", "intraop") if exp in input.keys()
+    )
 
 
 def job_files(wildcards):

@@ -25,13 +25,13 @@ rule fidelity:
         unpack(fidelity_inputs),
     output:
         "results/{host}/fidelity.csv",
-    params:
-        summaries=fidelity_args,
-        sample_hz=config["sample_hz"],
     log:
         "logs/{host}/fidelity.log",
     conda:
         "../environment.yml"
+    params:
+        summaries=fidelity_args,
+        sample_hz=config["sample_hz"],
     shell:
         "python -m analysis fidelity --host-json {input.host} {params.summaries}"
         " --selfcheck {input.selfcheck} --sample-hz {params.sample_hz} --out {output} > {log} 2>&1"

@@ -28,14 +28,14 @@ rule selfcheck:
         job="results/{host}/selfcheck/job.json",
     log:
         "logs/{host}/selfcheck.log",
-    params:
-        args=selfcheck_args,
-        lock=MEASURE_LOCK,
+    conda:
+        "../environment.yml"
     threads: workflow.cores
     resources:
         measure=1,
-    conda:
-        "../environment.yml"
+    params:
+        args=selfcheck_args,
+        lock=MEASURE_LOCK,
     shell:
         "python -m experiments.selfcheck {params.args} --host {wildcards.host}"
         " --lock {params.lock} --out $(dirname {output.metrics}) > {log} 2>&1"
