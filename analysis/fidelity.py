@@ -47,6 +47,19 @@ def _row(check, expected, measured, ok, reason_ok, reason_warn, ci=(np.nan, np.n
     }
 
 
+def _capacity_reason(r, s: float | None, n: int, generic: str) -> str:
+    """Why a scaling check warned, from the point's own CPU utilisation: if the CPUs were busy
+    but the work did not go faster, each CPU delivered only part of a core."""
+    util = r.get("cpu_util_pct") if r is not None else None
+    if s is not None and util is not None and np.isfinite(util) and util >= 70 and n > 1:
+        per_cpu = 100.0 * s / n
+        return (
+            f"the CPUs were {util:.0f}% busy yet the work ran only {s:.2f}x faster: each of the {n} CPUs "
+            f"delivered about {per_cpu:.0f}% of a full core (SMT siblings, host throttling or steal)"
+        )
+    return generic
+
+
 def _speedup(summary: pd.DataFrame | None, **where):
     if summary is None:
         return None
@@ -112,7 +125,9 @@ def checks(
                 s,
                 s is not None and s >= need,
                 "each process has its own interpreter and GIL",
-                "processes did not use the available CPUs: contention, or fewer real cores than reported",
+                _capacity_reason(
+                    r, s, min(n, ncpu), "processes did not use the available CPUs: contention, or fewer real cores"
+                ),
                 ci(r) if r is not None else (np.nan,) * 2,
             )
         )
@@ -125,7 +140,9 @@ def checks(
             s,
             s is not None and s >= 0.75 * ncpu,
             "dense matmul splits evenly over cores",
-            "matmul did not scale with cores: shared physical cores (SMT siblings), memory bandwidth, or a CPU quota",
+            _capacity_reason(
+                r, s, ncpu, "matmul did not scale with cores: SMT siblings, memory bandwidth, or a CPU quota"
+            ),
             ci(r) if r is not None else (np.nan,) * 2,
         )
     )

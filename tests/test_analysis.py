@@ -303,3 +303,28 @@ def test_implausible_values_are_refused(tmp_path, row, expected):
     )
     with pytest.raises(DataError, match=expected):
         load_experiment([path], "gil")
+
+
+def test_fidelity_explains_a_capacity_shortfall_from_utilisation():
+    from analysis.fidelity import checks
+
+    gil = pd.DataFrame(
+        [
+            {
+                "workload": "cpu",
+                "mode": "processes",
+                "workers": 2,
+                "speedup": 0.93,
+                "speedup_ci_low": 0.9,
+                "speedup_ci_high": 1.0,
+                "cpu_util_pct": 75.0,
+            }
+        ]
+    )
+    row = (
+        checks(gil, None, None, ncpu=2, sample_hz=10)
+        .set_index("check")
+        .loc["CPU-bound Python: 2 processes over sequential"]
+    )
+    assert row["verdict"] == "warn"
+    assert "75% busy" in row["reason"] and "about 46% of a full core" in row["reason"]
