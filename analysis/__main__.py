@@ -28,6 +28,13 @@ def _write_csv(df: pd.DataFrame, path: Path) -> None:
     tmp.replace(path)
 
 
+def _write_json(obj, path: Path) -> None:
+    """Write ``obj`` as JSON atomically, NaN and infinities as null."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(_finite(obj), indent=2, allow_nan=False))
+    tmp.replace(path)
+
+
 def _finite(obj):
     """NaN and infinities become null: JSON has no NaN."""
     if isinstance(obj, dict):
@@ -54,9 +61,7 @@ def cmd_summarise(args) -> int:
     _write_csv(reps, out / "replicates.csv")
     _write_csv(summary, out / "summary.csv")
     result = findings(args.experiment, summary, host)
-    tmp = out / ".findings.json.tmp"
-    tmp.write_text(json.dumps(_finite(result), indent=2, allow_nan=False))
-    tmp.replace(out / "findings.json")
+    _write_json(result, out / "findings.json")
     for line in result["findings"]:
         print(line, file=sys.stderr)
     return 0
@@ -98,10 +103,7 @@ def cmd_runinfo(args) -> int:
     host = json.loads(Path(args.host_json).read_text())
     jobs = [json.loads(Path(p).read_text()) for p in args.jobs]
     metrics = [pd.read_csv(Path(p).with_name("metrics.csv")) for p in args.jobs]
-    out = Path(args.out)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(json.dumps(_finite(run_timing(jobs, metrics, host)), indent=2, allow_nan=False))
-    tmp.replace(out)
+    _write_json(run_timing(jobs, metrics, host), Path(args.out))
     return 0
 
 

@@ -33,6 +33,12 @@ def _num(v: float, unit: str) -> str:
     return f"{v:.3g} {unit}"
 
 
+def _best(summary: pd.DataFrame) -> pd.Series:
+    """The row flagged ``best`` (see :func:`analysis.stats.summarise`), else the highest median."""
+    flagged = summary[summary["best"].astype(bool)]
+    return flagged.iloc[0] if len(flagged) else summary.loc[summary["median"].idxmax()]
+
+
 def _pick(summary: pd.DataFrame, **where) -> pd.Series | None:
     m = pd.Series(True, index=summary.index)
     for k, v in where.items():
@@ -107,7 +113,7 @@ def multiprocessing_findings(summary: pd.DataFrame, host: dict) -> list[str]:
     ok = summary[summary["median"].notna()]
     if ok.empty:
         return out
-    best = ok[ok["best"].astype(bool)].iloc[0] if ok["best"].astype(bool).any() else ok.loc[ok["median"].idxmax()]
+    best = _best(ok)
     ncpu = host.get("available_cpus")
     out.append(
         f"Best split: {int(best['processes'])} process{'es' if best['processes'] > 1 else ''} x "
@@ -137,9 +143,7 @@ def dataloader_findings(summary: pd.DataFrame, host: dict) -> list[str]:
         sub = summary[(summary["dataset"] == dataset) & summary["median"].notna()]
         if sub.empty:
             continue
-        best = (
-            sub[sub["best"].astype(bool)].iloc[0] if sub["best"].astype(bool).any() else sub.loc[sub["median"].idxmax()]
-        )
+        best = _best(sub)
         zero = _pick(sub, num_workers=0)
         s = f"{names[dataset]}: best num_workers = {int(best['num_workers'])} at {_num(best['median'], 'samples/s')}"
         if zero is not None and int(best["num_workers"]) != 0:
@@ -168,9 +172,7 @@ def intraop_findings(summary: pd.DataFrame, host: dict) -> list[str]:
         sub = summary[(summary["workload"] == workload) & summary["median"].notna()]
         if sub.empty:
             continue
-        best = (
-            sub[sub["best"].astype(bool)].iloc[0] if sub["best"].astype(bool).any() else sub.loc[sub["median"].idxmax()]
-        )
+        best = _best(sub)
         unit = "GFLOP/s" if best["metric"] == "gflop_per_s" else "samples/s"
         plural = "s" if best["threads"] > 1 else ""
         s = f"{workload}: best at {int(best['threads'])} thread{plural}, {_num(best['median'], unit)}"

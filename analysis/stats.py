@@ -147,11 +147,12 @@ def summarise(replicates: pd.DataFrame, experiment: str) -> pd.DataFrame:
         row["_ratios"] = (paired["value"] / paired["value_base"]).to_numpy(dtype=float)
         rows.append(row)
     summary = pd.DataFrame(rows)
+    summary["_is_base"] = [_is_baseline(spec, r) for r in summary[keys].to_dict("records")]
     group_keys = list(spec.group)
     groups = summary.groupby(group_keys, sort=False) if group_keys else [((), summary)]
     for _, grp in groups:
-        is_base = [_is_baseline(spec, r) for r in grp[keys].to_dict("records")]
-        base = grp[is_base]
+        is_base = grp["_is_base"].tolist()
+        base = grp[grp["_is_base"]]
         group_base_vals = base["_values"].iloc[0] if len(base) else np.array([])
         for (idx, r), itself in zip(grp.iterrows(), is_base):
             vals = r["_values"]
@@ -177,7 +178,7 @@ def summarise(replicates: pd.DataFrame, experiment: str) -> pd.DataFrame:
     for _, grp in summary.groupby(group_keys, sort=False) if group_keys else [((), summary)]:
         # best by speedup (interleaved with the baseline, immune to drift between jobs), and
         # only where its 95% CI clears 1: otherwise nothing beat the baseline
-        is_base = pd.Series([_is_baseline(spec, r) for r in grp[keys].to_dict("records")], index=grp.index)
+        is_base = grp["_is_base"]
         better = grp[(grp["speedup_ci_low"] > 1.0) & ~is_base]
         if len(better):
             best = better["speedup"].idxmax()
@@ -192,4 +193,4 @@ def summarise(replicates: pd.DataFrame, experiment: str) -> pd.DataFrame:
     ]
     summary["best"] = summary["best"].astype(bool)
     summary.insert(0, "experiment", experiment)
-    return summary.drop(columns=["_values", "_base_values", "_ratios"])
+    return summary.drop(columns=["_values", "_base_values", "_ratios", "_is_base"])
