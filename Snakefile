@@ -12,8 +12,9 @@
 #       ... samples.csv (CPU samples), spans.csv (work spans), job.json (job timing)
 #   results/<host>/<experiment>/{replicates,summary,spans,samples}.csv, findings.json
 #   results/<host>/fidelity.csv                               measured ratios against theory
-#   results/<host>/run.json                                   run duration, share measured
+#   results/<host>/run.json, jobs.csv                         run duration, share measured; job schedule
 #   results/<host>/figures/<figure>.png
+#   results/<host>/traces/<experiment>.json, traces/jobs.json Chrome trace events (Perfetto)
 #   results/<host>/report.html, results/<host>/report.md
 #   logs/<host>/...                                           one log per job
 from snakemake.utils import min_version, validate
@@ -35,6 +36,7 @@ wildcard_constraints:
     experiment="|".join(SPECS),
     point=r"[^/~]+~[^/~]+(/[^/~]+~[^/~]+)*",
     figure="|".join(FIGURES),
+    trace="|".join([*TIMELINES, "jobs"]),
 
 
 include: "experiments/rules.smk"

@@ -10,7 +10,7 @@ from snakemake.utils import Paramspace
 
 sys.path.insert(0, workflow.basedir)
 
-from analysis.spec import FIGURES, SPECS
+from analysis.spec import FIGURES, HOST_FIGURES, SPECS, TIMELINES
 from experiments.common import (
     available_cpus,
     default_host,
@@ -92,18 +92,23 @@ def analysis_inputs(wildcards):
 
 def figure_inputs(wildcards):
     exp = FIGURES[wildcards.figure]
-    base = f"results/{wildcards.host}/{exp}"
+    host = f"results/{wildcards.host}"
+    if exp is None:  # a figure of the whole run
+        return {"jobs": f"{host}/jobs.csv", "host": f"{host}/host.json"}
     return {
-        "summary": f"{base}/summary.csv",
-        "replicates": f"{base}/replicates.csv",
-        "spans": f"{base}/spans.csv",
-        "samples": f"{base}/samples.csv",
-        "host": f"results/{wildcards.host}/host.json",
+        "summary": f"{host}/{exp}/summary.csv",
+        "spans": f"{host}/{exp}/spans.csv",
+        "samples": f"{host}/{exp}/samples.csv",
+        "host": f"{host}/host.json",
     }
 
 
-def figure_experiment(wildcards):
-    return FIGURES[wildcards.figure]
+def trace_inputs(wildcards):
+    host = f"results/{wildcards.host}"
+    if wildcards.trace == "jobs":
+        return {"jobs": f"{host}/jobs.csv"}
+    exp = wildcards.trace
+    return {"spans": f"{host}/{exp}/spans.csv", "samples": f"{host}/{exp}/samples.csv"}
 
 
 def fidelity_inputs(wildcards):
@@ -140,7 +145,8 @@ def report_inputs(wildcards):
         "run": f"results/{host}/run.json",
         "summaries": [],
         "findings": [],
-        "figures": [],
+        "figures": [f"results/{host}/figures/{fig}.png" for fig in HOST_FIGURES],
+        "traces": [f"results/{host}/traces/jobs.json"],
     }
     for exp in EXPERIMENTS:
         files["summaries"].append(f"results/{host}/{exp}/summary.csv")
@@ -148,6 +154,8 @@ def report_inputs(wildcards):
         files["figures"] += [
             f"results/{host}/figures/{fig}.png" for fig in SPECS[exp].figures
         ]
+        if exp in TIMELINES:
+            files["traces"].append(f"results/{host}/traces/{exp}.json")
     return files
 
 

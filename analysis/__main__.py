@@ -2,7 +2,9 @@
 
 ``summarise --experiment E --out-dir D [--host-json H] METRICS...`` validates every point's
 metrics.csv and writes D/replicates.csv, D/summary.csv, D/spans.csv, D/samples.csv and
-D/findings.json. ``figure NAME --experiment-dir D --host-json H --out F.png`` draws one figure.
+D/findings.json. ``figure NAME --host-dir results/<host> --out F.png`` draws one figure.
+``trace NAME --host-dir results/<host> --out T.json`` exports a timeline as Chrome trace JSON.
+``runinfo ... --jobs-csv J`` also writes every job's phases and measured windows.
 Invalid input exits with status 1 and a message naming file, row and column.
 """
 
@@ -18,7 +20,7 @@ import pandas as pd
 
 from analysis.findings import findings
 from analysis.load import DataError, load_experiment, load_sidecars
-from analysis.spec import FIGURES, SPECS
+from analysis.spec import FIGURES, SPECS, TIMELINES
 from analysis.stats import summarise
 
 
@@ -67,19 +69,52 @@ def cmd_summarise(args) -> int:
     return 0
 
 
+def _figure_data(name: str, host_dir: Path, experiment: str | None) -> dict:
+    """Read what figure ``name``'s drawing function asks for by parameter name."""
+    import inspect
+
+    from analysis.figures import DRAW
+
+    wanted = inspect.signature(DRAW[name]).parameters
+    files = {"jobs": host_dir / "jobs.csv"}
+    if experiment:
+        files |= {k: host_dir / experiment / f"{k}.csv" for k in ("summary", "spans", "samples", "replicates")}
+    data = {}
+    for key in wanted:
+        if key == "host":
+            data["host"] = json.loads((host_dir / "host.json").read_text())
+        elif key in files:
+            data[key] = pd.read_csv(files[key])
+        else:
+            raise TypeError(f"figure {name}: no data called {key!r}")
+    return data
+
+
 def cmd_figure(args) -> int:
     from analysis.figures import DRAW
 
-    fn, needs_spans = DRAW[args.name]
-    d = Path(args.experiment_dir)
-    summary = pd.read_csv(d / "summary.csv")
-    host = json.loads(Path(args.host_json).read_text())
-    fig = fn(pd.read_csv(d / "spans.csv"), summary, host) if needs_spans else fn(summary, host)
+    fig = DRAW[args.name](**_figure_data(args.name, Path(args.host_dir), FIGURES[args.name]))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.stem}.tmp.png")
     fig.savefig(tmp, bbox_inches="tight", metadata={"Software": None})
     tmp.replace(out)
+    return 0
+
+
+def cmd_trace(args) -> int:
+    from analysis.trace import experiment_trace, jobs_trace, validate_trace
+
+    host_dir = Path(args.host_dir)
+    if args.name == "jobs":
+        trace = jobs_trace(pd.read_csv(host_dir / "jobs.csv"), host_dir.name)
+    else:
+        d = host_dir / args.name
+        trace = experiment_trace(args.name, pd.read_csv(d / "spans.csv"), pd.read_csv(d / "samples.csv"))
+    n = validate_trace(trace)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    _write_json(trace, Path(args.out))
+    print(f"{n} trace events", file=sys.stderr)
     return 0
 
 
@@ -98,12 +133,14 @@ def cmd_fidelity(args) -> int:
 
 
 def cmd_runinfo(args) -> int:
-    from analysis.runinfo import run_timing
+    from analysis.runinfo import job_intervals, job_label, run_timing
 
     host = json.loads(Path(args.host_json).read_text())
     jobs = [json.loads(Path(p).read_text()) for p in args.jobs]
     metrics = [pd.read_csv(Path(p).with_name("metrics.csv")) for p in args.jobs]
     _write_json(run_timing(jobs, metrics, host), Path(args.out))
+    if args.jobs_csv:
+        _write_csv(job_intervals([job_label(p) for p in args.jobs], jobs, metrics), Path(args.jobs_csv))
     return 0
 
 
@@ -117,9 +154,12 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("metrics", nargs="+", help="per-point metrics.csv files")
     f = sub.add_parser("figure", help="draw one figure")
     f.add_argument("name", choices=sorted(FIGURES))
-    f.add_argument("--experiment-dir", required=True)
-    f.add_argument("--host-json", required=True)
+    f.add_argument("--host-dir", required=True, help="results/<host>")
     f.add_argument("--out", required=True)
+    t = sub.add_parser("trace", help="export a timeline as Chrome trace event JSON")
+    t.add_argument("name", choices=[*TIMELINES, "jobs"], help="an experiment with spans, or jobs (the job schedule)")
+    t.add_argument("--host-dir", required=True, help="results/<host>")
+    t.add_argument("--out", required=True)
     fi = sub.add_parser("fidelity", help="compare measured ratios with theory (fidelity.csv)")
     fi.add_argument("--host-json", required=True)
     fi.add_argument("--gil", default=None, help="gil summary.csv")
@@ -130,9 +170,16 @@ def main(argv: list[str] | None = None) -> int:
     ri = sub.add_parser("runinfo", help="run duration and share inside measured windows (run.json)")
     ri.add_argument("--host-json", required=True)
     ri.add_argument("--out", required=True)
+    ri.add_argument("--jobs-csv", default=None, help="also write every job's phases and windows (jobs.csv)")
     ri.add_argument("jobs", nargs="+", help="job.json of every measurement job")
     args = p.parse_args(argv)
-    commands = {"summarise": cmd_summarise, "figure": cmd_figure, "fidelity": cmd_fidelity, "runinfo": cmd_runinfo}
+    commands = {
+        "summarise": cmd_summarise,
+        "figure": cmd_figure,
+        "trace": cmd_trace,
+        "fidelity": cmd_fidelity,
+        "runinfo": cmd_runinfo,
+    }
     try:
         return commands[args.cmd](args)
     except DataError as exc:

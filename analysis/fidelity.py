@@ -10,7 +10,8 @@ Each check compares a measured quantity with the range theory allows and gives a
   available CPUs (dense matmul is compute-bound and splits evenly);
 * the sampler's reading of one busy-looping process: within 10 percentage points of
   100 / available CPUs %;
-* the sampler's own cost: under 1% of one CPU at its configured rate.
+* the sampler's own cost: under 1 ms of CPU per sample, which is 1% of one CPU at the default
+  10 Hz (the goal) and scales with the configured rate (e.g. 4% at 40 Hz).
 
 Ratios are the speedups of :mod:`analysis.stats`: medians of per-round paired ratios of a
 point and its baseline measured interleaved in the same job. The sampler's cost is its own
@@ -21,6 +22,9 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
+#: CPU time the sampler may spend per sample (ms): 1% of one CPU at 10 samples/s.
+SAMPLE_BUDGET_MS = 1.0
 
 COLUMNS = ["check", "expected", "measured", "ci_low", "ci_high", "verdict", "reason"]
 
@@ -164,9 +168,9 @@ def checks(
     rows.append(
         _row(
             f"sampler's own cost at {sample_hz:g} Hz",
-            "< 1% of one CPU",
+            f"< {sample_hz * SAMPLE_BUDGET_MS / 10:g}% of one CPU ({SAMPLE_BUDGET_MS:g} ms per sample)",
             cost,
-            cost is not None and cost < 1.0,
+            cost is not None and cost < sample_hz * SAMPLE_BUDGET_MS / 10,
             "sampling does not perturb the measurements",
             "the sampler itself uses a noticeable share of a CPU",
         )

@@ -18,6 +18,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from analysis import timelines  # noqa: E402
+
 # Okabe-Ito colour-blind-safe palette.
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
 MODE_COLOURS = {"sequential": "#999999", "threads": "#0072B2", "processes": "#E69F00"}
@@ -107,55 +109,6 @@ def gil_speedup(summary: pd.DataFrame, host: dict) -> Figure:
         color="#555555",
     )
     fig.tight_layout(rect=(0, 0.03, 1, 1))
-    return fig
-
-
-def gil_timeline(spans: pd.DataFrame, summary: pd.DataFrame, host: dict) -> Figure:
-    """Gantt chart of the CPU-bound tasks' work spans (repeat 0, fewest tasks), one panel per
-    mode; each bar is one chunk of work coloured by the share of it spent on a CPU."""
-    if "role" in spans:
-        spans = spans[spans["role"] == "point"]  # baseline windows measured inside a job
-    sub = spans[(spans["workload"] == "cpu") & (spans["repeat"] == 0)] if len(spans) else spans
-    if sub.empty:
-        sub = spans[spans["repeat"] == 0]
-    workers = sorted(sub["workers"].unique())[0]
-    sub = sub[sub["workers"] == workers]
-    modes = [m for m in ("sequential", "threads", "processes") if m in set(sub["mode"])]
-    t_max = sub["end_s"].max()
-    cmap = plt.get_cmap("viridis")
-    heights = [max(1, sub[sub["mode"] == m]["actor"].nunique()) for m in modes]
-    fig, axes = plt.subplots(
-        len(modes),
-        1,
-        figsize=(9, 1.1 + 0.55 * sum(heights) + 0.5 * len(modes)),
-        sharex=True,
-        squeeze=False,
-        gridspec_kw={"height_ratios": heights},
-    )
-    for ax, mode in zip(axes[:, 0], modes):
-        m = sub[sub["mode"] == mode]
-        actors = sorted(m["actor"].unique())
-        for i, actor in enumerate(actors):
-            a = m[m["actor"] == actor]
-            dur = (a["end_s"] - a["start_s"]).to_numpy()
-            share = np.clip(a["cpu_s"].to_numpy() / np.where(dur > 0, dur, np.nan), 0, 1)
-            ax.broken_barh(
-                list(zip(a["start_s"], dur)),
-                (i - 0.4, 0.8),
-                facecolors=cmap(np.nan_to_num(share)),
-                edgecolor="white",
-                linewidth=0.3,
-            )
-        ax.set_yticks(range(len(actors)), actors)
-        ax.set_ylim(-0.6, len(actors) - 0.4)
-        wall = m["end_s"].max()
-        ax.set_title(f"{mode}: {workers} tasks finished in {wall:.2f} s", loc="left", fontsize=10)
-        ax.grid(axis="y", visible=False)
-    axes[-1, 0].set_xlabel("time since start of measured window (s)")
-    axes[-1, 0].set_xlim(0, t_max * 1.02)
-    sm = plt.cm.ScalarMappable(cmap=cmap, norm=plt.Normalize(0, 100))
-    fig.colorbar(sm, ax=axes[:, 0].tolist(), label="on-CPU share of span (%)", fraction=0.04, pad=0.02)
-    fig.suptitle("GIL timeline: CPU-bound counting loop, work spans per thread or process", fontsize=11)
     return fig
 
 
@@ -345,12 +298,71 @@ def jit_latency(summary: pd.DataFrame, host: dict) -> Figure:
     return fig
 
 
-#: figure name -> (function, needs spans)
+def dataloader_stall(summary: pd.DataFrame, host: dict) -> Figure:
+    """Data-stall share (time the training loop waited inside ``next(iterator)``, % of the
+    epoch's wall time) against num_workers, one line per dataset, with 95% bootstrap CIs."""
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    titles = {"tensor": "in-memory TensorDataset", "cpu": "CPU-heavy __getitem__", "io": "sleeping __getitem__ (I/O)"}
+    for ds, c, marker in zip(("tensor", "cpu", "io"), PALETTE, ("o", "s", "^")):
+        sub = summary[(summary["dataset"] == ds) & (summary["status"] == "ok")].sort_values("num_workers")
+        if not len(sub):
+            continue
+        ax.errorbar(
+            sub["num_workers"],
+            sub["data_stall_pct"],
+            yerr=_yerr(sub, "data_stall_pct", "data_stall_pct_ci_low", "data_stall_pct_ci_high"),
+            color=c,
+            marker=marker,
+            capsize=3,
+            label=titles[ds],
+        )
+    ax.set_xticks(sorted(summary["num_workers"].unique()))
+    ax.set_xlabel("num_workers")
+    ax.set_ylabel("data stall (% of epoch wall time)")
+    ax.set_ylim(0, 105)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9)
+    ax.set_title(
+        f"DataLoader: share of the epoch the training loop waited for data\n"
+        f"({host.get('available_cpus', '?')} available CPUs; lower is better)",
+        fontsize=10,
+    )
+    fig.text(
+        0.01, 0.005, "Median over epochs; error bars: 95% bootstrap CI of the median.", fontsize=7.5, color="#555555"
+    )
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    return fig
+
+
+def _timeline(experiment: str):
+    def draw(spans: pd.DataFrame, samples: pd.DataFrame, summary: pd.DataFrame, host: dict) -> Figure:
+        return timelines.timeline(experiment, spans, samples, summary, host)
+
+    draw.__doc__ = timelines.timeline.__doc__
+    return draw
+
+
+def _cores(experiment: str):
+    def draw(samples: pd.DataFrame, summary: pd.DataFrame, host: dict) -> Figure:
+        return timelines.core_heatmap(experiment, samples, summary, host)
+
+    draw.__doc__ = timelines.core_heatmap.__doc__
+    return draw
+
+
+#: figure name -> drawing function. Its parameter names say what it reads: ``summary``,
+#: ``spans``, ``samples`` (the experiment's CSVs), ``jobs`` (``jobs.csv``), ``host`` (host.json).
 DRAW = {
-    "gil_speedup": (gil_speedup, False),
-    "gil_timeline": (gil_timeline, True),
-    "multiprocessing_throughput": (multiprocessing_throughput, False),
-    "dataloader_throughput": (dataloader_throughput, False),
-    "intraop_scaling": (intraop_scaling, False),
-    "jit_latency": (jit_latency, False),
+    "gil_speedup": gil_speedup,
+    "gil_timeline": _timeline("gil"),
+    "gil_cores": _cores("gil"),
+    "multiprocessing_throughput": multiprocessing_throughput,
+    "multiprocessing_timeline": _timeline("multiprocessing"),
+    "multiprocessing_cores": _cores("multiprocessing"),
+    "dataloader_throughput": dataloader_throughput,
+    "dataloader_stall": dataloader_stall,
+    "dataloader_timeline": _timeline("dataloader"),
+    "dataloader_cores": _cores("dataloader"),
+    "intraop_scaling": intraop_scaling,
+    "jit_latency": jit_latency,
+    "job_schedule": timelines.job_schedule,
 }

@@ -1,5 +1,5 @@
 # Analysis rules: per experiment, load and validate every point's CSVs and summarise them;
-# per figure, draw it. These jobs may run in parallel with each other.
+# per figure, draw it; per timeline, export a Chrome trace. These jobs may run in parallel with each other.
 
 
 rule analyse:
@@ -42,13 +42,15 @@ rule run_info:
         host="results/{host}/host.json",
         jobs=job_files,
     output:
-        "results/{host}/run.json",
+        run="results/{host}/run.json",
+        jobs="results/{host}/jobs.csv",
     log:
         "logs/{host}/run_info.log",
     conda:
         "../environment.yml"
     shell:
-        "python -m analysis runinfo --host-json {input.host} --out {output} {input.jobs} > {log} 2>&1"
+        "python -m analysis runinfo --host-json {input.host} --out {output.run} --jobs-csv {output.jobs}"
+        " {input.jobs} > {log} 2>&1"
 
 
 rule figure:
@@ -64,8 +66,20 @@ rule figure:
         "logs/{host}/figures/{figure}.log",
     conda:
         "../environment.yml"
-    params:
-        experiment=figure_experiment,
     shell:
-        "python -m analysis figure {wildcards.figure} --experiment-dir results/{wildcards.host}/{params.experiment}"
-        " --host-json {input.host} --out {output} > {log} 2>&1"
+        "python -m analysis figure {wildcards.figure} --host-dir results/{wildcards.host}"
+        " --out {output} > {log} 2>&1"
+
+
+rule trace:
+    input:
+        unpack(trace_inputs),
+    output:
+        "results/{host}/traces/{trace}.json",
+    log:
+        "logs/{host}/traces/{trace}.log",
+    conda:
+        "../environment.yml"
+    shell:
+        "python -m analysis trace {wildcards.trace} --host-dir results/{wildcards.host}"
+        " --out {output} > {log} 2>&1"

@@ -1,11 +1,14 @@
-"""How long the run took and what share of it was spent inside measured windows.
+"""How long the run took, what share of it was spent inside measured windows, and when.
 
 Input: every measurement job's ``job.json`` (start and end, Unix time) and every metrics row
 (``wall_s`` of each measured window). The rest of the measurement phase is pipeline overhead:
-process start-up, torch import, set-up and warm-up, scheduling.
+process start-up, torch import, set-up and warm-up, scheduling. :func:`job_intervals` lays the
+jobs out in time for the job-schedule Gantt chart and its trace.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -43,3 +46,53 @@ def run_timing(jobs: list[dict], metrics: list[pd.DataFrame], host: dict) -> dic
         "measurement_jobs": len(jobs),
         "overhead_per_job_s": (job_s - measured) / len(jobs),
     }
+
+
+#: Columns of ``jobs.csv`` (:func:`job_intervals`).
+JOB_COLUMNS = ["job", "experiment", "phase", "start_unix", "end_unix"]
+
+
+def job_label(job_json_path: str) -> str:
+    """``<experiment> key=value ...`` from ``results/<host>/<experiment>/<k>~<v>/.../job.json``."""
+    parts = list(Path(job_json_path).parent.parts)
+    keyed = [p.replace("~", "=") for p in parts if "~" in p]
+    head = [p for p in parts if "~" not in p]
+    return " ".join([head[-1], *keyed]) if head else " ".join(keyed)
+
+
+def job_intervals(labels: list[str], jobs: list[dict], metrics: list[pd.DataFrame]) -> pd.DataFrame:
+    """Each measurement job's phases and measured windows as time intervals (tidy, long format).
+
+    Phases of one job, in order (Unix time s, from ``job.json``):
+    ``startup`` (``job_start_unix`` to the lock request: argument parsing; torch is imported
+    later, by the experiment),
+    ``lock_wait`` (``lock_wait_s`` before ``lock_acquired_unix``), ``run`` (``lock_acquired_unix``
+    to ``lock_released_unix``: torch import, set-up, warm-up and every window), ``write`` (to
+    ``job_end_unix``); then one ``window`` row per metrics row with ``window_start_unix`` and
+    ``window_end_unix`` (inside ``run``).
+
+    Returns:
+        DataFrame with :data:`JOB_COLUMNS`, one row per interval, ordered by job start.
+
+    Raises:
+        ValueError: if the three lists differ in length.
+    """
+    if not (len(labels) == len(jobs) == len(metrics)):
+        raise ValueError(f"{len(labels)} labels, {len(jobs)} jobs and {len(metrics)} metrics tables: need one each")
+    rows = []
+    for label, j, m in sorted(zip(labels, jobs, metrics), key=lambda x: x[1]["job_start_unix"]):
+        acquired = j.get("lock_acquired_unix", j["job_start_unix"])
+        released = j.get("lock_released_unix", j["job_end_unix"])
+        requested = acquired - float(j.get("lock_wait_s", 0.0) or 0.0)
+        for phase, a, b in (
+            ("startup", j["job_start_unix"], requested),
+            ("lock_wait", requested, acquired),
+            ("run", acquired, released),
+            ("write", released, j["job_end_unix"]),
+        ):
+            if b > a:
+                rows.append((label, j["experiment"], phase, a, b))
+        if {"window_start_unix", "window_end_unix"} <= set(m.columns):
+            w = m[["window_start_unix", "window_end_unix"]].apply(pd.to_numeric, errors="coerce").dropna()
+            rows += [(label, j["experiment"], "window", a, b) for a, b in w.itertuples(index=False)]
+    return pd.DataFrame(rows, columns=JOB_COLUMNS)

@@ -63,7 +63,7 @@ SPECS: dict[str, ExperimentSpec] = {
         group=("workload", "workers"),
         baseline={"mode": "sequential"},
         units="workers",
-        figures=("gil_speedup", "gil_timeline"),
+        figures=("gil_speedup", "gil_timeline", "gil_cores"),
         question="Do threads speed up CPU-bound Python code? I/O-bound code? Do processes?",
     ),
     "multiprocessing": ExperimentSpec(
@@ -73,7 +73,7 @@ SPECS: dict[str, ExperimentSpec] = {
         group=(),
         baseline={"processes": 1, "threads": 1},
         units="processes*threads",
-        figures=("multiprocessing_throughput",),
+        figures=("multiprocessing_throughput", "multiprocessing_timeline", "multiprocessing_cores"),
         question="How does training throughput change with the number of processes and threads per process?",
     ),
     "dataloader": ExperimentSpec(
@@ -83,7 +83,7 @@ SPECS: dict[str, ExperimentSpec] = {
         group=("dataset",),
         baseline={"num_workers": 0},
         units=None,
-        figures=("dataloader_throughput",),
+        figures=("dataloader_throughput", "dataloader_stall", "dataloader_timeline", "dataloader_cores"),
         question="How does DataLoader num_workers change throughput for cheap, CPU-heavy and slow-to-read data?",
         extra_medians=("data_stall_pct", "first_epoch_s"),
     ),
@@ -111,8 +111,17 @@ SPECS: dict[str, ExperimentSpec] = {
     ),
 }
 
-#: Every figure name -> the experiment whose data it draws.
-FIGURES: dict[str, str] = {fig: spec.name for spec in SPECS.values() for fig in spec.figures}
+#: Experiments whose jobs record work spans: each gets a timeline, a per-core heatmap and a
+#: Chrome trace (``results/<host>/traces/<experiment>.json``).
+TIMELINES: tuple[str, ...] = ("gil", "multiprocessing", "dataloader")
+
+#: Figures of the whole run rather than of one experiment (drawn from ``jobs.csv``).
+HOST_FIGURES: tuple[str, ...] = ("job_schedule",)
+
+#: Every figure name -> the experiment whose data it draws (None: the whole run).
+FIGURES: dict[str, str | None] = {fig: spec.name for spec in SPECS.values() for fig in spec.figures} | {
+    fig: None for fig in HOST_FIGURES
+}
 
 #: The seed article's published timings (002_c724ca3a57c5b9fb: 4-core i5-4460, Python 3.5),
 #: sequential against two threads, in seconds.

@@ -98,7 +98,8 @@ def summarise(replicates: pd.DataFrame, experiment: str) -> pd.DataFrame:
         ``oversubscribed``, ``best`` (in its group, the highest speedup whose 95% CI lies above 1,
         else the baseline: speedups are measured against interleaved baselines, raw medians of
         separate jobs are not comparable on a drifting host)
-        (highest median in its group) and the medians of the spec's ``extra_medians``.
+        (highest median in its group) and the medians of the spec's ``extra_medians``, each
+        followed by ``<column>_ci_low`` and ``<column>_ci_high``, its 95% bootstrap CI.
     """
     spec = SPECS[experiment]
     keys = list(spec.keys)
@@ -134,7 +135,9 @@ def summarise(replicates: pd.DataFrame, experiment: str) -> pd.DataFrame:
             bool(grp["oversubscribed"].astype(str).eq("True").any()) if "oversubscribed" in grp else False
         )
         for col in spec.extra_medians:
-            row[col] = float(np.median(ok[col].astype(float))) if col in ok and len(ok) else np.nan
+            extra = ok[col].astype(float).dropna().to_numpy() if col in ok else np.array([])
+            row[col] = float(np.median(extra)) if len(extra) else np.nan
+            row[f"{col}_ci_low"], row[f"{col}_ci_high"] = median_ci(extra) if len(extra) else (np.nan, np.nan)
         if "worker_warning" in grp:
             warn = grp["worker_warning"].dropna().astype(str)
             row["worker_warning"] = warn.iloc[0] if len(warn) else ""

@@ -18,7 +18,11 @@ metric is the steady state; the first epoch's duration (worker start-up included
 
 In the main process every batch gives two spans: ``wait`` (inside ``next(iterator)``: the
 training loop is stalled on data) and ``step`` (the training step). ``data_stall_pct`` is the
-share of the epoch spent waiting.
+share of the epoch spent waiting. Every batch also gives a ``fetch`` span measured where the
+batch was made: in worker ``i`` (actor ``worker-<i>``) or, with ``num_workers = 0``, in the
+main process inside its ``wait``. It starts before the first ``__getitem__`` of the batch and
+ends after collation (:class:`TimedFetch`, :func:`timed_collate`); ``time.perf_counter`` is
+CLOCK_MONOTONIC, so worker and main-process times share one axis.
 
 Asking for more workers than PyTorch suggests for the machine makes it warn ("suggested max
 number of worker"); the warning is captured into ``worker_warning``, never fatal.
@@ -116,6 +120,48 @@ class SleepDataset:
         return x, x.sum(0, keepdim=True)
 
 
+class _Fetched(list):
+    """The samples of one batch and the ``perf_counter`` time their fetch started."""
+
+    t0: float = 0.0
+
+
+class TimedFetch:
+    """Map-style dataset wrapper whose ``__getitems__`` (the batched fetch DataLoader calls when
+    it exists) records when fetching a batch started, for :func:`timed_collate`."""
+
+    def __init__(self, dataset) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, i: int):
+        return self.dataset[i]
+
+    def __getitems__(self, indices: list[int]) -> _Fetched:
+        t0 = time.perf_counter()
+        batch = _Fetched(self.dataset[i] for i in indices)
+        batch.t0 = t0
+        return batch
+
+
+def timed_collate(batch: _Fetched):
+    """Collate like PyTorch's default and append ``(worker id, fetch start, fetch end)``.
+
+    Returns:
+        ``(x, y, (worker, t0, t1))``: ``worker`` is the DataLoader worker id, -1 in the main
+        process; ``t0``, ``t1`` are ``time.perf_counter`` seconds. The times travel as a plain
+        tuple (pickled), not as a tensor, so they add no shared-memory transfer.
+    """
+    from torch.utils.data import default_collate, get_worker_info
+
+    x, y = default_collate(list(batch))
+    t1 = time.perf_counter()
+    info = get_worker_info()
+    return x, y, (info.id if info is not None else -1, batch.t0, t1)
+
+
 def make_dataset(params: Params):
     """Build the dataset named by ``params.dataset`` (see the module docstring)."""
     import torch
@@ -145,8 +191,9 @@ class Runner:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             self.loader = DataLoader(
-                make_dataset(params),
+                TimedFetch(make_dataset(params)),
                 batch_size=params.batch_size,
+                collate_fn=timed_collate,
                 shuffle=True,
                 num_workers=params.num_workers,
                 persistent_workers=params.num_workers > 0,
@@ -173,7 +220,7 @@ class Runner:
             while True:
                 t0 = time.perf_counter()
                 try:
-                    x, y = next(it)
+                    x, y, fetched = next(it)
                 except StopIteration:
                     break
                 t1 = time.perf_counter()
@@ -182,11 +229,13 @@ class Runner:
                 self.opt.step()
                 t2 = time.perf_counter()
                 stall += t1 - t0
-                marks.append((t0, t1, t2))
+                marks.append((t0, t1, t2, fetched))
         spans = []
-        for b, (t0, t1, t2) in enumerate(marks):
+        for b, (t0, t1, t2, (worker, f0, f1)) in enumerate(marks):
             spans.append({"actor": "main", "kind": "wait", "start_s": t0 - win.t0, "end_s": t1 - win.t0, "batch": b})
             spans.append({"actor": "main", "kind": "step", "start_s": t1 - win.t0, "end_s": t2 - win.t0, "batch": b})
+            actor = f"worker-{worker}" if worker >= 0 else "main"
+            spans.append({"actor": actor, "kind": "fetch", "start_s": f0 - win.t0, "end_s": f1 - win.t0, "batch": b})
         row = {
             "samples_per_s": p.items / win.wall_s,
             "batches_per_s": len(marks) / win.wall_s,
@@ -211,7 +260,8 @@ def run(params: Params, baseline: Params | None = None) -> RunResult:
         (0-100, workers included), ``first_epoch_s`` (the first warm-up epoch, worker start-up
         included), ``worker_warning``, ``oversubscribed`` (workers + main threads > available
         CPUs), ``torch_threads``/``interop_threads`` as torch reported them;
-        spans ``wait`` and ``step`` per batch in the main process.
+        spans ``wait`` and ``step`` per batch in the main process and ``fetch`` per batch
+        where it was made (``worker-<i>``, or ``main`` with ``num_workers = 0``).
     """
     return interleave(Runner, params, baseline)
 

@@ -1,8 +1,8 @@
 """Build the report's data model from analysis outputs and host metadata (no rendering here).
 
 :func:`build_context` reads ``results/<host>/host.json`` and, per experiment,
-``summary.csv`` and ``findings.json`` plus the figure PNGs, and ``fidelity.csv`` and
-``run.json``, and returns a plain dict of
+``summary.csv`` and ``findings.json`` plus the figure PNGs and the presence of its Chrome
+trace, and ``fidelity.csv`` and ``run.json``, and returns a plain dict of
 already-formatted strings for the templates. It reads nothing else.
 """
 
@@ -156,6 +156,25 @@ def trust_context(fidelity: pd.DataFrame, run: dict, exps: list[dict], now_unix:
     }
 
 
+def figure(host_dir: Path, name: str) -> dict:
+    """One figure for the templates: ``name``, ``file`` (relative to host_dir, for Markdown),
+    ``data_uri`` (the PNG inlined, for the self-contained HTML), ``caption`` and ``alt``.
+
+    Raises:
+        FileNotFoundError: if the PNG is missing.
+        KeyError: if sections.yaml has no caption and alt text for ``name``.
+    """
+    path = host_dir / "figures" / f"{name}.png"
+    text = SECTIONS["figures"][name]
+    return {
+        "name": name,
+        "file": f"figures/{name}.png",
+        "data_uri": "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii"),
+        "caption": text["caption"],
+        "alt": text["alt"],
+    }
+
+
 def build_context(host_dir: str | Path, experiments: list[str]) -> dict:
     """The report's data model.
 
@@ -166,7 +185,9 @@ def build_context(host_dir: str | Path, experiments: list[str]) -> dict:
     Returns:
         ``{"host", "environment", "parallel_info", "generated", "experiments": [...]}``, each
         experiment with ``name, title, question, what, why, findings, seed_comparison, table,
-        figures`` (``figures``: ``name, file`` (relative to host_dir), ``data_uri``, ``alt``).
+        figures, trace`` (``figures``: see :func:`figure`; ``trace``: path of its Chrome trace
+        relative to host_dir, or None); ``trust`` also has ``schedule`` (the job-schedule
+        figure or None) and ``trace`` (``traces/jobs.json`` or None).
 
     Raises:
         FileNotFoundError: naming the missing analysis output.
@@ -178,17 +199,8 @@ def build_context(host_dir: str | Path, experiments: list[str]) -> dict:
         spec = SPECS[name]
         summary = pd.read_csv(host_dir / name / "summary.csv")
         found = json.loads((host_dir / name / "findings.json").read_text())
-        figures = []
-        for fig in spec.figures:
-            path = host_dir / "figures" / f"{fig}.png"
-            figures.append(
-                {
-                    "name": fig,
-                    "file": f"figures/{fig}.png",
-                    "data_uri": "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii"),
-                    "alt": f"{SECTIONS[name]['title']}: figure {fig.replace('_', ' ')}",
-                }
-            )
+        figures = [figure(host_dir, fig) for fig in spec.figures]
+        trace = host_dir / "traces" / f"{name}.json"
         seed = [
             {
                 "workload": r["workload"],
@@ -215,14 +227,20 @@ def build_context(host_dir: str | Path, experiments: list[str]) -> dict:
                 "seed_comparison": seed,
                 "table": summary_table(summary, name),
                 "figures": figures,
+                "trace": f"traces/{name}.json" if trace.exists() else None,
             }
         )
     # keep the verdict "n/a" as text (pandas reads it as NaN by default)
     fidelity = pd.read_csv(host_dir / "fidelity.csv", keep_default_na=False, na_values={c: [""] for c in NUMERIC})
     run = json.loads((host_dir / "run.json").read_text())
     now = dt.datetime.now(dt.UTC)
+    trust = trust_context(fidelity, run, exps, now.timestamp())
+    trust["schedule"] = (
+        figure(host_dir, "job_schedule") if (host_dir / "figures" / "job_schedule.png").exists() else None
+    )
+    trust["trace"] = "traces/jobs.json" if (host_dir / "traces" / "jobs.json").exists() else None
     return {
-        "trust": trust_context(fidelity, run, exps, now.timestamp()),
+        "trust": trust,
         "host": host.get("host", host_dir.name),
         "cpu_model": host.get("cpu_model") or "unknown CPU",
         "available_cpus": host.get("available_cpus"),

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -27,3 +29,28 @@ def _owned_environment(tmp_path_factory):
 @pytest.fixture
 def root() -> Path:
     return ROOT
+
+
+IGNORE = shutil.ignore_patterns(
+    ".git", ".venv", "results", "logs", ".snakemake", "__pycache__", ".pytest_cache", ".ruff_cache"
+)
+
+
+def snakemake_in(work: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    """Run ``python -m snakemake ARGS`` in ``work`` with this interpreter's venv on PATH."""
+    env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", *args], cwd=work, capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+@pytest.fixture(scope="session")
+def quick_run(tmp_path_factory) -> Path:
+    """A temporary copy of the repository after ``snakemake --cores 4 --configfile
+    config.quick.yaml --config host=e2e`` (about 3 minutes on 2 CPUs), shared by the
+    end-to-end and browser tests."""
+    work = tmp_path_factory.mktemp("e2e") / "repo"
+    shutil.copytree(ROOT, work, ignore=IGNORE)
+    proc = snakemake_in(work, "--cores", "4", "--configfile", "config.quick.yaml", "--config", "host=e2e")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    return work

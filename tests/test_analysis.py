@@ -163,12 +163,10 @@ def test_cli_summarise_and_figures(tmp_path, capsys):
         assert (out / name).exists(), name
     assert len(pd.read_csv(out / "replicates.csv")) == 24
     assert {"workload", "mode", "workers", "actor"} <= set(pd.read_csv(out / "spans.csv").columns)
-    for fig in ("gil_speedup", "gil_timeline"):
+    (tmp_path / "gil").symlink_to(out)
+    for fig in ("gil_speedup", "gil_timeline", "gil_cores"):
         png = tmp_path / f"{fig}.png"
-        assert (
-            analysis_main(["figure", fig, "--experiment-dir", str(out), "--host-json", str(host), "--out", str(png)])
-            == 0
-        )
+        assert analysis_main(["figure", fig, "--host-dir", str(tmp_path), "--out", str(png)]) == 0
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     bad = tmp_path / "bad.csv"
     bad.write_text("")

@@ -183,7 +183,27 @@ def test_dataloader_epoch(dataset):
     assert row["batches_per_s"] == pytest.approx(4 / row["wall_s"])
     assert 0 <= row["data_stall_pct"] <= 100
     spans = pd.DataFrame(res.spans)
-    assert sorted(spans["kind"].value_counts().to_dict().items()) == [("step", 4), ("wait", 4)]
+    assert sorted(spans["kind"].value_counts().to_dict().items()) == [("fetch", 4), ("step", 4), ("wait", 4)]
+    fetch = spans[spans["kind"] == "fetch"]
+    assert set(fetch["actor"]) == {"worker-0"}  # measured inside the worker process
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_dataloader_fetch_spans_are_causal(num_workers):
+    # each batch is fetched (in a worker, or in the main loop's own wait) before the main loop
+    # receives it: fetch end <= end of that batch's wait; all on one clock (perf_counter)
+    p = dataloader.Params(dataset="cpu", num_workers=num_workers, items=96, batch_size=8, cpu_work_size=2048)
+    spans = pd.DataFrame(dataloader.run(dataloader.Params(**{**p.__dict__, "repeats": 1})).spans)
+    fetch = spans[spans["kind"] == "fetch"].set_index("batch")
+    wait = spans[spans["kind"] == "wait"].set_index("batch")
+    assert len(fetch) == len(wait) == 12
+    assert (fetch["end_s"] <= wait["end_s"] + 1e-6).all()
+    assert (fetch["start_s"] >= 0).all() and (fetch["end_s"] > fetch["start_s"]).all()
+    if num_workers == 0:
+        assert set(fetch["actor"]) == {"main"}
+        assert (fetch["start_s"] >= wait["start_s"] - 1e-6).all()  # inside its own wait
+    else:
+        assert set(fetch["actor"]) == {"worker-0", "worker-1"}
 
 
 def test_dataloader_captures_too_many_workers_warning():

@@ -7,10 +7,12 @@ import re
 
 import pytest
 from helpers import gil_fixture, write_point
+from markupsafe import escape
 
 from analysis.__main__ import main as analysis_main
-from analysis.spec import SPECS
+from analysis.spec import FIGURES, SPECS
 from report.__main__ import main as report_main
+from report.build import SECTIONS
 
 
 def _host(tmp_path, label="fixture"):
@@ -87,21 +89,7 @@ def host_dir(tmp_path):
             == 0
         )
         for fig in SPECS[exp].figures:
-            assert (
-                analysis_main(
-                    [
-                        "figure",
-                        fig,
-                        "--experiment-dir",
-                        str(d / exp),
-                        "--host-json",
-                        str(host),
-                        "--out",
-                        str(d / "figures" / f"{fig}.png"),
-                    ]
-                )
-                == 0
-            )
+            assert analysis_main(["figure", fig, "--host-dir", str(d), "--out", str(d / "figures" / f"{fig}.png")]) == 0
     gil_summary = d / "gil" / "summary.csv"
     assert (
         analysis_main(
@@ -120,9 +108,16 @@ def host_dir(tmp_path):
         == 0
     )
     job = tmp_path / "job.json"
-    job.write_text(json.dumps({"job_start_unix": 1.0, "job_end_unix": 3.0}))
+    job.write_text(json.dumps({"experiment": "gil", "job_start_unix": 1.0, "job_end_unix": 3.0}))
     (tmp_path / "metrics.csv").write_text("wall_s\n0.5\n")
-    assert analysis_main(["runinfo", "--host-json", str(host), "--out", str(d / "run.json"), str(job)]) == 0
+    runinfo = ["runinfo", "--host-json", str(host), "--out", str(d / "run.json"), "--jobs-csv", str(d / "jobs.csv")]
+    assert analysis_main([*runinfo, str(job)]) == 0
+    assert (
+        analysis_main(["figure", "job_schedule", "--host-dir", str(d), "--out", str(d / "figures/job_schedule.png")])
+        == 0
+    )
+    for name in ("gil", "jobs"):
+        assert analysis_main(["trace", name, "--host-dir", str(d), "--out", str(d / "traces" / f"{name}.json")]) == 0
     return d
 
 
@@ -136,9 +131,18 @@ def test_report_renders_every_section(host_dir):
     for exp in ("gil", "jit"):
         assert f'<section id="{exp}">' in text
         assert f'href="#{exp}"' in text  # table of contents
-    assert text.count("<img ") == 3
+    figures = [*SPECS["gil"].figures, *SPECS["jit"].figures, "job_schedule"]
+    assert text.count("<img ") == len(figures) == 5
     assert all(src.startswith("data:image/png;base64,") for src in re.findall(r'<img src="([^"]+)"', text))
-    assert not re.search(r'(src|href)="(https?:)?//', text), "the HTML must not load anything from the network"
+    assert not re.search(r'src="(https?:)?//', text), "the HTML must not load anything from the network"
+    assert not re.search(r"<link[^>]+href=", text) and "@import" not in text
+    # every figure has its own caption and alt text; timelines link their Chrome traces
+    for fig in figures:
+        caption = escape(" ".join(SECTIONS["figures"][fig]["caption"].split()))
+        assert f'<figure id="fig-{fig}">' in text and f"<figcaption>{caption}</figcaption>" in text, fig
+        assert f'alt="{escape(SECTIONS["figures"][fig]["alt"])}"' in text, fig
+    assert '<a href="traces/gil.json">' in text and '<a href="traces/jobs.json">' in text
+    assert "traces/jit.json" not in text  # jit records no spans: no trace
     assert "2 threads gave 1.00x" in text  # a finding computed from the fixture data
     assert "71.47 s vs 72.08 s" in text  # the seed article's published timings
     assert "skipped" in text
@@ -146,7 +150,14 @@ def test_report_renders_every_section(host_dir):
     assert "25% of it inside measured windows" in text  # 0.5 s of a 2 s measurement phase
     mdtext = md.read_text()
     assert "![" in mdtext and "(figures/gil_timeline.png)" in mdtext
+    assert "(figures/job_schedule.png)" in mdtext and "[traces/gil.json](traces/gil.json)" in mdtext
     assert "## GIL: threads, processes and pure-Python code" in mdtext
+
+
+def test_every_figure_has_caption_and_alt_text():
+    for fig in FIGURES:
+        text = SECTIONS["figures"][fig]
+        assert len(text["caption"]) > 40 and len(text["alt"]) > 30, fig
 
 
 def test_report_escapes_markup_from_data(host_dir):

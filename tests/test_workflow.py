@@ -3,36 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
 
-from analysis.spec import SPECS
-
-IGNORE = shutil.ignore_patterns(
-    ".git", ".venv", "results", "logs", ".snakemake", "__pycache__", ".pytest_cache", ".ruff_cache"
-)
-
-
-def _snakemake(work, *args, timeout=900):
-    env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
-    return subprocess.run(
-        [sys.executable, "-m", "snakemake", *args], cwd=work, capture_output=True, text=True, timeout=timeout, env=env
-    )
-
-
-@pytest.fixture(scope="module")
-def quick_run(tmp_path_factory, request):
-    root = request.config.rootpath
-    work = tmp_path_factory.mktemp("e2e") / "repo"
-    shutil.copytree(root, work, ignore=IGNORE)
-    proc = _snakemake(work, "--cores", "4", "--configfile", "config.quick.yaml", "--config", "host=e2e")
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    return work
+from analysis.spec import SPECS, TIMELINES
+from analysis.trace import validate_trace
+from tests.conftest import snakemake_in
 
 
 @pytest.mark.slow
@@ -52,6 +29,16 @@ def test_every_output_exists(quick_run):
         assert (not_base["speedup_source"] == "interleaved").all(), exp
     run = json.loads((host / "run.json").read_text())
     assert 0 < run["measured_share_pct"] < 100
+    assert (host / "figures" / "job_schedule.png").stat().st_size > 10_000
+    for name in [*TIMELINES, "jobs"]:
+        trace = json.loads((host / "traces" / f"{name}.json").read_text())
+        assert validate_trace(trace) > 10, name
+        assert any(e["ph"] == "X" for e in trace["traceEvents"]), name
+    dl_trace = json.loads((host / "traces" / "dataloader.json").read_text())
+    threads = {e["args"]["name"] for e in dl_trace["traceEvents"] if e["name"] == "thread_name"}
+    assert {"main", "worker-0", "worker-1"} <= threads  # fetches measured inside the workers
+    jobs = pd.read_csv(host / "jobs.csv")
+    assert jobs["job"].nunique() == run["measurement_jobs"]
     html = (host / "report.html").read_text()
     assert '<section id="trust">' in html
     md = (host / "report.md").read_text()
@@ -94,7 +81,7 @@ def test_threads_recorded_and_explicit(quick_run):
 
 @pytest.mark.slow
 def test_rerun_has_nothing_to_do(quick_run):
-    proc = _snakemake(quick_run, "--cores", "4", "--configfile", "config.quick.yaml", "--config", "host=e2e", "-n")
+    proc = snakemake_in(quick_run, "--cores", "4", "--configfile", "config.quick.yaml", "--config", "host=e2e", "-n")
     assert proc.returncode == 0
     assert "Nothing to be done" in proc.stdout + proc.stderr
 

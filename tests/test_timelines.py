@@ -1,0 +1,256 @@
+"""Timelines, per-core heatmaps, the job schedule and their Chrome trace export, on fixture
+data with known values."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.figure import Figure
+
+from analysis import timelines
+from analysis.__main__ import main as analysis_main
+from analysis.figures import DRAW
+from analysis.runinfo import job_intervals, job_label
+from analysis.spec import FIGURES
+from analysis.trace import experiment_trace, jobs_trace, validate_trace
+
+
+def _summary(experiment: str, rows: list[dict]) -> pd.DataFrame:
+    base = {"status": "ok", "best": False, "speedup": np.nan}
+    return pd.DataFrame([{**base, **r} for r in rows]).assign(experiment=experiment)
+
+
+def _gil_data():
+    """Two CPU-bound threads sharing the GIL: each on CPU half of every 0.1 s chunk."""
+    spans, samples = [], []
+    for mode, actors in (("sequential", ["main"]), ("threads", ["thread-0", "thread-1"])):
+        for a in actors:
+            for k in range(4):
+                share = 1.0 if mode == "sequential" else 0.5
+                spans.append(
+                    {
+                        "workload": "cpu",
+                        "mode": mode,
+                        "workers": 2,
+                        "repeat": 0,
+                        "role": "point",
+                        "actor": a,
+                        "kind": "cpu",
+                        "start_s": 0.1 * k,
+                        "end_s": 0.1 * k + 0.1,
+                        "cpu_s": 0.1 * share,
+                        "chunk": k,
+                    }
+                )
+        for t in (0.1, 0.2, 0.3, 0.4):
+            for series, v in (("tree", 50.0), ("system", 55.0), ("cpu0", 100.0), ("cpu1", 10.0)):
+                samples.append(
+                    {
+                        "workload": "cpu",
+                        "mode": mode,
+                        "workers": 2,
+                        "repeat": 0,
+                        "role": "point",
+                        "t_s": t,
+                        "series": series,
+                        "busy_pct": v,
+                    }
+                )
+    # a baseline window and a later repeat that the charts must not pick
+    spans.append({**spans[0], "role": "baseline", "actor": "main", "start_s": 5.0, "end_s": 6.0})
+    spans.append({**spans[0], "repeat": 1, "start_s": 7.0, "end_s": 8.0})
+    summary = _summary("gil", [{"workload": "cpu", "mode": m, "workers": 2} for m in ("threads", "sequential")])
+    return pd.DataFrame(spans), pd.DataFrame(samples), summary
+
+
+def test_timeline_points_per_experiment():
+    gil = _summary(
+        "gil",
+        [
+            {"workload": w, "mode": m, "workers": n}
+            for w in ("io", "cpu")
+            for m in ("processes", "sequential")
+            for n in (4, 2)
+        ],
+    )
+    assert timelines.timeline_points("gil", gil) == [
+        {"workload": "cpu", "mode": "sequential", "workers": 2},
+        {"workload": "cpu", "mode": "processes", "workers": 2},
+    ]
+    mp = _summary(
+        "multiprocessing",
+        [
+            {"processes": 1, "threads": 1},
+            {"processes": 2, "threads": 1, "best": True},
+            {"processes": 2, "threads": 2},
+            {"processes": 4, "threads": 2, "status": "failed"},  # not ok: never chosen
+        ],
+    )
+    assert timelines.timeline_points("multiprocessing", mp) == [
+        {"processes": 1, "threads": 1},
+        {"processes": 2, "threads": 1},
+        {"processes": 2, "threads": 2},
+    ]
+    dl = _summary(
+        "dataloader",
+        [
+            {"dataset": "io", "num_workers": 0, "speedup": 1.0},
+            {"dataset": "io", "num_workers": 2, "speedup": 1.9},
+            {"dataset": "io", "num_workers": 4, "speedup": 3.5},
+            {"dataset": "tensor", "num_workers": 0, "speedup": 1.0},
+            {"dataset": "tensor", "num_workers": 2, "speedup": 0.3},
+            {"dataset": "tensor", "num_workers": 4, "speedup": 0.2},
+        ],
+    )
+    assert timelines.timeline_points("dataloader", dl) == [
+        {"dataset": "tensor", "num_workers": 0},
+        {"dataset": "tensor", "num_workers": 2},
+        {"dataset": "io", "num_workers": 0},
+        {"dataset": "io", "num_workers": 4},
+    ]
+    with pytest.raises(ValueError, match="intraop.*timelines exist for gil"):
+        timelines.timeline_points("intraop", dl)
+
+
+def test_window_selects_repeat_zero_of_the_point_role():
+    spans, samples, _ = _gil_data()
+    sp, sa = timelines.window(spans, samples, {"workload": "cpu", "mode": "sequential", "workers": 2})
+    assert len(sp) == 4 and sp["end_s"].max() == pytest.approx(0.4)
+    assert set(sa["series"]) == {"tree", "system", "cpu0", "cpu1"} and len(sa) == 16
+
+
+def test_timeline_and_heatmap_draw_the_chosen_windows():
+    spans, samples, summary = _gil_data()
+    fig = timelines.timeline("gil", spans, samples, summary, {"available_cpus": 2})
+    titles = [sf._suptitle.get_text() for sf in fig.subfigs[1:]]
+    assert titles == [
+        "workload=cpu mode=sequential workers=2: window of 0.4 s, 4 CPU samples",
+        "workload=cpu mode=threads workers=2: window of 0.4 s, 4 CPU samples",
+    ]
+    gantt = fig.subfigs[2].axes[0]
+    assert [t.get_text() for t in gantt.get_yticklabels()] == ["thread-0", "thread-1"]
+    # per thread 4 light wall bars + 4 dark fills whose height is half the bar: on CPU 50%
+    fills = [c for c in gantt.collections if c.get_alpha() is None]
+    heights = {round(path.get_extents().height, 6) for c in fills for path in c.get_paths()}
+    assert heights == {0.4}
+    util = fig.subfigs[2].axes[1]
+    assert util.get_xlim()[1] == pytest.approx(0.404)  # same time axis as the Gantt rows
+    heat = timelines.core_heatmap("gil", samples, summary, {"available_cpus": 2})
+    mesh = heat.axes[0].collections[0]
+    assert mesh.get_array().reshape(2, -1)[:, 0].tolist() == [100.0, 10.0]  # cpu0 row, cpu1 row
+
+
+def test_job_intervals_phases_and_windows():
+    jobs = [
+        {
+            "experiment": "gil",
+            "job_start_unix": 100.0,
+            "lock_wait_s": 1.0,
+            "lock_acquired_unix": 102.0,
+            "lock_released_unix": 110.0,
+            "job_end_unix": 110.5,
+        },
+        {
+            "experiment": "selfcheck",
+            "job_start_unix": 90.0,
+            "lock_wait_s": 0.0,
+            "lock_acquired_unix": 90.5,
+            "lock_released_unix": 95.0,
+            "job_end_unix": 95.2,
+        },
+    ]
+    metrics = [
+        pd.DataFrame({"window_start_unix": [103.0, 105.0], "window_end_unix": [104.0, 106.5]}),
+        pd.DataFrame({"window_start_unix": [91.0], "window_end_unix": [92.0]}),
+    ]
+    labels = [job_label("results/h/gil/workload~cpu/mode~threads/job.json"), job_label("results/h/selfcheck/job.json")]
+    assert labels == ["gil workload=cpu mode=threads", "selfcheck"]
+    t = job_intervals(labels, jobs, metrics)
+    assert t["job"].tolist()[0] == "selfcheck"  # ordered by start
+    g = t[t["job"] == labels[0]].set_index("phase")
+    assert g.loc["startup", ["start_unix", "end_unix"]].tolist() == [100.0, 101.0]
+    assert g.loc["lock_wait", ["start_unix", "end_unix"]].tolist() == [101.0, 102.0]
+    assert g.loc["run", ["start_unix", "end_unix"]].tolist() == [102.0, 110.0]
+    assert g.loc["write", "end_unix"] == 110.5
+    assert (g.loc["window", "end_unix"] - g.loc["window", "start_unix"]).tolist() == [1.0, 1.5]
+    assert "lock_wait" not in set(t[t["job"] == "selfcheck"]["phase"])  # zero-length phases dropped
+    with pytest.raises(ValueError, match="need one each"):
+        job_intervals(labels, jobs, metrics[:1])
+    fig = timelines.job_schedule(t, {"host": "h"})
+    # phase 90.0-110.5 s; windows 3.5 s = 17%; jobs busy 10.5 + 5.2 s, so 4.8 s between them
+    title = "2 measurement jobs in 20 s: 17% inside measured windows, 5 s between jobs"
+    assert fig.axes[0].get_title(loc="left") == title
+    trace = jobs_trace(t, "h")
+    assert validate_trace(trace) == len(t) + 1 + 2 * 2  # events + process name + 2 metadata per job
+
+
+def test_experiment_trace_is_valid_and_exact():
+    spans, samples, _ = _gil_data()
+    trace = experiment_trace("gil", spans, samples)
+    n = validate_trace(trace)
+    ev = trace["traceEvents"]
+    x = [e for e in ev if e["ph"] == "X"]
+    assert len(x) == 12  # 4 sequential + 8 threads spans; baseline and repeat 1 left out
+    first = next(e for e in x if e["args"]["chunk"] == 1 and e["pid"] == 1)
+    assert first["ts"] == pytest.approx(100_000) and first["dur"] == pytest.approx(100_000)  # microseconds
+    assert first["args"]["cpu_s"] == pytest.approx(0.1)
+    names = {(e["pid"], e["args"]["name"]) for e in ev if e["ph"] == "M" and e["name"] == "process_name"}
+    assert names == {(1, "gil workload=cpu mode=sequential workers=2"), (2, "gil workload=cpu mode=threads workers=2")}
+    counters = [e for e in ev if e["ph"] == "C" and e["name"] == "CPU busy %"]
+    assert len(counters) == 8 and counters[0]["args"] == {"tree": 50.0, "system": 55.0}
+    assert n == len(ev)
+    json.dumps(trace, allow_nan=False)  # strict JSON: no NaN
+
+
+@pytest.mark.parametrize(
+    "event, message",
+    [
+        ({"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 0}, "missing \\['dur'\\]"),
+        ({"ph": "X", "name": "a", "pid": "1", "tid": 1, "ts": 0, "dur": 1}, "pid must be an integer"),
+        ({"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": -1, "dur": 1}, "ts must be a finite number >= 0"),
+        ({"ph": "C", "name": "c", "pid": 1, "ts": 0, "args": {"v": float("nan")}}, "counter values"),
+        ({"ph": "B", "name": "a", "pid": 1, "tid": 1, "ts": 0}, "ph 'B' is not one of"),
+        ({"ph": "M", "name": "process_name", "pid": 1, "args": {}}, "metadata needs"),
+    ],
+)
+def test_validate_trace_rejects_bad_events(event, message):
+    with pytest.raises(ValueError, match=message):
+        validate_trace({"traceEvents": [event]})
+    with pytest.raises(ValueError, match="traceEvents"):
+        validate_trace([event])
+
+
+def test_every_figure_has_a_drawing_function():
+    assert set(DRAW) == set(FIGURES)
+    assert all(isinstance(timelines.job_schedule(pd.DataFrame(columns=["job"]), {}), Figure) for _ in [0])
+
+
+def test_cli_trace_and_stall_figure(tmp_path):
+    spans, samples, summary = _gil_data()
+    host = tmp_path / "host"
+    (host / "gil").mkdir(parents=True)
+    spans.to_csv(host / "gil" / "spans.csv", index=False)
+    samples.to_csv(host / "gil" / "samples.csv", index=False)
+    out = host / "traces" / "gil.json"
+    out.parent.mkdir()
+    assert analysis_main(["trace", "gil", "--host-dir", str(host), "--out", str(out)]) == 0
+    assert validate_trace(json.loads(out.read_text())) > 12
+    dl = _summary(
+        "dataloader",
+        [
+            {
+                "dataset": "io",
+                "num_workers": nw,
+                "data_stall_pct": v,
+                "data_stall_pct_ci_low": v - 2,
+                "data_stall_pct_ci_high": v + 3,
+            }
+            for nw, v in ((0, 95.0), (2, 40.0))
+        ],
+    )
+    fig = DRAW["dataloader_stall"](summary=dl, host={"available_cpus": 2})
+    line = fig.axes[0].lines[0]
+    assert line.get_ydata().tolist() == [95.0, 40.0]
