@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -12,6 +11,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from helpers import snakemake_in  # noqa: E402
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -34,14 +35,6 @@ def root() -> Path:
 IGNORE = shutil.ignore_patterns(
     ".git", ".venv", "results", "logs", ".snakemake", "__pycache__", ".pytest_cache", ".ruff_cache"
 )
-
-
-def snakemake_in(work: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-    """Run ``python -m snakemake ARGS`` in ``work`` with this interpreter's venv on PATH."""
-    env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
-    return subprocess.run(
-        [sys.executable, "-m", "snakemake", *args], cwd=work, capture_output=True, text=True, timeout=timeout, env=env
-    )
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import csv
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 
@@ -51,3 +54,11 @@ def gil_fixture(root: Path) -> list[Path]:
         rows = [{"wall_s": 2 / t, "tasks_per_s": t} for t in tps]
         paths.append(write_point(root, "gil", {"workload": workload, "mode": mode, "workers": 2}, rows))
     return paths
+
+
+def snakemake_in(work: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    """Run ``python -m snakemake ARGS`` in ``work`` with this interpreter's venv on PATH."""
+    env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", *args], cwd=work, capture_output=True, text=True, timeout=timeout, env=env
+    )

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pandas as pd
 import pytest
+from helpers import snakemake_in
 
-from analysis.spec import SPECS, TIMELINES
+from analysis.spec import FIGURES, SPECS, TIMELINES
 from analysis.trace import validate_trace
-from tests.conftest import snakemake_in
 
 
 @pytest.mark.slow
@@ -45,7 +46,8 @@ def test_every_output_exists(quick_run):
     for exp in SPECS:
         assert f'<section id="{exp}">' in html
         assert f'<a id="{exp}"></a>' in md
-    assert "https://" not in html and "http://" not in html
+    # nothing is loaded from a network: links to Perfetto are fine, sources are not
+    assert not re.search(r'(src|srcset|data)="(https?:)?//', html) and "url(http" not in html
 
 
 @pytest.mark.slow
@@ -113,3 +115,17 @@ def test_fidelity_checks(quick_run):
             else:
                 inside = r["measured"] >= float(r["expected"].strip(">= x"))
             assert r["verdict"] == ("pass" if inside else "warn"), r.to_dict()
+
+
+@pytest.mark.slow
+def test_snakemake_report_collects_every_figure(quick_run, tmp_path):
+    import zipfile
+
+    out = tmp_path / "report.zip"
+    proc = snakemake_in(
+        quick_run, "--cores", "4", "--configfile", "config.quick.yaml", "--config", "host=e2e", "--report", str(out)
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    names = zipfile.ZipFile(out).namelist()
+    for fig in FIGURES:
+        assert any(n.endswith(f"/{fig}.png") for n in names), fig
