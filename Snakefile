@@ -5,7 +5,7 @@
 #   snakemake --cores 4 --config host=laptop              # choose the host label
 #
 # Output paths (one meaning per separator):
-#   results/<host>/host.json                                  machine fingerprint
+#   results/<host>/host.json, config.yaml                     machine fingerprint, the config it ran with
 #   results/<host>/selfcheck/{metrics,samples,spans}.csv, job.json  sampler self-check
 #   results/<host>/<experiment>/<key>~<value>/.../metrics.csv one row per window (raw):
 #       point and, interleaved, the experiment's baseline (column role)
@@ -17,6 +17,9 @@
 #   results/<host>/traces/<experiment>.json, traces/jobs.json Chrome trace events (Perfetto)
 #   results/<host>/report.html, results/<host>/report.md
 #   logs/<host>/...                                           one log per job
+#   results/compare/report.html, report.md (target `compare`)  hosts side by side
+import re
+
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
@@ -32,7 +35,8 @@ include: "common.smk"
 
 
 wildcard_constraints:
-    host=r"[A-Za-z0-9_-][A-Za-z0-9._-]*",
+    # only this run's host label: a run never writes into another host's directory
+    host=re.escape(HOST),
     experiment="|".join(SPECS),
     point=r"[^/~]+~[^/~]+(/[^/~]+~[^/~]+)*",
     figure="|".join(FIGURES),

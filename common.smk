@@ -1,5 +1,6 @@
 # Helpers shared by experiments/, analysis/ and report/ rules.smk (host label, sweep points, command lines).
 import itertools
+import json
 import os
 import shlex
 import sys
@@ -19,10 +20,14 @@ from experiments.common import (
 )
 
 HOST = sanitise_host(config["host"]) if config.get("host") else default_host()
+if HOST == "compare":
+    raise ValueError(
+        "host label 'compare' is reserved for results/compare/; set another with --config host=NAME"
+    )
 EXPERIMENTS = list(config["experiments"])
-# One lock file for the whole machine: two host labels measured on one machine (taskset)
-# still never measure at the same time.
-MEASURE_LOCK = str(Path("results/.measure.lock").resolve())
+# One lock file per checkout, outside results/ (which holds only host directories): two host
+# labels measured from one checkout (e.g. under taskset) never measure at the same time.
+MEASURE_LOCK = str(Path(".snakemake/lab/measure.lock").resolve())
 
 # Every job writes its temporary files and caches under .snakemake/lab/ and draws headless.
 prepare_environment(workflow.basedir, ".snakemake/lab")
@@ -141,6 +146,7 @@ def report_inputs(wildcards):
     host = wildcards.host
     files = {
         "host": f"results/{host}/host.json",
+        "config": f"results/{host}/config.yaml",
         "fidelity": f"results/{host}/fidelity.csv",
         "run": f"results/{host}/run.json",
         "summaries": [],
@@ -161,3 +167,54 @@ def report_inputs(wildcards):
 
 def report_targets(host=HOST):
     return [f"results/{host}/report.html", f"results/{host}/report.md"]
+
+
+def config_json():
+    """The run's configuration, for results/<host>/config.yaml."""
+    return shlex.quote(json.dumps(config, sort_keys=False))
+
+
+# ---- host comparison (rule compare): never measures, only reads host directories
+def compare_host_dirs():
+    """Host directories to compare: config compare.hosts under results/ (default: every
+    results/<host>/ with a host.json), plus compare.dirs."""
+    cc = config.get("compare") or {}
+    if cc.get("hosts"):
+        dirs = [f"results/{h}" for h in cc["hosts"]]
+    else:
+        dirs = sorted(
+            str(p.parent)
+            for p in Path("results").glob("*/host.json")
+            if p.parent.name != "compare"
+        )
+    return dirs + [str(d).rstrip("/") for d in cc.get("dirs") or []]
+
+
+def compare_baseline():
+    cc = config.get("compare") or {}
+    names = [Path(d).name for d in compare_host_dirs()]
+    if cc.get("baseline"):
+        return cc["baseline"]
+    return HOST if HOST in names else (names[0] if names else HOST)
+
+
+def compare_stamp():
+    """Digest of the compared files (path, size, mtime). The comparison declares no input
+    files, so Snakemake never schedules a job of another host (or a measurement of this one);
+    this parameter changes, and reruns the comparison, when any compared file changes.
+    """
+    import hashlib
+
+    h = hashlib.sha1()
+    for d in compare_host_dirs():
+        names = ["host.json"] + [
+            f"{exp}/{n}"
+            for exp in EXPERIMENTS
+            for n in ("replicates.csv", "summary.csv")
+        ]
+        for name in names:
+            f = Path(d, name)
+            if f.exists():
+                st = f.stat()
+                h.update(f"{f}:{st.st_size}:{st.st_mtime_ns};".encode())
+    return h.hexdigest()[:16]

@@ -5,6 +5,9 @@ metrics.csv and writes D/replicates.csv, D/summary.csv, D/spans.csv, D/samples.c
 D/findings.json. ``figure NAME --host-dir results/<host> --out F.png`` draws one figure.
 ``trace NAME --host-dir results/<host> --out T.json`` exports a timeline as Chrome trace JSON.
 ``runinfo ... --jobs-csv J`` also writes every job's phases and measured windows.
+``compare --baseline B --experiments E... --out-dir D HOSTDIR...`` compares host directories
+(D/environment.csv, D/comparison.csv, D/best.csv, D/hosts.json); ``compare-figure E
+--compare-dir D --out F.png`` draws one experiment's comparison chart.
 Invalid input exits with status 1 and a message naming file, row and column.
 """
 
@@ -118,6 +121,55 @@ def cmd_trace(args) -> int:
     return 0
 
 
+def cmd_config(args) -> int:
+    import yaml
+
+    config = json.loads(args.json)
+    out = Path(args.out)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text("# Configuration this host's results were measured with (written by the workflow).\n"
+                   + yaml.safe_dump(config, sort_keys=False))
+    tmp.replace(out)
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from analysis.compare import compare_hosts, load_host
+
+    hosts = [load_host(d, args.experiments) for d in args.host_dirs]
+    tables = compare_hosts(hosts, args.baseline, args.experiments)
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, df in tables.items():
+        _write_csv(df, out / f"{name}.csv")
+    meta = {
+        "baseline": args.baseline,
+        "experiments": args.experiments,
+        "hosts": [{"name": h.name, "path": str(h.path), "available_cpus": h.cpus, "host": h.host} for h in hosts],
+    }
+    _write_json(meta, out / "hosts.json")
+    c = tables["comparison"]
+    print(
+        f"{(c['status'] == 'compared').sum()} compared, {(c['status'] == 'not comparable').sum()} not comparable",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def cmd_compare_figure(args) -> int:
+    from analysis.figures import compare_chart
+
+    d = Path(args.compare_dir)
+    meta = json.loads((d / "hosts.json").read_text())
+    fig = compare_chart(pd.read_csv(d / "comparison.csv"), args.experiment, meta)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.stem}.tmp.png")
+    fig.savefig(tmp, bbox_inches="tight", metadata={"Software": None})
+    tmp.replace(out)
+    return 0
+
+
 def cmd_fidelity(args) -> int:
     from analysis.fidelity import checks
 
@@ -172,6 +224,18 @@ def main(argv: list[str] | None = None) -> int:
     ri.add_argument("--out", required=True)
     ri.add_argument("--jobs-csv", default=None, help="also write every job's phases and windows (jobs.csv)")
     ri.add_argument("jobs", nargs="+", help="job.json of every measurement job")
+    cfg = sub.add_parser("config", help="write the run's configuration (JSON) as YAML")
+    cfg.add_argument("--json", required=True, help="the configuration as a JSON object")
+    cfg.add_argument("--out", required=True)
+    c = sub.add_parser("compare", help="compare host directories against a baseline host")
+    c.add_argument("--baseline", required=True, help="name (directory name) of the baseline host")
+    c.add_argument("--experiments", nargs="+", required=True, choices=sorted(SPECS))
+    c.add_argument("--out-dir", required=True)
+    c.add_argument("host_dirs", nargs="+", help="results/<host> directories")
+    cf = sub.add_parser("compare-figure", help="draw one experiment's comparison chart")
+    cf.add_argument("experiment", choices=sorted(SPECS))
+    cf.add_argument("--compare-dir", required=True)
+    cf.add_argument("--out", required=True)
     args = p.parse_args(argv)
     commands = {
         "summarise": cmd_summarise,
@@ -179,10 +243,13 @@ def main(argv: list[str] | None = None) -> int:
         "trace": cmd_trace,
         "fidelity": cmd_fidelity,
         "runinfo": cmd_runinfo,
+        "config": cmd_config,
+        "compare": cmd_compare,
+        "compare-figure": cmd_compare_figure,
     }
     try:
         return commands[args.cmd](args)
-    except DataError as exc:
+    except (DataError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
 

@@ -366,3 +366,101 @@ DRAW = {
     "jit_latency": jit_latency,
     "job_schedule": timelines.job_schedule,
 }
+
+
+def compare_chart(comparison: pd.DataFrame, experiment: str, meta: dict) -> Figure:
+    """One experiment across hosts: left, each host's own speedup over its interleaved
+    baseline per point (bars grouped by host, 95% CI); right, each host's median over the
+    baseline host's per point (log scale, 95% bootstrap CI; filled: Mann-Whitney U significant
+    at 5%; open diamond: the same ratio per available CPU). Points that could not be compared
+    are listed under the chart with the reason."""
+    c = comparison[comparison["experiment"] == experiment]
+    hosts = [h["name"] for h in meta["hosts"]]
+    cpus = {h["name"]: h["available_cpus"] for h in meta["hosts"]}
+    baseline = meta["baseline"]
+    points = [p for p in dict.fromkeys(c["point"]) if isinstance(p, str) and p]
+    colours = {h: PALETTE[i % len(PALETTE)] for i, h in enumerate(hosts)}
+    fig, (ax1, ax2) = plt.subplots(
+        1, 2, figsize=(12, 1.6 + 0.42 * max(1, len(points)) * max(1, len(hosts)) ** 0.5), sharey=True
+    )
+    y = np.arange(len(points))
+    h_width = 0.8 / max(1, len(hosts))
+    for j, host in enumerate(hosts):
+        sub = c[c["host"] == host].drop_duplicates("point").set_index("point").reindex(points)
+        pos = y + (j - (len(hosts) - 1) / 2) * h_width
+        xerr = _yerr(sub, "speedup", "speedup_ci_low", "speedup_ci_high")
+        ax1.barh(
+            pos,
+            sub["speedup"],
+            h_width,
+            xerr=xerr,
+            capsize=2,
+            color=colours[host],
+            edgecolor="black",
+            linewidth=0.4,
+            label=f"{host} ({cpus[host]} CPUs)",
+        )
+        if host == baseline:
+            continue
+        ok = sub["status"] == "compared"
+        if not ok.any():
+            continue
+        r = sub[ok]
+        pos_ok = pos[ok.to_numpy()]
+        err = _yerr(r, "ratio", "ratio_ci_low", "ratio_ci_high")
+        sig = r["verdict"].isin(["faster", "slower"]).to_numpy()
+        ax2.errorbar(r["ratio"], pos_ok, xerr=err, fmt="none", ecolor=colours[host], capsize=2)
+        ax2.scatter(
+            r["ratio"][sig],
+            pos_ok[sig],
+            color=colours[host],
+            s=36,
+            zorder=3,
+            label=f"{host} / {baseline} (significant)",
+        )
+        ax2.scatter(
+            r["ratio"][~sig],
+            pos_ok[~sig],
+            facecolors="white",
+            edgecolors=colours[host],
+            s=36,
+            zorder=3,
+            label=f"{host} / {baseline} (not significant)",
+        )
+        ax2.scatter(
+            r["ratio_per_cpu"],
+            pos_ok,
+            marker="D",
+            facecolors="none",
+            edgecolors=colours[host],
+            s=22,
+            zorder=3,
+            label=f"{host} / {baseline} per available CPU",
+        )
+    ax1.axvline(1.0, color="black", linewidth=0.8)
+    ax1.set_yticks(y, points, fontsize=8)
+    ax1.invert_yaxis()
+    ax1.set_xlabel("speedup over the point's baseline, same host (x)")
+    ax1.set_title("Each host's own speedups", fontsize=10)
+    ax1.legend(loc="lower right", fontsize=8)
+    ax2.axvline(1.0, color="black", linewidth=0.8)
+    ax2.set_xscale("log")
+    ax2.set_xlabel(f"median throughput over {baseline}'s (x, log scale)")
+    ax2.set_title(f"Host against {baseline}, point by point", fontsize=10)
+    if ax2.has_data():
+        ax2.legend(loc="lower right", fontsize=7.5)
+    missing = c[c["status"] == "not comparable"]
+    note = "; ".join(f"{r['host']}: {r['point'] or experiment}: {r['reason']}" for _, r in missing.head(4).iterrows())
+    if len(missing) > 4:
+        note += f"; and {len(missing) - 4} more (see the table)"
+    fig.suptitle(f"{experiment}: {', '.join(hosts)}", fontsize=11)
+    fig.text(
+        0.01,
+        0.005,
+        ("Not comparable: " + note) if note else "Every point was compared.",
+        fontsize=7,
+        color="#555555",
+        wrap=True,
+    )
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    return fig

@@ -6,3 +6,7 @@ import time as _time
 #: the interpreter's own start-up (~20 ms). psutil's ``create_time()`` is not used because it
 #: adds clock ticks to the integer boot time (``btime``) and can be up to 1 s early.
 JOB_START_UNIX = _time.time()
+
+#: Version of the results' file formats (docs/csv-schema.md), recorded in host.json. Hosts
+#: with different versions are not compared (analysis/compare.py).
+SCHEMA_VERSION = 1

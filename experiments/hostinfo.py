@@ -21,6 +21,7 @@ from pathlib import Path
 
 import psutil
 
+from experiments import SCHEMA_VERSION
 from experiments.common import available_cpus, cgroup_quota_cpus, default_host, sanitise_host, write_json
 
 #: ISA flags that decide which PyTorch CPU kernels run (oneDNN, FBGEMM, inductor).
@@ -112,6 +113,7 @@ def collect(host: str) -> dict:
         unreadable["git_commit"] = "not a git checkout, or git not found"
     return {
         "host": host,
+        "schema_version": SCHEMA_VERSION,
         "hostname": platform.node(),
         "collected_unix": time.time(),
         "cpu_model": info.get("model name") or platform.processor() or None,

@@ -1,7 +1,7 @@
 # Measurement rules. Each configuration point is its own job. Measurement jobs never run at
 # the same time: each takes all --cores (threads: workflow.cores), one unit of the `measure`
 # resource (limited to 1 by profiles/default/config.yaml) and an exclusive flock on
-# results/.measure.lock. Experiments set their own thread counts explicitly.
+# .snakemake/lab/measure.lock. Experiments set their own thread counts explicitly.
 
 
 rule host_info:

@@ -1,4 +1,5 @@
-"""``python -m report --host-dir results/<host> --experiments E... --html F --md F``."""
+"""``python -m report --host-dir results/<host> --experiments E... --html F --md F``, or
+``python -m report --compare-dir results/compare --html F --md F`` for the host comparison."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from report.build import build_context
+from report.compare import build_compare_context
 from report.render import render_html, render_markdown
 
 
@@ -18,14 +20,21 @@ def _write(path: str, text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m report", description="Render the HTML and Markdown reports.")
-    p.add_argument("--host-dir", required=True)
-    p.add_argument("--experiments", nargs="+", required=True)
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--host-dir", help="results/<host>: one host's report")
+    mode.add_argument("--compare-dir", help="results/compare: the host comparison report")
+    p.add_argument("--experiments", nargs="+", help="with --host-dir: experiments, in report order")
     p.add_argument("--html", required=True)
     p.add_argument("--md", required=True)
     args = p.parse_args(argv)
-    ctx = build_context(args.host_dir, args.experiments)
-    _write(args.html, render_html(ctx))
-    _write(args.md, render_markdown(ctx))
+    if args.compare_dir:
+        ctx, template = build_compare_context(args.compare_dir), "compare"
+    else:
+        if not args.experiments:
+            p.error("--host-dir needs --experiments")
+        ctx, template = build_context(args.host_dir, args.experiments), "report"
+    _write(args.html, render_html(ctx, template))
+    _write(args.md, render_markdown(ctx, template))
     return 0
 
 

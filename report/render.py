@@ -32,11 +32,11 @@ def environment() -> Environment:
     return env
 
 
-def render_html(context: dict) -> str:
-    """The self-contained HTML report."""
-    return environment().get_template("report.html.j2").render(**context)
+def render_html(context: dict, template: str = "report") -> str:
+    """The self-contained HTML report (``template``: ``report`` or ``compare``)."""
+    return environment().get_template(f"{template}.html.j2").render(**context)
 
 
-def render_markdown(context: dict) -> str:
-    """The Markdown report (images by relative path)."""
-    return environment().get_template("report.md.j2").render(**context)
+def render_markdown(context: dict, template: str = "report") -> str:
+    """The Markdown report, images by relative path (``template``: ``report`` or ``compare``)."""
+    return environment().get_template(f"{template}.md.j2").render(**context)

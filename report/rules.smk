@@ -1,4 +1,5 @@
-# Report rule: render the HTML and Markdown reports from analysis outputs and host.json.
+# Report rules: render the HTML and Markdown reports from analysis outputs and host.json;
+# record the run's configuration; compare hosts (target `compare`).
 
 
 rule report:
@@ -16,3 +17,77 @@ rule report:
     shell:
         "python -m report --host-dir results/{wildcards.host} --experiments {params.experiments}"
         " --html {output.html} --md {output.md} > {log} 2>&1"
+
+
+rule run_config:
+    output:
+        "results/{host}/config.yaml",
+    log:
+        "logs/{host}/run_config.log",
+    conda:
+        "../environment.yml"
+    params:
+        config=config_json(),
+    shell:
+        "python -m analysis config --json {params.config} --out {output} > {log} 2>&1"
+
+
+rule compare_tables:
+    output:
+        environment="results/compare/environment.csv",
+        comparison="results/compare/comparison.csv",
+        best="results/compare/best.csv",
+        hosts="results/compare/hosts.json",
+    log:
+        "logs/compare/compare.log",
+    conda:
+        "../environment.yml"
+    params:
+        dirs=compare_host_dirs(),
+        baseline=compare_baseline(),
+        experiments=EXPERIMENTS,
+        stamp=compare_stamp(),
+    shell:
+        "python -m analysis compare --baseline {params.baseline} --experiments {params.experiments}"
+        " --out-dir results/compare {params.dirs} > {log} 2>&1"
+
+
+rule compare_figure:
+    input:
+        comparison="results/compare/comparison.csv",
+        hosts="results/compare/hosts.json",
+    output:
+        report(
+            "results/compare/figures/compare_{experiment}.png",
+            caption="../report/captions/compare.rst",
+            category="compare",
+        ),
+    log:
+        "logs/compare/figures/{experiment}.log",
+    conda:
+        "../environment.yml"
+    shell:
+        "python -m analysis compare-figure {wildcards.experiment} --compare-dir results/compare"
+        " --out {output} > {log} 2>&1"
+
+
+rule compare_report:
+    input:
+        tables=rules.compare_tables.output,
+        figures=expand(
+            "results/compare/figures/compare_{experiment}.png", experiment=EXPERIMENTS
+        ),
+    output:
+        html="results/compare/report.html",
+        md="results/compare/report.md",
+    log:
+        "logs/compare/report.log",
+    conda:
+        "../environment.yml"
+    shell:
+        "python -m report --compare-dir results/compare --html {output.html} --md {output.md} > {log} 2>&1"
+
+
+rule compare:
+    input:
+        rules.compare_report.output,

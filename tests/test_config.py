@@ -64,6 +64,10 @@ def test_sweep_keys_match_experiment_params(default_config):
         ({"gil": {"wrokers": [2]}}, "wrokers"),
         ({"jit": {"repeats": "five"}}, "five"),
         ({"host": "bad/host"}, "bad/host"),
+        ({"host": "compare"}, "compare"),
+        ({"compare": {"hosts": ["compare"]}}, "compare"),
+        ({"compare": {"dirs": "results/x"}}, "results/x"),
+        ({"compare": {"basline": "x"}}, "basline"),
     ],
 )
 def test_bad_config_is_refused(root, default_config, patch, key):

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 
 import pandas as pd
 import pytest
@@ -129,3 +132,48 @@ def test_snakemake_report_collects_every_figure(quick_run, tmp_path):
     names = zipfile.ZipFile(out).namelist()
     for fig in FIGURES:
         assert any(n.endswith(f"/{fig}.png") for n in names), fig
+
+
+@pytest.mark.slow
+def test_compare_with_a_one_cpu_host(quick_run, tmp_path):
+    """A second real host: the gil experiment alone, pinned to one CPU; then `snakemake
+    compare`. The comparison must not measure anything or touch either host's files."""
+    import hashlib
+
+    def digest(d):
+        return {p: hashlib.sha1(p.read_bytes()).hexdigest() for p in sorted(d.rglob("*")) if p.is_file()}
+
+    first = min(os.sched_getaffinity(0))
+    small = tmp_path / "one-cpu.yaml"
+    small.write_text(
+        "experiments: [gil]\nselfcheck: {duration_s: 0.3, repeats: 2}\n"
+        "gil: {workers: [2], cpu_iterations: 1000000, io_iterations: 10, repeats: 3}\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "4", "--configfile", str(small), "--config", "host=e2e-1cpu"],
+        cwd=quick_run,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]},
+        preexec_fn=lambda: os.sched_setaffinity(0, {first}),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    one = json.loads((quick_run / "results" / "e2e-1cpu" / "host.json").read_text())
+    assert one["available_cpus"] == 1 and one["affinity"] == [first]
+    assert (quick_run / "results" / "e2e-1cpu" / "config.yaml").exists()
+    before = {**digest(quick_run / "results" / "e2e"), **digest(quick_run / "results" / "e2e-1cpu")}
+    proc = snakemake_in(quick_run, "--cores", "4", "compare", "--config", "compare={baseline: e2e}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "measure" not in proc.stderr.split("Job stats:")[1].split("Reasons")[0]
+    after = {**digest(quick_run / "results" / "e2e"), **digest(quick_run / "results" / "e2e-1cpu")}
+    assert after == before  # neither host directory was touched
+    c = pd.read_csv(quick_run / "results" / "compare" / "comparison.csv")
+    gil = c[(c["experiment"] == "gil") & (c["host"] == "e2e-1cpu")]
+    # cpu_iterations differ from the quick config: every gil point is shown, as not comparable
+    assert len(gil) >= 6 and set(gil["status"]) == {"not comparable"}
+    assert gil["reason"].str.contains("cpu_iterations 1000000 vs 2000000").any()
+    others = c[(c["experiment"] != "gil") & (c["host"] == "e2e-1cpu")]
+    assert others["reason"].str.contains("was not run on e2e-1cpu").all() and len(others) == len(SPECS) - 1
+    html = (quick_run / "results" / "compare" / "report.html").read_text()
+    assert "e2e-1cpu" in html and "1 available CPUs" in html

@@ -1,0 +1,156 @@
+"""Build the comparison report's data model from ``results/compare/`` (no rendering here).
+
+:func:`build_compare_context` reads ``hosts.json``, ``environment.csv``, ``comparison.csv``,
+``best.csv`` (written by ``python -m analysis compare``) and the figures
+``figures/compare_<experiment>.png``, and returns plain, already formatted values for
+``compare.html.j2`` and ``compare.md.j2``. It reads nothing else.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from report.build import SECTIONS, UNITS, _fmt
+
+
+def _ci(lo, hi, digits: int = 3) -> str:
+    if lo is None or hi is None or not (math.isfinite(lo) and math.isfinite(hi)):
+        return ""
+    return f"{_fmt(lo, digits)} - {_fmt(hi, digits)}"
+
+
+def _x(v, lo=None, hi=None) -> str:
+    if v is None or not math.isfinite(v):
+        return ""
+    text = f"{v:.2f}x"
+    if lo is not None and math.isfinite(lo):
+        text += f" ({lo:.2f}-{hi:.2f})"
+    return text
+
+
+def experiment_table(c: pd.DataFrame, hosts: list[str]) -> dict:
+    """Rows per point: for each host its median (95% CI), per available CPU, its own speedup,
+    and for non-baseline hosts the ratio to the baseline host (95% CI), p-value and verdict."""
+    points = [p for p in dict.fromkeys(c["point"].fillna("")) if p]
+    cols = [
+        "point",
+        "host",
+        "n",
+        "median (95% CI)",
+        "per available CPU",
+        "own speedup (95% CI)",
+        "ratio to baseline host (95% CI)",
+        "per CPU",
+        "Mann-Whitney p",
+        "verdict",
+    ]
+    rows = []
+    for point in points:
+        for host in hosts:
+            r = c[(c["point"] == point) & (c["host"] == host)]
+            if r.empty:
+                continue
+            r = r.iloc[0]
+            unit = UNITS.get(str(r["metric"]), str(r["metric"])) if isinstance(r["metric"], str) else ""
+            median = f"{_fmt(r['median'])} {unit}".strip() if math.isfinite(r["median"]) else ""
+            if median and _ci(r["ci_low"], r["ci_high"]):
+                median += f" ({_ci(r['ci_low'], r['ci_high'])})"
+            verdict = {"baseline": "baseline host", "compared": r["verdict"]}.get(r["status"], "not comparable")
+            if r["status"] == "not comparable":
+                verdict += f": {r['reason']}"
+            elif r["status"] == "compared" and isinstance(r.get("reason"), str) and "too few" in r["reason"]:
+                verdict += f" ({r['reason']})"
+            rows.append(
+                [
+                    point,
+                    host,
+                    _fmt(r["n"]) if math.isfinite(r["n"]) else "",
+                    median,
+                    _fmt(r["median_per_cpu"]),
+                    _x(r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"]),
+                    _x(r["ratio"], r["ratio_ci_low"], r["ratio_ci_high"]),
+                    _x(r["ratio_per_cpu"]),
+                    f"{r['p_value']:.2g}" if math.isfinite(r["p_value"]) else "",
+                    verdict,
+                ]
+            )
+    missing = c[(c["point"].fillna("") == "") & (c["status"] == "not comparable")]
+    notes = [f"{r['host']}: {r['reason']}" for _, r in missing.iterrows()]
+    return {"columns": cols, "rows": rows, "notes": notes}
+
+
+def build_compare_context(compare_dir: str | Path) -> dict:
+    """The comparison report's data model.
+
+    Returns:
+        ``hosts`` (name, cpus, cpu_model), ``baseline``, ``environment`` (columns, rows with a
+        ``differs`` flag), ``experiments`` (name, title, table, figure, counts), ``best`` rows,
+        ``generated``.
+
+    Raises:
+        FileNotFoundError: naming the missing comparison output.
+    """
+    d = Path(compare_dir)
+    meta = json.loads((d / "hosts.json").read_text())
+    hosts = [h["name"] for h in meta["hosts"]]
+    env = pd.read_csv(d / "environment.csv", keep_default_na=False)
+    comparison = pd.read_csv(d / "comparison.csv")
+    best = pd.read_csv(d / "best.csv")
+    exps = []
+    for exp in meta["experiments"]:
+        c = comparison[comparison["experiment"] == exp]
+        fig = d / "figures" / f"compare_{exp}.png"
+        exps.append(
+            {
+                "name": exp,
+                "title": SECTIONS[exp]["title"],
+                "table": experiment_table(c, hosts),
+                "compared": int((c["status"] == "compared").sum()),
+                "not_comparable": int((c["status"] == "not comparable").sum()),
+                "significant": int(c["verdict"].isin(["faster", "slower"]).sum()),
+                "figure": {
+                    "file": f"figures/compare_{exp}.png",
+                    "data_uri": "data:image/png;base64," + base64.b64encode(fig.read_bytes()).decode("ascii"),
+                    "alt": f"{SECTIONS[exp]['title']}: each host's speedups and its throughput relative to "
+                    f"{meta['baseline']}, point by point, with confidence intervals",
+                    "caption": SECTIONS["compare_caption"],
+                },
+            }
+        )
+    best_rows = [
+        [
+            r["experiment"],
+            r["group"],
+            r["host"],
+            r["best"],
+            _x(r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"]),
+            "yes" if str(r["shifts"]) == "True" else "",
+        ]
+        for _, r in best.iterrows()
+    ]
+    return {
+        "hosts": [
+            {"name": h["name"], "cpus": h["available_cpus"], "cpu_model": h["host"].get("cpu_model") or "unknown CPU"}
+            for h in meta["hosts"]
+        ],
+        "baseline": meta["baseline"],
+        "environment": {
+            "columns": ["field", *hosts],
+            "rows": [
+                {"cells": [r["field"], *[str(r[h]) for h in hosts]], "differs": str(r["differs"]) == "True"}
+                for _, r in env.iterrows()
+            ],
+        },
+        "experiments": exps,
+        "best": {
+            "columns": ["experiment", "group", "host", "best", "speedup (95% CI)", "differs between hosts"],
+            "rows": best_rows,
+        },
+        "generated": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    }

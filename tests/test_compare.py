@@ -1,0 +1,180 @@
+"""Comparing hosts on fixture host directories with known answers."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from helpers import write_point
+
+from analysis.__main__ import main as analysis_main
+from analysis.compare import compare_hosts, compare_values, load_host, min_two_sided_p
+from analysis.load import DataError
+from report.__main__ import main as report_main
+
+SEQ = [10.0, 10.2, 9.8, 10.1, 9.9]
+
+
+def _host(root, name, cpus, points, version=1, experiment="gil"):
+    """results/<name> with host.json and an experiment summarised by the real analysis CLI.
+
+    ``points``: (point dict, tasks/s replicates)."""
+    d = root / name
+    d.mkdir(parents=True)
+    (d / "host.json").write_text(
+        json.dumps({"host": name, "available_cpus": cpus, "schema_version": version, "cpu_model": f"CPU <{name}>"})
+    )
+    paths = [
+        write_point(root / f"{name}-points", experiment, p, [{"wall_s": 2 / t, "tasks_per_s": t} for t in tps])
+        for p, tps in points
+    ]
+    args = [
+        "summarise",
+        "--experiment",
+        experiment,
+        "--out-dir",
+        str(d / experiment),
+        "--host-json",
+        str(d / "host.json"),
+    ]
+    assert analysis_main([*args, *map(str, paths)]) == 0
+    return d
+
+
+def _gil(mode, workers=2, **extra):
+    return {"workload": "cpu", "mode": mode, "workers": workers, **extra}
+
+
+@pytest.fixture
+def two_hosts(tmp_path):
+    a = _host(
+        tmp_path,
+        "two-cpu",
+        2,
+        [
+            (_gil("sequential"), SEQ),
+            (_gil("threads"), SEQ),
+            (_gil("processes"), [2 * v for v in SEQ]),
+            ({"workload": "io", "mode": "sequential", "workers": 2}, SEQ),
+        ],
+    )
+    b = _host(
+        tmp_path,
+        "one-cpu",
+        1,
+        [
+            (_gil("sequential"), SEQ),  # same distribution: no difference
+            (_gil("threads"), [v / 2 for v in SEQ]),  # half as fast
+            (_gil("processes"), SEQ),  # 1 CPU: processes gain nothing
+            (_gil("sequential", workers=4), SEQ),  # not in two-cpu's grid
+        ],
+    )
+    return a, b
+
+
+def test_ratios_significance_and_grid_mismatch(two_hosts):
+    a, b = two_hosts
+    hosts = [load_host(a, ["gil", "jit"]), load_host(b, ["gil", "jit"])]
+    t = compare_hosts(hosts, "two-cpu", ["gil", "jit"])
+    c = t["comparison"].set_index(["host", "point"])
+    proc = c.loc[("one-cpu", "workload=cpu mode=processes workers=2")]
+    assert proc["status"] == "compared"
+    assert proc["ratio"] == pytest.approx(0.5)  # 10 / 20
+    assert proc["ratio_per_cpu"] == pytest.approx(1.0)  # per available CPU the hosts are equal
+    assert proc["p_value"] == pytest.approx(2 / 252)  # exact, 5 vs 5 fully separated
+    assert proc["verdict"] == "slower" and proc["ratio_ci_high"] < 1
+    seq = c.loc[("one-cpu", "workload=cpu mode=sequential workers=2")]
+    assert seq["ratio"] == pytest.approx(1.0) and seq["verdict"] == "no significant difference"
+    assert seq["p_value"] > 0.5
+    assert c.loc[("two-cpu", "workload=cpu mode=sequential workers=2"), "status"] == "baseline"
+    only_b = c.loc[("one-cpu", "workload=cpu mode=sequential workers=4")]
+    assert only_b["status"] == "not comparable" and "measured on one-cpu only" in only_b["reason"]
+    only_a = c.loc[("one-cpu", "workload=io mode=sequential workers=2")]
+    assert only_a["status"] == "not comparable" and "measured on two-cpu only" in only_a["reason"]
+    jit = t["comparison"][t["comparison"]["experiment"] == "jit"]
+    assert set(jit["status"]) == {"not comparable"} and len(jit) == 2
+    assert "jit was not run on one-cpu" in " ".join(jit["reason"])
+    env = t["environment"].set_index("field")
+    assert env.loc["available CPUs", "two-cpu"] == 2 and env.loc["available CPUs", "one-cpu"] == 1
+    assert bool(env.loc["available CPUs", "differs"]) and not bool(env.loc["schema version", "differs"])
+    # own speedups: processes 2x on two-cpu, 1x on one-cpu (separate-job baselines here)
+    assert c.loc[("two-cpu", "workload=cpu mode=processes workers=2"), "speedup"] == pytest.approx(2.0)
+    assert c.loc[("one-cpu", "workload=cpu mode=processes workers=2"), "speedup"] == pytest.approx(1.0)
+    best = t["best"].set_index(["host", "group"])
+    assert best.loc[("two-cpu", "workload=cpu workers=2"), "best"] == "mode=processes"
+    assert bool(best.loc[("two-cpu", "workload=cpu workers=2"), "shifts"])
+
+
+def test_other_parameters_and_schema_version_make_points_incomparable(tmp_path):
+    a = _host(tmp_path, "a", 2, [(_gil("sequential", cpu_iterations=1000), SEQ)])
+    b = _host(tmp_path, "b", 2, [(_gil("sequential", cpu_iterations=2000), SEQ)])
+    c = _host(tmp_path, "c", 2, [(_gil("sequential", cpu_iterations=1000), SEQ)], version=2)
+    t = compare_hosts([load_host(d, ["gil"]) for d in (a, b, c)], "a", ["gil"])["comparison"].set_index("host")
+    assert t.loc["b", "status"] == "not comparable"
+    assert "cpu_iterations 2000 vs 1000" in t.loc["b", "reason"]
+    assert "schema version 2 on c, 1 on a" in t.loc["c", "reason"]
+
+
+def test_significance_needs_enough_replicates():
+    assert min_two_sided_p(3, 3) == pytest.approx(0.1)
+    r = compare_values(np.array([1.0, 1.1, 1.2]), np.array([2.0, 2.1, 2.2]))
+    assert r["ratio"] == pytest.approx(2.1 / 1.1)
+    assert r["verdict"] == "no significant difference" and "3 vs 3 give p >= 0.1" in r["reason"]
+
+
+@pytest.mark.parametrize(
+    "breakage, message",
+    [
+        (lambda d: (d / "host.json").unlink(), "host.json: missing"),
+        (lambda d: (d / "host.json").write_text("{not json"), "host.json: not valid JSON"),
+        (lambda d: (d / "host.json").write_text("[]"), "host.json: no 'available_cpus' field"),
+        (lambda d: (d / "gil" / "replicates.csv").write_text(""), "replicates.csv: file is empty"),
+        (lambda d: (d / "gil" / "summary.csv").unlink(), "summary.csv: missing while its sibling exists"),
+        (
+            lambda d: (d / "gil" / "summary.csv").write_text("workload,mode\ncpu,threads\n"),
+            "summary.csv, column 'workers': missing column",
+        ),
+    ],
+)
+def test_broken_host_directory_names_the_file(two_hosts, breakage, message):
+    a, _ = two_hosts
+    breakage(a)
+    with pytest.raises(DataError, match=message):
+        load_host(a, ["gil"])
+
+
+def test_compare_hosts_refuses_bad_requests(two_hosts):
+    a, b = two_hosts
+    hosts = [load_host(a, ["gil"]), load_host(b, ["gil"])]
+    with pytest.raises(ValueError, match="baseline host 'nope' is not one of"):
+        compare_hosts(hosts, "nope", ["gil"])
+    with pytest.raises(ValueError, match="need at least 2 hosts"):
+        compare_hosts(hosts[:1], "two-cpu", ["gil"])
+
+
+def test_cli_and_report(two_hosts, tmp_path, capsys):
+    a, b = two_hosts
+    out = tmp_path / "compare"
+    args = ["compare", "--baseline", "two-cpu", "--experiments", "gil", "--out-dir", str(out), str(a), str(b)]
+    assert analysis_main(args) == 0
+    assert (
+        analysis_main(
+            ["compare-figure", "gil", "--compare-dir", str(out), "--out", str(out / "figures/compare_gil.png")]
+        )
+        == 0
+    )
+    assert (out / "figures" / "compare_gil.png").read_bytes()[:4] == b"\x89PNG"
+    html, md = out / "report.html", out / "report.md"
+    assert report_main(["--compare-dir", str(out), "--html", str(html), "--md", str(md)]) == 0
+    text = html.read_text()
+    assert "CPU &lt;one-cpu&gt;" in text and "<one-cpu>" not in text  # data is escaped
+    assert "0.50x (" in text and "slower" in text and "measured on one-cpu only" in text
+    assert 'src="data:image/png;base64,' in text
+    assert "| workload=cpu mode=processes workers=2 | one-cpu |" in md.read_text()
+    # a broken host is a one-line error naming the file, exit status 1
+    (b / "host.json").write_text("{")
+    assert analysis_main(args) == 1
+    assert f"{b / 'host.json'}: not valid JSON" in capsys.readouterr().err
+    pd.read_csv(out / "comparison.csv")  # the earlier output is intact
