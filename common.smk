@@ -174,7 +174,7 @@ def config_json():
     return shlex.quote(json.dumps(config, sort_keys=False))
 
 
-# ---- host comparison (rule compare): never measures, only reads host directories
+# ---- host comparison (target compare) never measures, it only reads host directories
 def compare_host_dirs():
     """Host directories to compare: config compare.hosts under results/ (default: every
     results/<host>/ with a host.json), plus compare.dirs."""
@@ -187,7 +187,7 @@ def compare_host_dirs():
             for p in Path("results").glob("*/host.json")
             if p.parent.name != "compare"
         )
-    return dirs + [str(d).rstrip("/") for d in cc.get("dirs") or []]
+    return dirs + [os.path.normpath(d) for d in cc.get("dirs") or []]
 
 
 def compare_baseline():
