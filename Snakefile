@@ -19,8 +19,9 @@
 #   logs/<host>/...                                           one log per job
 #   results/compare/report.html, report.md (target `compare`)  hosts side by side
 import re
+import sys
 
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
 
 min_version("9.0")
 
@@ -28,7 +29,14 @@ min_version("9.0")
 configfile: "config.yaml"
 
 
-validate(config, "schemas/config.schema.yaml")
+sys.path.insert(0, workflow.basedir)
+from experiments.configcheck import ConfigError, validate_config
+
+# Snakemake's validate (JSON Schema), failures explained in one line naming the key.
+try:
+    validate_config(config, f"{workflow.basedir}/schemas/config.schema.yaml")
+except ConfigError as exc:
+    sys.exit(f"Invalid configuration: {exc}")
 
 
 include: "common.smk"

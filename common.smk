@@ -165,8 +165,16 @@ def report_inputs(wildcards):
     return files
 
 
+def summary_files(wildcards):
+    return [f"results/{wildcards.host}/{exp}/summary.csv" for exp in EXPERIMENTS]
+
+
 def report_targets(host=HOST):
-    return [f"results/{host}/report.html", f"results/{host}/report.md"]
+    return [
+        f"results/{host}/report.html",
+        f"results/{host}/report.md",
+        f"results/{host}/status.csv",
+    ]
 
 
 def config_json():

@@ -121,14 +121,56 @@ def cmd_trace(args) -> int:
     return 0
 
 
+def cmd_status(args) -> int:
+    """Write every point's status; exit 1 naming the failed and timed-out points."""
+    spec_rows = []
+    for path in args.summaries:
+        s = pd.read_csv(path)
+        if s.empty:
+            continue
+        spec = SPECS[str(s["experiment"].iloc[0])]
+        for _, r in s.iterrows():
+            point = "/".join(f"{k}~{r[k]}" for k in spec.keys)
+            spec_rows.append(
+                {
+                    "experiment": spec.name,
+                    "point": point,
+                    "status": r["status"],
+                    "reason": "" if pd.isna(r.get("reason")) else str(r.get("reason")),
+                    "metrics": str(Path(path).parent / point / "metrics.csv"),
+                }
+            )
+    table = pd.DataFrame(spec_rows, columns=["experiment", "point", "status", "reason", "metrics"])
+    _write_csv(table, Path(args.out))
+    bad = table[table["status"].isin(["failed", "timeout"])]
+    skipped = table[table["status"] == "skipped"]
+    print(
+        f"{len(table)} points: {len(table) - len(bad) - len(skipped)} ok, {len(skipped)} skipped,"
+        f" {len(bad)} failed or timed out",
+        file=sys.stderr,
+    )
+    if len(bad):
+        for _, r in bad.iterrows():
+            print(f"  {r['status']}: {r['experiment']} {r['point']}: {r['reason']}", file=sys.stderr)
+        print(
+            "The report lists them. Measure them again with: snakemake --cores 4 --forcerun "
+            + " ".join(bad["metrics"]),
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
 def cmd_config(args) -> int:
     import yaml
 
     config = json.loads(args.json)
     out = Path(args.out)
     tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text("# Configuration this host's results were measured with (written by the workflow).\n"
-                   + yaml.safe_dump(config, sort_keys=False))
+    tmp.write_text(
+        "# Configuration this host's results were measured with (written by the workflow).\n"
+        + yaml.safe_dump(config, sort_keys=False)
+    )
     tmp.replace(out)
     return 0
 
@@ -224,6 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     ri.add_argument("--out", required=True)
     ri.add_argument("--jobs-csv", default=None, help="also write every job's phases and windows (jobs.csv)")
     ri.add_argument("jobs", nargs="+", help="job.json of every measurement job")
+    st = sub.add_parser("status", help="every point's status (status.csv); exit 1 if any failed or timed out")
+    st.add_argument("--out", required=True)
+    st.add_argument("summaries", nargs="+", help="summary.csv of every experiment")
     cfg = sub.add_parser("config", help="write the run's configuration (JSON) as YAML")
     cfg.add_argument("--json", required=True, help="the configuration as a JSON object")
     cfg.add_argument("--out", required=True)
@@ -244,6 +289,7 @@ def main(argv: list[str] | None = None) -> int:
         "fidelity": cmd_fidelity,
         "runinfo": cmd_runinfo,
         "config": cmd_config,
+        "status": cmd_status,
         "compare": cmd_compare,
         "compare-figure": cmd_compare_figure,
     }

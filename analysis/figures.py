@@ -398,7 +398,7 @@ def compare_chart(comparison: pd.DataFrame, experiment: str, meta: dict) -> Figu
             color=colours[host],
             edgecolor="black",
             linewidth=0.4,
-            label=f"{host} ({cpus[host]} CPUs)",
+            label=f"{host} ({cpus[host]} CPU{'s' if cpus[host] != 1 else ''})",
         )
         if host == baseline:
             continue
@@ -442,13 +442,17 @@ def compare_chart(comparison: pd.DataFrame, experiment: str, meta: dict) -> Figu
     ax1.invert_yaxis()
     ax1.set_xlabel("speedup over the point's baseline, same host (x)")
     ax1.set_title("Each host's own speedups", fontsize=10)
-    ax1.legend(loc="lower right", fontsize=8)
+    ax1.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=min(3, len(hosts)), fontsize=8)
     ax2.axvline(1.0, color="black", linewidth=0.8)
     ax2.set_xscale("log")
+    lo, hi = ax2.get_xlim()
+    shown = [t for t in (0.0625, 0.125, 0.25, 0.5, 1, 2, 4, 8, 16) if lo <= t <= hi] or [1]
+    ax2.set_xticks(shown, [f"{t:g}x" for t in shown])
+    ax2.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax2.set_xlabel(f"median throughput over {baseline}'s (x, log scale)")
     ax2.set_title(f"Host against {baseline}, point by point", fontsize=10)
     if ax2.has_data():
-        ax2.legend(loc="lower right", fontsize=7.5)
+        ax2.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=1, fontsize=7.5)
     missing = c[c["status"] == "not comparable"]
     note = "; ".join(f"{r['host']}: {r['point'] or experiment}: {r['reason']}" for _, r in missing.head(4).iterrows())
     if len(missing) > 4:

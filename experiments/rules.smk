@@ -9,6 +9,8 @@ rule host_info:
         "results/{host}/host.json",
     log:
         "logs/{host}/host_info.log",
+    # measurements first, back to back; analysis jobs fill the cores afterwards
+    priority: 10
     conda:
         "../environment.yml"
     threads: workflow.cores
@@ -28,6 +30,8 @@ rule selfcheck:
         job="results/{host}/selfcheck/job.json",
     log:
         "logs/{host}/selfcheck.log",
+    # measurements first, back to back; analysis jobs fill the cores afterwards
+    priority: 10
     conda:
         "../environment.yml"
     threads: workflow.cores
@@ -51,6 +55,8 @@ rule measure:
         job="results/{host}/{experiment}/{point}/job.json",
     log:
         "logs/{host}/{experiment}/{point}.log",
+    # measurements first, back to back; analysis jobs fill the cores afterwards
+    priority: 10
     conda:
         "../environment.yml"
     threads: workflow.cores
@@ -59,6 +65,9 @@ rule measure:
     params:
         args=point_args,
         lock=MEASURE_LOCK,
+        timeout=config["job_timeout_s"],
     shell:
-        "python -m experiments.{wildcards.experiment} {params.args} --host {wildcards.host}"
+        "python -m experiments.supervise --timeout-s {params.timeout} --log {log}"
+        " --host {wildcards.host} --experiment {wildcards.experiment} --out $(dirname {output.metrics})"
+        " -- python -m experiments.{wildcards.experiment} {params.args} --host {wildcards.host}"
         " --lock {params.lock} --out $(dirname {output.metrics}) > {log} 2>&1"

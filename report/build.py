@@ -107,7 +107,9 @@ def summary_table(summary: pd.DataFrame, experiment: str) -> dict:
         if multi_metric:
             row.append(UNITS.get(r["metric"], r["metric"]))
         if r["status"] != "ok":
-            row += [str(r["status"]), f"{r['status']}: {r.get('reason', '')}"] + [""] * (len(cols) - len(row) - 2)
+            # n = 0, the status where the median would be, the reason in the flags column
+            reason = "" if pd.isna(r.get("reason")) else str(r.get("reason"))
+            row += ["0", str(r["status"])] + [""] * (len(cols) - len(row) - 3) + [f"{r['status']}: {reason}"]
             rows.append(row)
             continue
         ci = f"{_fmt(r['ci_low'])} - {_fmt(r['ci_high'])}" if math.isfinite(r["ci_low"]) else ""
@@ -140,7 +142,13 @@ def trust_context(fidelity: pd.DataFrame, run: dict, exps: list[dict], now_unix:
                 measured += f" (95% CI {r['ci_low']:.2f}-{r['ci_high']:.2f})"
         checks.append({k: r[k] for k in ("check", "expected", "verdict", "reason")} | {"measured": measured})
     flags = [row[-1] for e in exps for row in e["table"]["rows"]]
+    problems = [
+        {"experiment": e["name"], "point": p["point"], "status": p["status"], "reason": p["reason"]}
+        for e in exps
+        for p in e["problems"]
+    ]
     return {
+        "problems": problems,
         "checks": checks,
         "passed": int((fidelity["verdict"] == "pass").sum()),
         "warned": int((fidelity["verdict"] == "warn").sum()),
@@ -216,9 +224,19 @@ def build_context(host_dir: str | Path, experiments: list[str]) -> dict:
             }
             for r in found.get("seed_comparison", [])
         ]
+        problems = [
+            {
+                "point": " ".join(f"{k}={r[k]}" for k in spec.keys),
+                "status": str(r["status"]),
+                "reason": "" if pd.isna(r.get("reason")) else str(r.get("reason")),
+            }
+            for _, r in summary.iterrows()
+            if r["status"] != "ok"
+        ]
         exps.append(
             {
                 "name": name,
+                "problems": problems,
                 "title": SECTIONS[name]["title"],
                 "question": spec.question,
                 "what": SECTIONS[name]["what"],

@@ -19,6 +19,20 @@ rule report:
         " --html {output.html} --md {output.md} > {log} 2>&1"
 
 
+rule point_status:
+    input:
+        report=rules.report.output,
+        summaries=summary_files,
+    output:
+        "results/{host}/status.csv",
+    log:
+        "logs/{host}/point_status.log",
+    conda:
+        "../environment.yml"
+    shell:
+        "python -m analysis status --out {output} {input.summaries} > {log} 2>&1"
+
+
 rule run_config:
     output:
         "results/{host}/config.yaml",

@@ -42,8 +42,16 @@ def quick_run(tmp_path_factory) -> Path:
     """A temporary copy of the repository after ``snakemake --cores 4 --configfile
     config.quick.yaml --config host=e2e`` (about 3 minutes on 2 CPUs), shared by the
     end-to-end and browser tests."""
-    work = tmp_path_factory.mktemp("e2e") / "repo"
+    base = tmp_path_factory.mktemp("e2e")
+    work = base / "repo"
     shutil.copytree(ROOT, work, ignore=IGNORE)
-    proc = snakemake_in(work, "--cores", "4", "--configfile", "config.quick.yaml", "--config", "host=e2e")
+    home = base / "home"  # an empty HOME, and a bogus DISPLAY: the run must write and draw neither
+    home.mkdir()
+    before = {p.relative_to(work) for p in work.rglob("*")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XDG_")} | {"HOME": str(home), "DISPLAY": ":99"}
+    proc = snakemake_in(work, "--cores", "4", "--configfile", "config.quick.yaml", "--config", "host=e2e", env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    (base / "written.txt").write_text(
+        "\n".join(sorted(str(p) for p in {p.relative_to(work) for p in work.rglob("*")} - before))
+    )
     return work

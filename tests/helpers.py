@@ -56,9 +56,10 @@ def gil_fixture(root: Path) -> list[Path]:
     return paths
 
 
-def snakemake_in(work: Path, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+def snakemake_in(work: Path, *args: str, timeout: float = 900, env: dict | None = None) -> subprocess.CompletedProcess:
     """Run ``python -m snakemake ARGS`` in ``work`` with this interpreter's venv on PATH."""
-    env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
+    env = dict(os.environ if env is None else env)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]
     return subprocess.run(
         [sys.executable, "-m", "snakemake", *args], cwd=work, capture_output=True, text=True, timeout=timeout, env=env
     )

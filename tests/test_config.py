@@ -75,3 +75,55 @@ def test_bad_config_is_refused(root, default_config, patch, key):
     with pytest.raises(WorkflowError) as err:
         validate(cfg, str(root / "schemas" / "config.schema.yaml"))
     assert key in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "patch, line",
+    [
+        ({"experiments": ["gil", "nosuch"]}, "config key experiments.1: 'nosuch' is not allowed"),
+        (
+            {"gil": {"repeats": 0}},
+            "config key gil.repeats: 0 is not allowed (0 is less than the minimum of 1); allowed: integer >= 1",
+        ),
+        ({"gil": {"workers": []}}, "config key gil.workers: [] is not allowed"),
+        ({"dataloader": {"num_workers": [-1]}}, "config key dataloader.num_workers.0: -1 is not allowed"),
+        ({"multiprocessing": {"threads": [0]}}, "config key multiprocessing.threads.0: 0 is not allowed"),
+        ({"dataloader": {"dataset": ["parquet"]}}, "allowed: one of tensor, cpu, io"),
+        ({"gil": {"wrokers": [2]}}, "config key gil: unknown key wrokers; allowed: workload, mode, workers"),
+        ({"jit": {"repeats": "five"}}, "config key jit.repeats: 'five' is not allowed ('five' is not of type"),
+        ({"host": "compare"}, "config key host: 'compare' is not allowed"),
+    ],
+)
+def test_bad_config_is_explained_in_one_line(root, default_config, patch, line):
+    from experiments.configcheck import ConfigError, validate_config
+
+    with pytest.raises(ConfigError) as err:
+        validate_config(_merge(default_config, patch), root / "schemas" / "config.schema.yaml")
+    msg = str(err.value)
+    assert "\n" not in msg and line in msg
+
+
+def test_bad_config_stops_snakemake_before_any_job(root, tmp_path):
+    import shutil
+    import subprocess
+    import sys
+
+    from conftest import IGNORE
+
+    work = tmp_path / "repo"
+    shutil.copytree(root, work, ignore=IGNORE)
+    (work / "bad.yaml").write_text("dataloader:\n  num_workers: [0, -2]\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "1", "--configfile", "bad.yaml"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode != 0
+    reason = [line for line in proc.stderr.splitlines() if line.startswith("Invalid configuration:")]
+    assert reason == [
+        "Invalid configuration: config key dataloader.num_workers.1: -2 is not allowed "
+        "(-2 is less than the minimum of 0); allowed: integer >= 0"
+    ]
+    assert not (work / "results").exists() and not (work / "logs").exists()

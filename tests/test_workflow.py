@@ -5,11 +5,17 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pandas as pd
+import psutil
 import pytest
+from conftest import IGNORE
 from helpers import snakemake_in
 
 from analysis.spec import FIGURES, SPECS, TIMELINES
@@ -41,6 +47,8 @@ def test_every_output_exists(quick_run):
     dl_trace = json.loads((host / "traces" / "dataloader.json").read_text())
     threads = {e["args"]["name"] for e in dl_trace["traceEvents"] if e["name"] == "thread_name"}
     assert {"main", "worker-0", "worker-1"} <= threads  # fetches measured inside the workers
+    assert set(pd.read_csv(host / "status.csv")["status"]) <= {"ok", "skipped"}
+    assert "experiments:" in (host / "config.yaml").read_text()  # the host directory is self-describing
     jobs = pd.read_csv(host / "jobs.csv")
     assert jobs["job"].nunique() == run["measurement_jobs"]
     html = (host / "report.html").read_text()
@@ -145,12 +153,10 @@ def test_compare_with_a_one_cpu_host(quick_run, tmp_path):
 
     first = min(os.sched_getaffinity(0))
     small = tmp_path / "one-cpu.yaml"
-    small.write_text(
-        "experiments: [gil]\nselfcheck: {duration_s: 0.3, repeats: 2}\n"
-        "gil: {workers: [2], cpu_iterations: 1000000, io_iterations: 10, repeats: 3}\n"
-    )
+    small.write_text("experiments: [gil]\nselfcheck: {duration_s: 0.3, repeats: 2}\ngil: {repeats: 5}\n")
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "4", "--configfile", "config.quick.yaml", str(small)]
     proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "--cores", "4", "--configfile", str(small), "--config", "host=e2e-1cpu"],
+        [*cmd, "--config", "host=e2e-1cpu"],
         cwd=quick_run,
         capture_output=True,
         text=True,
@@ -170,10 +176,144 @@ def test_compare_with_a_one_cpu_host(quick_run, tmp_path):
     assert after == before  # neither host directory was touched
     c = pd.read_csv(quick_run / "results" / "compare" / "comparison.csv")
     gil = c[(c["experiment"] == "gil") & (c["host"] == "e2e-1cpu")]
-    # cpu_iterations differ from the quick config: every gil point is shown, as not comparable
-    assert len(gil) >= 6 and set(gil["status"]) == {"not comparable"}
-    assert gil["reason"].str.contains("cpu_iterations 1000000 vs 2000000").any()
+    # same gil grid and parameters (repeats may differ): every point compared, with a CI and a test
+    assert len(gil) == 6 and set(gil["status"]) == {"compared"}
+    assert gil["ratio_ci_low"].notna().all() and gil["p_value"].between(0, 1).all()
+    assert (gil["ratio_per_cpu"] == gil["ratio"] * 2).all()
+    assert set(gil["verdict"]) <= {"faster", "slower", "no significant difference"}
     others = c[(c["experiment"] != "gil") & (c["host"] == "e2e-1cpu")]
     assert others["reason"].str.contains("was not run on e2e-1cpu").all() and len(others) == len(SPECS) - 1
     html = (quick_run / "results" / "compare" / "report.html").read_text()
-    assert "e2e-1cpu" in html and "1 available CPUs" in html
+    assert "e2e-1cpu" in html and "1 available CPU)" in html
+
+
+@pytest.mark.slow
+def test_run_writes_only_where_it_owns(quick_run):
+    """With an empty HOME and DISPLAY naming no display: nothing in HOME, and in the checkout
+    only results/, logs/ and .snakemake/ (caches and TMPDIR live in .snakemake/lab/)."""
+    home = quick_run.parent / "home"
+    assert [p for p in home.rglob("*")] == []
+    written = (quick_run.parent / "written.txt").read_text().split()
+    outside = [p for p in written if p.split("/")[0] not in ("results", "logs", ".snakemake")]
+    assert outside == []
+    assert any(p.startswith(".snakemake/lab/tmp") for p in written) or (quick_run / ".snakemake/lab/tmp").is_dir()
+
+
+@pytest.mark.slow
+def test_changing_one_sweep_value_reruns_only_what_depends_on_it(quick_run, tmp_path):
+    extra = tmp_path / "more-workers.yaml"
+    extra.write_text("gil:\n  workers: [2, 3]\n")
+    proc = snakemake_in(
+        quick_run, "-n", "--cores", "4", "--configfile", "config.quick.yaml", str(extra), "--config", "host=e2e"
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    stats = proc.stdout.split("Job stats:")[1].split("\n\n")[0]
+    counts = {line.split()[0]: int(line.split()[1]) for line in stats.splitlines()[3:] if line.strip()}
+    assert counts["measure"] == 6  # workers=3 for 2 workloads x 3 modes; nothing else re-measured
+    assert counts["analyse"] == 1  # only gil
+    assert counts.get("figure", 0) <= 4  # the three gil figures and the job schedule
+    assert "selfcheck" not in counts and "host_info" not in counts
+
+
+INTERRUPT_CONFIG = """\
+experiments: [dataloader, multiprocessing]
+selfcheck: {duration_s: 0.3, repeats: 2}
+dataloader:
+  dataset: [io]
+  num_workers: [2]
+  items: {io: 400}
+  io_latency_s: 0.01
+  repeats: 3
+multiprocessing:
+  processes: [2]
+  threads: [1]
+  steps: 3000
+  repeats: 3
+"""
+
+
+def _family(root_pid: int) -> dict[int, float]:
+    try:
+        procs = [psutil.Process(root_pid), *psutil.Process(root_pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return {}
+    out = {}
+    for p in procs:
+        try:
+            out[p.pid] = p.create_time()
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def _interrupt_during(work: Path, experiment: str, seen: dict[int, float]) -> int:
+    """Start the run, send SIGINT to its process group (as Ctrl-C does) once `experiment`'s job
+    has started its workers, and return snakemake's exit status; every pid seen is recorded."""
+    env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "4", "--configfile", "int.yaml", "--config", "host=int"]
+    proc = subprocess.Popen(
+        cmd, cwd=work, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 240
+    fired = False
+    while proc.poll() is None and time.monotonic() < deadline:
+        fam = _family(proc.pid)
+        seen.update(fam)
+        for pid in fam:
+            try:
+                p = psutil.Process(pid)
+                if f"experiments.{experiment}" in " ".join(p.cmdline()) and "supervise" not in " ".join(p.cmdline()):
+                    if len(p.children(recursive=True)) >= 3:  # sampler + 2 workers
+                        fired = True
+            except psutil.NoSuchProcess:
+                pass
+        if fired:
+            time.sleep(0.3)
+            seen.update(_family(proc.pid))
+            os.killpg(proc.pid, signal.SIGINT)
+            break
+        time.sleep(0.1)
+    assert fired, f"never saw the {experiment} job's workers"
+    proc.communicate(timeout=120)
+    return proc.returncode
+
+
+def _alive(seen: dict[int, float]) -> list[str]:
+    left = []
+    for pid, created in seen.items():
+        try:
+            p = psutil.Process(pid)
+            if p.create_time() == created and p.status() != psutil.STATUS_ZOMBIE:
+                left.append(f"{pid} {' '.join(p.cmdline())[:100]}")
+        except psutil.NoSuchProcess:
+            pass
+    return left
+
+
+@pytest.mark.slow
+def test_interrupted_run_leaves_no_orphans_and_resumes(tmp_path):
+    """Ctrl-C during the dataloader and during the multiprocessing experiment: no process of
+    the run survives, no point looks complete that is not, and the next run finishes the rest."""
+    work = tmp_path / "repo"
+    shutil.copytree(Path(__file__).resolve().parent.parent, work, ignore=IGNORE)
+    (work / "int.yaml").write_text(INTERRUPT_CONFIG)
+    host_dir = work / "results" / "int"
+    for experiment in ("dataloader", "multiprocessing"):
+        seen: dict[int, float] = {}
+        rc = _interrupt_during(work, experiment, seen)
+        assert rc != 0
+        time.sleep(1.0)
+        assert _alive(seen) == [], f"orphans after interrupting {experiment}"
+        point = host_dir / experiment
+        done = list(point.rglob("metrics.csv"))
+        assert done == [], f"{experiment}: an interrupted point left {done}"
+        for m in host_dir.rglob("metrics.csv"):  # every point that looks complete is complete
+            for name in ("samples.csv", "spans.csv", "job.json"):
+                assert (m.parent / name).exists(), m
+            assert (pd.read_csv(m)["status"] == "ok").all(), m
+    host_json = (host_dir / "host.json").stat().st_mtime_ns
+    proc = snakemake_in(work, "--cores", "4", "--configfile", "int.yaml", "--config", "host=int")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (host_dir / "host.json").stat().st_mtime_ns == host_json  # resumed, not restarted
+    assert (host_dir / "report.html").exists()
+    assert set(pd.read_csv(host_dir / "status.csv")["status"]) == {"ok"}

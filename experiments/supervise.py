@@ -1,0 +1,206 @@
+"""Run one measurement job under supervision: a timeout, crash records, clean interrupts.
+
+Usage (the ``measure`` rule)::
+
+    python -m experiments.supervise --timeout-s 900 --log LOG --out DIR --host H --experiment E \\
+        -- python -m experiments.E ARGS...
+
+The experiment runs as a child process in its own session (process group), with
+``PR_SET_PDEATHSIG`` so that it dies if the supervisor is killed; its worker processes
+(DataLoader workers, multiprocessing children) ask for the same (:func:`experiments.common.die_with_parent`).
+
+* Child exits 0: its files are in ``DIR`` (written atomically, ``metrics.csv`` last); exit 0.
+* Child exits non-zero (a genuine crash: an exception, a worker that died, a thread-count
+  mismatch): ``DIR/metrics.csv`` gets one row with ``status`` = ``failed`` and ``reason`` = the
+  exit status, the last error line of the log and the log's path; exit 0, so the rest of the
+  pipeline runs and the report lists the point. The workflow's final ``point_status`` job then
+  fails, naming every failed point and its log.
+* ``--timeout-s`` expires: the child's whole process tree is killed (SIGTERM, then SIGKILL
+  after :data:`GRACE_S`), and the point is recorded with ``status`` = ``timeout``; exit 0.
+* The supervisor gets SIGINT or SIGTERM (Ctrl-C, Snakemake cancelling the job): it forwards
+  SIGTERM to the child's tree, kills what is left after :data:`GRACE_S`, writes nothing and
+  exits 128 + signal number; Snakemake removes the job's incomplete outputs and the next run
+  measures the point again.
+
+The failure files follow docs/csv-schema.md: ``metrics.csv`` with ``host``, ``experiment``, the
+point's swept keys (from the ``<key>~<value>`` directories of ``DIR``), ``repeat`` 0, ``role``
+``point``, ``status``, ``reason``; header-only ``samples.csv`` and ``spans.csv``; a ``job.json``
+with the job's times and ``status``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from experiments import JOB_START_UNIX
+from experiments.common import SAMPLE_COLUMNS, SPAN_COLUMNS, write_csv, write_json
+
+#: Seconds between SIGTERM and SIGKILL when a process tree is stopped.
+GRACE_S = 3.0
+
+
+def _pdeathsig() -> None:  # runs in the child between fork and exec
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def kill_tree(proc: subprocess.Popen, grace_s: float = GRACE_S) -> list[int]:
+    """SIGTERM the child's process group and every descendant, SIGKILL survivors after
+    ``grace_s``; return the pids that had to be killed.
+
+    Descendants are collected first (psutil), so processes that left the group are found too.
+    """
+    try:
+        family = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        family = []
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for p in family:
+        try:
+            p.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(family, timeout=grace_s)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    psutil.wait_procs(alive, timeout=grace_s)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    return [p.pid for p in alive]
+
+
+def point_from_dir(out: Path) -> dict:
+    """``{key: value}`` from the ``<key>~<value>`` components of a point directory."""
+    return dict(part.split("~", 1) for part in out.parts if "~" in part)
+
+
+def last_error_line(log: Path | None) -> str:
+    """The last line of the log that looks like an error (``...Error: ...``, ``error: ...``)."""
+    if log is None or not log.exists():
+        return ""
+    lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if "Error" in ln or "error:" in ln or "Exception" in ln or "Killed" in ln:
+            return ln[:300]
+    return lines[-1][:300] if lines else ""
+
+
+def record_failure(out: Path, host: str, experiment: str, status: str, reason: str) -> None:
+    """Write the failure files of a point (see the module docstring); ``metrics.csv`` last."""
+    out.mkdir(parents=True, exist_ok=True)
+    point = point_from_dir(out)
+    write_csv(out / "samples.csv", [], SAMPLE_COLUMNS)
+    write_csv(out / "spans.csv", [], SPAN_COLUMNS)
+    write_json(
+        out / "job.json",
+        {
+            "experiment": experiment,
+            "host": host,
+            "params": point,
+            "pid": os.getpid(),
+            "job_start_unix": JOB_START_UNIX,
+            "job_end_unix": time.time(),
+            "status": status,
+            "reason": reason,
+        },
+    )
+    row = {"host": host, "experiment": experiment, **point, "repeat": 0, "role": "point", "status": status}
+    write_csv(out / "metrics.csv", [{**row, "reason": reason}])
+
+
+def supervise(cmd: list[str], out: Path, host: str, experiment: str, timeout_s: float, log: Path | None) -> int:
+    """Run ``cmd``; see the module docstring for what each outcome writes and returns."""
+    proc = subprocess.Popen(cmd, start_new_session=True, preexec_fn=_pdeathsig)  # noqa: PLW1509
+    interrupted: list[int] = []
+
+    def on_signal(signum, _frame):
+        interrupted.append(signum)
+        raise KeyboardInterrupt
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        rc = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        killed = kill_tree(proc)
+        reason = f"exceeded the job timeout of {timeout_s:g} s; process tree killed"
+        if killed:
+            reason += f" ({len(killed)} process{'es' if len(killed) > 1 else ''} needed SIGKILL)"
+        if log is not None:
+            reason += f"; log: {log}"
+        record_failure(out, host, experiment, "timeout", reason)
+        print(f"[supervise] timeout: {reason}", file=sys.stderr)
+        return 0
+    except KeyboardInterrupt:
+        kill_tree(proc)
+        signum = interrupted[0] if interrupted else signal.SIGINT
+        print(
+            f"[supervise] interrupted by {signal.Signals(signum).name}: job stopped, nothing recorded", file=sys.stderr
+        )
+        return 128 + signum
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    if rc == 0:
+        if not (out / "metrics.csv").exists():
+            record_failure(out, host, experiment, "failed", "the experiment exited 0 without writing metrics.csv")
+        return 0
+    what = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit status {rc}"
+    err = last_error_line(log)
+    reason = f"crashed ({what})" + (f": {err}" if err else "") + (f"; log: {log}" if log else "")
+    # a crash may leave the child's own files half-written only as hidden temporary files
+    for name in ("metrics.csv", "samples.csv", "spans.csv", "job.json"):
+        (out / name).unlink(missing_ok=True)
+    record_failure(out, host, experiment, "failed", reason)
+    print(f"[supervise] failed: {reason}", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; everything after ``--`` is the experiment's command."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--" not in argv:
+        print("usage: python -m experiments.supervise [options] -- COMMAND...", file=sys.stderr)
+        return 2
+    split = argv.index("--")
+    p = argparse.ArgumentParser(prog="python -m experiments.supervise", description=__doc__.splitlines()[0])
+    p.add_argument("--timeout-s", type=float, required=True, help="job timeout in s")
+    p.add_argument("--out", required=True, help="the point's output directory")
+    p.add_argument("--host", required=True)
+    p.add_argument("--experiment", required=True)
+    p.add_argument("--log", default=None, help="the job's log file, named in failure reasons")
+    args = p.parse_args(argv[:split])
+    cmd = argv[split + 1 :]
+    if not cmd:
+        p.error("no command after --")
+    if not args.timeout_s > 0:
+        p.error(f"--timeout-s must be > 0, got {args.timeout_s}")
+    log = Path(args.log) if args.log else None
+    return supervise(cmd, Path(args.out), args.host, args.experiment, args.timeout_s, log)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

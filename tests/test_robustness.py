@@ -1,0 +1,156 @@
+"""Faults: crashes, timeouts and interrupts of a measurement job (experiments.supervise), and
+what the analysis, the report and the status check make of them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pandas as pd
+import psutil
+import pytest
+
+from analysis.__main__ import main as analysis_main
+from experiments.supervise import point_from_dir
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: A child that starts a grandchild (like a DataLoader worker), writes both pids, then runs BODY.
+CHILD = textwrap.dedent(
+    """
+    import multiprocessing, os, sys, time
+    def worker():
+        time.sleep(600)
+    if __name__ == "__main__":
+        p = multiprocessing.get_context("fork").Process(target=worker, daemon=False)
+        p.start()
+        open(sys.argv[1], "w").write(f"{os.getpid()} {p.pid}")
+        BODY
+    """
+)
+
+
+def _supervise(tmp_path, body: str, timeout_s: float = 60, wait: bool = True):
+    out = tmp_path / "results" / "h" / "gil" / "workload~cpu" / "mode~threads" / "workers~2"
+    pids = tmp_path / "pids.txt"
+    script = tmp_path / "child.py"
+    script.write_text(CHILD.replace("BODY", body))
+    log = tmp_path / "job.log"
+    cmd = [
+        sys.executable,
+        "-m",
+        "experiments.supervise",
+        "--timeout-s",
+        str(timeout_s),
+        "--log",
+        str(log),
+        "--host",
+        "h",
+        "--experiment",
+        "gil",
+        "--out",
+        str(out),
+        "--",
+        sys.executable,
+        str(script),
+        str(pids),
+    ]
+    fh = open(log, "w")  # noqa: SIM115 - the child writes into it as a job's log
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT)
+    if wait:
+        proc.wait(timeout=120)
+        fh.close()
+    return proc, out, pids, log
+
+
+def _pids(path: Path) -> list[int]:
+    for _ in range(200):
+        if path.exists() and path.read_text().strip():
+            return [int(p) for p in path.read_text().split()]
+        time.sleep(0.05)
+    raise AssertionError("the child never wrote its pids")
+
+
+def _gone(pids: list[int], timeout_s: float = 5) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        if not alive:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_point_from_dir():
+    assert point_from_dir(Path("results/h/gil/workload~cpu/mode~threads/workers~2")) == {
+        "workload": "cpu",
+        "mode": "threads",
+        "workers": "2",
+    }
+
+
+def test_crash_is_recorded_as_failed_with_the_log(tmp_path):
+    proc, out, pids, log = _supervise(tmp_path, "p.kill(); raise RuntimeError('boom: the worker broke')")
+    assert proc.returncode == 0
+    m = pd.read_csv(out / "metrics.csv")
+    assert m.loc[0, "status"] == "failed"
+    assert "exit status 1" in m.loc[0, "reason"] and "RuntimeError: boom: the worker broke" in m.loc[0, "reason"]
+    assert f"log: {log}" in m.loc[0, "reason"]
+    assert m.loc[0, ["workload", "mode", "workers"]].tolist() == ["cpu", "threads", 2]
+    assert pd.read_csv(out / "spans.csv").empty and pd.read_csv(out / "samples.csv").empty
+    # the analysis accepts it, and the status check fails naming the point and the log
+    summary_dir = tmp_path / "results" / "h" / "gil"
+    assert (
+        analysis_main(["summarise", "--experiment", "gil", "--out-dir", str(summary_dir), str(out / "metrics.csv")])
+        == 0
+    )
+    s = pd.read_csv(summary_dir / "summary.csv")
+    assert s.loc[0, "status"] == "failed" and s.loc[0, "n"] == 0
+    assert analysis_main(["status", "--out", str(tmp_path / "status.csv"), str(summary_dir / "summary.csv")]) == 1
+    st = pd.read_csv(tmp_path / "status.csv")
+    assert st.loc[0, "metrics"].endswith("gil/workload~cpu/mode~threads/workers~2/metrics.csv")
+
+
+def test_timeout_kills_the_whole_tree(tmp_path):
+    t0 = time.monotonic()
+    proc, out, pids, _ = _supervise(tmp_path, "time.sleep(600)", timeout_s=1.5)
+    assert proc.returncode == 0 and time.monotonic() - t0 < 30
+    m = pd.read_csv(out / "metrics.csv")
+    assert m.loc[0, "status"] == "timeout" and "exceeded the job timeout of 1.5 s" in m.loc[0, "reason"]
+    assert _gone(_pids(pids))  # the child and its worker
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_interrupt_stops_the_tree_and_writes_nothing(tmp_path, signum):
+    proc, out, pids, log = _supervise(tmp_path, "time.sleep(600)", wait=False)
+    family = _pids(pids)
+    proc.send_signal(signum)
+    assert proc.wait(timeout=30) == 128 + signum
+    assert _gone(family)
+    assert not (out / "metrics.csv").exists()
+
+
+def test_supervisor_killed_outright_takes_the_child_along(tmp_path):
+    proc, out, pids, _ = _supervise(tmp_path, "time.sleep(600)", wait=False)
+    family = _pids(pids)
+    os.kill(proc.pid, signal.SIGKILL)  # no chance to clean up: PR_SET_PDEATHSIG must do it
+    proc.wait(timeout=10)
+    assert _gone(family[:1])
+    psutil.Process(family[1]).kill() if psutil.pid_exists(family[1]) else None  # the test's own plain worker
+
+
+def test_success_passes_through(tmp_path):
+    point = "results/h/gil/workload~cpu/mode~threads/workers~2"
+    csv = "host,experiment,workload,mode,workers,repeat,status\\nh,gil,cpu,threads,2,0,ok\\n"
+    body = (
+        f"p.kill(); d = os.path.join(os.path.dirname(sys.argv[1]), '{point}'); os.makedirs(d, exist_ok=True); "
+        f"open(os.path.join(d, 'metrics.csv'), 'w').write('{csv}')"
+    )
+    proc, out, _, _ = _supervise(tmp_path, body)
+    assert proc.returncode == 0
+    assert pd.read_csv(out / "metrics.csv").loc[0, "status"] == "ok"
