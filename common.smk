@@ -14,6 +14,7 @@ sys.path.insert(0, workflow.basedir)
 from analysis.spec import FIGURES, HOST_FIGURES, SPECS, TIMELINES
 from experiments.common import (
     available_cpus,
+    measurement_tmpdir,
     default_host,
     prepare_environment,
     sanitise_host,
@@ -29,8 +30,10 @@ EXPERIMENTS = list(config["experiments"])
 # labels measured from one checkout (e.g. under taskset) never measure at the same time.
 MEASURE_LOCK = str(Path(".snakemake/lab/measure.lock").resolve())
 
-# Every job writes its temporary files and caches under .snakemake/lab/ and draws headless.
+# Every job writes its caches under .snakemake/lab/ and draws headless. Measurement jobs get a
+# short TMPDIR of their own (AF_UNIX socket paths of multiprocessing must stay short).
 prepare_environment(workflow.basedir, ".snakemake/lab")
+MEASURE_TMPDIR = measurement_tmpdir(workflow.basedir)
 
 
 def sweep_values(experiment, key):

@@ -140,6 +140,29 @@ def prepare_environment(code_dir: str, owned_dir: str) -> dict[str, str]:
     return env
 
 
+def measurement_tmpdir(checkout: str) -> str:
+    """A short temporary directory the pipeline owns, for the TMPDIR of measurement jobs.
+
+    Python 3.11's multiprocessing puts AF_UNIX sockets under TMPDIR
+    (``<TMPDIR>/pymp-XXXXXXXX/listener-XXXXXXXX``; DataLoader workers use them to pass tensors'
+    file descriptors), and AF_UNIX paths are limited to 107 bytes. Under a deep checkout
+    ``.snakemake/lab/tmp`` is too long: measured here, a worker failed with "AF_UNIX path too long"
+    and its DataLoader waited forever. So measurement jobs get ``/tmp/cpulab-<uid>-<hash of the
+    checkout path>`` (mode 700; the system temp directory where /tmp does not exist).
+
+    Returns:
+        The directory's path (created).
+    """
+    import hashlib
+    import tempfile
+
+    base = "/tmp" if os.path.isdir("/tmp") and os.access("/tmp", os.W_OK) else tempfile.gettempdir()
+    digest = hashlib.sha1(str(Path(checkout).resolve()).encode()).hexdigest()[:10]
+    path = Path(base) / f"cpulab-{os.getuid()}-{digest}"
+    path.mkdir(mode=0o700, exist_ok=True)
+    return str(path)
+
+
 def sanitise_host(name: str) -> str:
     """Turn a host name into a label safe for paths: ``[A-Za-z0-9._-]``, no leading dot.
 

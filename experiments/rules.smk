@@ -16,6 +16,7 @@ rule host_info:
     threads: workflow.cores
     resources:
         measure=1,
+        tmpdir=MEASURE_TMPDIR,
     shell:
         "python -m experiments.hostinfo --host {wildcards.host} --out {output} > {log} 2>&1"
 
@@ -37,6 +38,7 @@ rule selfcheck:
     threads: workflow.cores
     resources:
         measure=1,
+        tmpdir=MEASURE_TMPDIR,
     params:
         args=selfcheck_args,
         lock=MEASURE_LOCK,
@@ -62,6 +64,7 @@ rule measure:
     threads: workflow.cores
     resources:
         measure=1,
+        tmpdir=MEASURE_TMPDIR,
     params:
         args=point_args,
         lock=MEASURE_LOCK,

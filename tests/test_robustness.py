@@ -154,3 +154,31 @@ def test_success_passes_through(tmp_path):
     proc, out, _, _ = _supervise(tmp_path, body)
     assert proc.returncode == 0
     assert pd.read_csv(out / "metrics.csv").loc[0, "status"] == "ok"
+
+
+@pytest.mark.parametrize("display", [None, ":99"])
+def test_figures_draw_without_a_display(tmp_path, display):
+    """DISPLAY unset, or naming a display that does not exist: charts still render (Agg)."""
+    import json
+
+    from helpers import gil_fixture
+
+    paths = gil_fixture(tmp_path / "points")
+    host = tmp_path / "h"
+    (host / "gil").mkdir(parents=True)
+    (host / "host.json").write_text(json.dumps({"available_cpus": 2}))
+    assert analysis_main(["summarise", "--experiment", "gil", "--out-dir", str(host / "gil"), *map(str, paths)]) == 0
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "MPLBACKEND")}
+    if display:
+        env["DISPLAY"] = display
+    out = tmp_path / "gil_speedup.png"
+    proc = subprocess.run(
+        [sys.executable, "-m", "analysis", "figure", "gil_speedup", "--host-dir", str(host), "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_bytes()[:4] == b"\x89PNG"

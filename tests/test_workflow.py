@@ -65,11 +65,17 @@ def test_every_output_exists(quick_run):
 def test_measurement_jobs_never_overlap(quick_run):
     jobs = [json.loads(p.read_text()) for p in (quick_run / "results" / "e2e").rglob("job.json")]
     assert len(jobs) >= 20
-    for j in jobs:  # every job wrote its temporary files and caches inside the pipeline's directory
+    from experiments.common import measurement_tmpdir
+
+    short_tmp = measurement_tmpdir(str(quick_run))
+    for j in jobs:  # caches inside the pipeline's directory, TMPDIR in the short one it owns
         for var, path in j["env"].items():
             if var.endswith("_NUM_THREADS"):
                 continue
-            assert path and ".snakemake/lab" in path, (var, path)
+            if var == "TMPDIR":
+                assert path == short_tmp and len(path) < 50, path
+            else:
+                assert path and ".snakemake/lab" in path, (var, path)
     by_lock = sorted(jobs, key=lambda j: j["lock_acquired_unix"])
     for a, b in zip(by_lock, by_lock[1:]):
         assert b["lock_acquired_unix"] >= a["lock_released_unix"], (a["params"], b["params"])
@@ -185,14 +191,29 @@ def test_compare_with_a_one_cpu_host(quick_run, tmp_path):
     assert others["reason"].str.contains("was not run on e2e-1cpu").all() and len(others) == len(SPECS) - 1
     html = (quick_run / "results" / "compare" / "report.html").read_text()
     assert "e2e-1cpu" in html and "1 available CPU)" in html
+    # a host directory copied from elsewhere, listed under compare: dirs
+    elsewhere = tmp_path / "from-another-machine" / "laptop"
+    shutil.copytree(quick_run / "results" / "e2e-1cpu", elsewhere)
+    cfg = tmp_path / "cmp.yaml"
+    cfg.write_text(f"compare:\n  hosts: [e2e]\n  dirs: ['{elsewhere}']\n  baseline: laptop\n")
+    proc = snakemake_in(quick_run, "--cores", "4", "compare", "--configfile", "config.yaml", str(cfg))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    meta = json.loads((quick_run / "results" / "compare" / "hosts.json").read_text())
+    assert [h["name"] for h in meta["hosts"]] == ["e2e", "laptop"] and meta["baseline"] == "laptop"
+    assert meta["hosts"][1]["path"] == str(elsewhere)
 
 
 @pytest.mark.slow
 def test_run_writes_only_where_it_owns(quick_run):
-    """With an empty HOME and DISPLAY naming no display: nothing in HOME, and in the checkout
-    only results/, logs/ and .snakemake/ (caches and TMPDIR live in .snakemake/lab/)."""
+    """With an empty HOME and DISPLAY naming no display: no file in HOME, and in the checkout
+    only results/, logs/ and .snakemake/ (caches live in .snakemake/lab/). Snakemake itself
+    creates its empty source-cache directories under ~/.cache/snakemake before it reads the
+    Snakefile; no job writes there."""
     home = quick_run.parent / "home"
-    assert [p for p in home.rglob("*")] == []
+    assert [p for p in home.rglob("*") if not p.is_dir()] == []
+    assert {p.name for p in home.iterdir()} <= {".cache"}
+    if (home / ".cache").exists():
+        assert {p.name for p in (home / ".cache").iterdir()} == {"snakemake"}
     written = (quick_run.parent / "written.txt").read_text().split()
     outside = [p for p in written if p.split("/")[0] not in ("results", "logs", ".snakemake")]
     assert outside == []
@@ -246,11 +267,20 @@ def _family(root_pid: int) -> dict[int, float]:
     return out
 
 
+#: A point of each experiment of INTERRUPT_CONFIG: the interrupted runs target one each.
+INTERRUPT_TARGETS = {
+    "dataloader": "results/int/dataloader/dataset~io/num_workers~2/metrics.csv",
+    "multiprocessing": "results/int/multiprocessing/processes~2/threads~1/metrics.csv",
+}
+
+
 def _interrupt_during(work: Path, experiment: str, seen: dict[int, float]) -> int:
-    """Start the run, send SIGINT to its process group (as Ctrl-C does) once `experiment`'s job
-    has started its workers, and return snakemake's exit status; every pid seen is recorded."""
+    """Run towards one point of `experiment`, send SIGINT to the run's process group (as
+    Ctrl-C does) once that job has started its workers, and return snakemake's exit status;
+    every pid seen is recorded."""
     env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
-    cmd = [sys.executable, "-m", "snakemake", "--cores", "4", "--configfile", "int.yaml", "--config", "host=int"]
+    cmd = [sys.executable, "-m", "snakemake", INTERRUPT_TARGETS[experiment], "--cores", "4", "--configfile", "int.yaml"]
+    cmd += ["--config", "host=int"]  # last: --config takes every following argument
     proc = subprocess.Popen(
         cmd, cwd=work, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
@@ -273,7 +303,11 @@ def _interrupt_during(work: Path, experiment: str, seen: dict[int, float]) -> in
             os.killpg(proc.pid, signal.SIGINT)
             break
         time.sleep(0.1)
-    assert fired, f"never saw the {experiment} job's workers"
+    if not fired:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)  # leave nothing behind, then fail
+        _, err = proc.communicate(timeout=60)
+        raise AssertionError(f"never saw the {experiment} job's workers: {err[-2000:]}")
     proc.communicate(timeout=120)
     return proc.returncode
 
