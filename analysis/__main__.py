@@ -152,9 +152,10 @@ def cmd_status(args) -> int:
     if len(bad):
         for _, r in bad.iterrows():
             print(f"  {r['status']}: {r['experiment']} {r['point']}: {r['reason']}", file=sys.stderr)
+        host = Path(args.summaries[0]).parent.parent.name
         print(
-            "The report lists them. Measure them again with: snakemake --cores 4 --forcerun "
-            + " ".join(bad["metrics"]),
+            "The report lists them. Measure them again with (add the --configfile you ran with): "
+            f"snakemake --cores 4 --forcerun {' '.join(bad['metrics'])} --config host={host}",
             file=sys.stderr,
         )
         return 1

@@ -160,11 +160,23 @@ def _params(reps: pd.DataFrame, keys: list[str]) -> dict[tuple, dict]:
     stop = cols.index(_MEASURED_FROM) if _MEASURED_FROM in cols else len(cols)
     params = [c for c in cols[start:stop] if c not in keys and c not in FREE_PARAMS]
     point_rows = reps[reps["role"] == "point"] if "role" in reps else reps
+    # parameters of ok rows only: a failure record has the keys but no other parameter
+    point_rows = point_rows[point_rows["status"] == "ok"] if "status" in point_rows else point_rows
     out = {}
     for k, grp in point_rows.groupby(keys, sort=False):
         k = k if isinstance(k, tuple) else (k,)
-        out[_key(k)] = {c: grp[c].iloc[0] for c in params}
+        out[_key(k)] = {c: _canonical(grp[c].iloc[0]) for c in params if pd.notna(grp[c].iloc[0])}
     return out
+
+
+def _canonical(value) -> str:
+    """One text form per value: 2000000, 2000000.0 and "2000000" are the same parameter (a column
+    with an empty cell reads as float)."""
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return str(int(f)) if f.is_integer() else repr(f)
 
 
 def min_two_sided_p(n1: int, n2: int) -> float:
@@ -185,7 +197,9 @@ def compare_values(base: np.ndarray, other: np.ndarray) -> dict:
     lo, hi = ratio_ci(other, base)
     u, p = stats.mannwhitneyu(other, base, alternative="two-sided")
     floor = min_two_sided_p(len(other), len(base))
-    if p < ALPHA and math.isfinite(lo) and (lo > 1 or hi < 1):
+    # the floor first: with ties scipy falls back to the normal approximation, whose p can
+    # undercut what an exact test allows (3 vs 3 all tied apart: p = 0.047, exact floor 0.1)
+    if floor < ALPHA and p < ALPHA and math.isfinite(lo) and (lo > 1 or hi < 1):
         verdict, reason = ("faster" if ratio > 1 else "slower"), f"p = {p:.2g} < {ALPHA}"
     elif floor >= ALPHA:
         verdict = "no significant difference"
@@ -307,13 +321,16 @@ def compare_experiment(exp: str, hosts: list[HostResults], baseline: HostResults
                 )
             elif k not in base_idx:
                 reason = f"point measured on {h.name} only (not in {baseline.name}'s grid)"
+            elif s.get("status") != "ok" or base_idx[k].get("status") != "ok":
+                reason = f"status {s.get('status')} on {h.name}, {base_idx[k].get('status')} on {baseline.name}"
             else:
                 mine, theirs = params[h.name].get(k, {}), params[baseline.name].get(k, {})
-                diff = [f"{c} {mine[c]} vs {theirs[c]}" for c in mine if c in theirs and str(mine[c]) != str(theirs[c])]
+                diff = [f"{c} {mine[c]} vs {theirs[c]}" for c in mine if c in theirs and mine[c] != theirs[c]]
+                only = sorted(set(mine) ^ set(theirs))
+                if only:
+                    diff.append("parameter recorded on one host only: " + ", ".join(only))
                 if diff:
                     reason = "other parameters differ: " + "; ".join(diff)
-                elif s.get("status") != "ok" or base_idx[k].get("status") != "ok":
-                    reason = f"status {s.get('status')} on {h.name}, {base_idx[k].get('status')} on {baseline.name}"
             if reason:
                 rows.append({**row, "status": "not comparable", "reason": reason})
                 continue
@@ -375,6 +392,8 @@ def best_table(hosts: list[HostResults], experiments: list[str]) -> pd.DataFrame
             if exp not in h.summaries:
                 continue
             s = h.summaries[exp]
+            if "best" not in s:
+                continue
             best = s[s["best"].astype(str) == "True"]
             for _, r in best.iterrows():
                 group = point_label(spec.group, r[list(spec.group)]) if spec.group else "all points"

@@ -113,6 +113,20 @@ def timeline_points(experiment: str, summary: pd.DataFrame) -> list[dict]:
     return points
 
 
+def _nothing(experiment: str, what: str) -> Figure:
+    """A placeholder chart: no point of the experiment has an ok measurement to draw."""
+    fig, ax = plt.subplots(figsize=(8, 1.6))
+    ax.axis("off")
+    ax.text(
+        0.5,
+        0.5,
+        f"{what}: no point of {experiment} completed (see the table and the trust section)",
+        ha="center",
+        va="center",
+    )
+    return fig
+
+
 def _select(df: pd.DataFrame, point: dict, repeat: int = 0) -> pd.DataFrame:
     if df.empty or "repeat" not in df:  # no point wrote any row: header with key columns only
         return df.iloc[0:0].assign(repeat=[], role=[], actor=[], kind=[], series=[], t_s=[], busy_pct=[])
@@ -203,6 +217,8 @@ def timeline(experiment: str, spans: pd.DataFrame, samples: pd.DataFrame, summar
     Points of one group (same work) share the time axis's scale.
     """
     points = timeline_points(experiment, summary)
+    if not points:
+        return _nothing(experiment, "timeline")
     ncpu = host.get("available_cpus", "?")
     wins = [window(spans, samples, p) for p in points]
     rows = [max(1, sp["actor"].nunique()) for sp, _ in wins]
@@ -257,6 +273,8 @@ def core_heatmap(experiment: str, samples: pd.DataFrame, summary: pd.DataFrame, 
     :func:`timeline_points`, one panel each; sampled every 1/``sample_hz`` s by the job's
     CPU sampler, so a cell is one sampling interval."""
     points = timeline_points(experiment, summary)
+    if not points:
+        return _nothing(experiment, "per-core utilisation")
     sels = [_select(samples, p) for p in points]
     cores = sorted({s for sa in sels for s in sa["series"].unique() if str(s).startswith("cpu")}, key=_natural)
     groups = _shared_groups(experiment, points)

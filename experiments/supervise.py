@@ -132,48 +132,88 @@ def record_failure(out: Path, host: str, experiment: str, status: str, reason: s
     write_csv(out / "metrics.csv", [{**row, "reason": reason}])
 
 
-def supervise(cmd: list[str], out: Path, host: str, experiment: str, timeout_s: float, log: Path | None) -> int:
-    """Run ``cmd``; see the module docstring for what each outcome writes and returns."""
-    proc = subprocess.Popen(cmd, start_new_session=True, preexec_fn=_pdeathsig)  # noqa: PLW1509
-    interrupted: list[int] = []
+class _Timeout(Exception):
+    pass
 
-    def on_signal(signum, _frame):
-        interrupted.append(signum)
-        raise KeyboardInterrupt
 
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+class _Interrupt(Exception):
+    pass
+
+
+def _signal_name(signum: int) -> str:
     try:
-        rc = proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
+        return signal.Signals(signum).name
+    except ValueError:  # real-time signals have no name
+        return f"signal {signum}"
+
+
+def _clear_outputs(out: Path) -> None:
+    """Remove the child's files, finished or half-written (hidden ``.<name>.tmp*`` files)."""
+    for name in ("metrics.csv", "samples.csv", "spans.csv", "job.json"):
+        (out / name).unlink(missing_ok=True)
+        for tmp in out.glob(f".{name}.tmp*"):
+            tmp.unlink(missing_ok=True)
+
+
+def supervise(cmd: list[str], out: Path, host: str, experiment: str, timeout_s: float, log: Path | None) -> int:
+    """Run ``cmd``; see the module docstring for what each outcome writes and returns.
+
+    The wait blocks in ``waitpid`` (no polling while the experiment is measured); the timeout
+    is a ``SIGALRM`` timer. After the first SIGINT/SIGTERM further ones are only noted, so the
+    clean-up (SIGTERM, grace period, SIGKILL) always runs to the end.
+    """
+    received: list[int] = []
+
+    def on_stop(signum, _frame):
+        received.append(signum)
+        if len(received) == 1:
+            raise _Interrupt
+
+    def on_alarm(_signum, _frame):
+        raise _Timeout
+
+    previous = {s: signal.signal(s, on_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous[signal.SIGALRM] = signal.signal(signal.SIGALRM, on_alarm)
+    proc = None
+    try:
+        proc = subprocess.Popen(cmd, start_new_session=True, preexec_fn=_pdeathsig)  # noqa: PLW1509
+        signal.setitimer(signal.ITIMER_REAL, timeout_s)
+        rc = proc.wait()
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    except _Timeout:
         killed = kill_tree(proc)
         reason = f"exceeded the job timeout of {timeout_s:g} s; process tree killed"
         if killed:
             reason += f" ({len(killed)} process{'es' if len(killed) > 1 else ''} needed SIGKILL)"
         if log is not None:
             reason += f"; log: {log}"
+        _clear_outputs(out)
         record_failure(out, host, experiment, "timeout", reason)
         print(f"[supervise] timeout: {reason}", file=sys.stderr)
         return 0
-    except KeyboardInterrupt:
-        kill_tree(proc)
-        signum = interrupted[0] if interrupted else signal.SIGINT
-        print(
-            f"[supervise] interrupted by {signal.Signals(signum).name}: job stopped, nothing recorded", file=sys.stderr
-        )
+    except _Interrupt:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        if proc is not None:
+            kill_tree(proc)
+        signum = received[0]
+        print(f"[supervise] interrupted by {_signal_name(signum)}: job stopped, nothing recorded", file=sys.stderr)
         return 128 + signum
     finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
         for s, h in previous.items():
             signal.signal(s, h)
+    try:  # whatever is left in the child's process group goes with it
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
     if rc == 0:
         if not (out / "metrics.csv").exists():
             record_failure(out, host, experiment, "failed", "the experiment exited 0 without writing metrics.csv")
         return 0
-    what = f"killed by {signal.Signals(-rc).name}" if rc < 0 else f"exit status {rc}"
+    what = f"killed by {_signal_name(-rc)}" if rc < 0 else f"exit status {rc}"
     err = last_error_line(log)
     reason = f"crashed ({what})" + (f": {err}" if err else "") + (f"; log: {log}" if log else "")
-    # a crash may leave the child's own files half-written only as hidden temporary files
-    for name in ("metrics.csv", "samples.csv", "spans.csv", "job.json"):
-        (out / name).unlink(missing_ok=True)
+    _clear_outputs(out)
     record_failure(out, host, experiment, "failed", reason)
     print(f"[supervise] failed: {reason}", file=sys.stderr)
     return 0

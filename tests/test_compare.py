@@ -178,3 +178,27 @@ def test_cli_and_report(two_hosts, tmp_path, capsys):
     assert analysis_main(args) == 1
     assert f"{b / 'host.json'}: not valid JSON" in capsys.readouterr().err
     pd.read_csv(out / "comparison.csv")  # the earlier output is intact
+
+
+def test_a_failed_point_does_not_poison_the_others(tmp_path):
+    """A supervisor failure record (keys only, no other parameters) must not make the other
+    points' parameters look different (2000000 vs 2000000.0 after a CSV round trip)."""
+    a = _host(tmp_path, "a", 2, [(_gil(m, cpu_iterations=2000000), SEQ) for m in ("sequential", "threads")])
+    b = _host(tmp_path, "b", 2, [(_gil(m, cpu_iterations=2000000), SEQ) for m in ("sequential", "threads")])
+    reps = pd.read_csv(b / "gil" / "replicates.csv")
+    threads = reps["mode"] == "threads"
+    keys = ["host", "experiment", "workload", "mode", "workers", "repeat", "role", "metric"]
+    failure = {**reps[threads].iloc[0][keys].to_dict(), "status": "failed", "reason": "crashed"}
+    pd.concat([reps[~threads], pd.DataFrame([failure])]).to_csv(b / "gil" / "replicates.csv", index=False)
+    summary = pd.read_csv(b / "gil" / "summary.csv")
+    summary.loc[summary["mode"] == "threads", ["status", "median", "n"]] = ["failed", np.nan, 0]
+    summary.to_csv(b / "gil" / "summary.csv", index=False)
+    t = compare_hosts([load_host(a, ["gil"]), load_host(b, ["gil"])], "a", ["gil"])["comparison"]
+    t = t[t["host"] == "b"].set_index("point")
+    assert t.loc["workload=cpu mode=sequential workers=2", "status"] == "compared"
+    assert t.loc["workload=cpu mode=threads workers=2", "reason"] == "status failed on b, ok on a"
+
+
+def test_ties_never_beat_the_exact_floor():
+    r = compare_values(np.array([1.0, 1.0, 1.0]), np.array([2.0, 2.0, 2.0]))
+    assert r["verdict"] == "no significant difference" and "3 vs 3" in r["reason"]

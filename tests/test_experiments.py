@@ -13,7 +13,7 @@ import pytest
 
 from experiments import dataloader, gil, intraop, jit
 from experiments import multiprocessing as mp_exp
-from experiments.common import available_cpus, measure, set_torch_threads
+from experiments.common import CONTENDED_PCT, available_cpus, measure, set_torch_threads
 
 NCPU = available_cpus()
 
@@ -28,11 +28,18 @@ def _busy(seconds: float) -> None:
 
 
 def test_measure_busy_loop_uses_one_cpu():
-    with measure(20) as w:
-        _busy(0.5)
+    windows = []
+    for _attempt in range(3):  # a window that other processes competed in says so: measure again
+        with measure(20) as w:
+            _busy(0.5)
+        windows.append(w)
+        if w.interference_pct <= CONTENDED_PCT:
+            break
+    w = min(windows, key=lambda x: x.interference_pct)
     expected = 100.0 / NCPU
     assert w.wall_s == pytest.approx(0.5, abs=0.1)
-    assert abs(w.cpu_util_pct - expected) < 15, (w.cpu_util_pct, expected)
+    assert w.cpu_util_pct == pytest.approx(100 * w.cpu_s / (w.wall_s * NCPU))
+    assert abs(w.cpu_util_pct - expected) < 15, (w.cpu_util_pct, expected, w.interference_pct)
     tree = [v for _, s, v in w.samples if s == "tree"]
     assert len(tree) >= 5
     # psutil's first cpu_percent() call returns 0.0; the sampler primes it, so a busy

@@ -254,3 +254,19 @@ def test_cli_trace_and_stall_figure(tmp_path):
     fig = DRAW["dataloader_stall"](summary=dl, host={"available_cpus": 2})
     line = fig.axes[0].lines[0]
     assert line.get_ydata().tolist() == [95.0, 40.0]
+
+
+@pytest.mark.parametrize("experiment", ["gil", "multiprocessing", "dataloader"])
+def test_charts_draw_a_placeholder_when_no_point_completed(experiment):
+    keys = {
+        "gil": {"workload": "cpu", "mode": "threads", "workers": 2},
+        "multiprocessing": {"processes": 1, "threads": 1},
+        "dataloader": {"dataset": "io", "num_workers": 0},
+    }[experiment]
+    summary = _summary(experiment, [{**keys, "status": "failed"}])
+    empty = pd.DataFrame(columns=[*keys, "repeat", "role", "actor", "kind", "start_s", "end_s"])
+    for fig in (
+        timelines.timeline(experiment, empty, empty, summary, {"available_cpus": 2}),
+        timelines.core_heatmap(experiment, empty, summary, {"available_cpus": 2}),
+    ):
+        assert "no point of" in fig.axes[0].texts[0].get_text()
