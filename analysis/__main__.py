@@ -93,15 +93,19 @@ def _figure_data(name: str, host_dir: Path, experiment: str | None) -> dict:
     return data
 
 
-def cmd_figure(args) -> int:
-    from analysis.figures import DRAW
-
-    fig = DRAW[args.name](**_figure_data(args.name, Path(args.host_dir), FIGURES[args.name]))
-    out = Path(args.out)
+def _save_figure(fig, out: Path) -> None:
+    """Save a matplotlib Figure as PNG atomically (no timestamp metadata), creating the folder."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.stem}.tmp.png")
     fig.savefig(tmp, bbox_inches="tight", metadata={"Software": None})
     tmp.replace(out)
+
+
+def cmd_figure(args) -> int:
+    from analysis.figures import DRAW
+
+    fig = DRAW[args.name](**_figure_data(args.name, Path(args.host_dir), FIGURES[args.name]))
+    _save_figure(fig, Path(args.out))
     return 0
 
 
@@ -205,11 +209,7 @@ def cmd_compare_figure(args) -> int:
     d = Path(args.compare_dir)
     meta = json.loads((d / "hosts.json").read_text())
     fig = compare_chart(pd.read_csv(d / "comparison.csv"), args.experiment, meta)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.stem}.tmp.png")
-    fig.savefig(tmp, bbox_inches="tight", metadata={"Software": None})
-    tmp.replace(out)
+    _save_figure(fig, Path(args.out))
     return 0
 
 
