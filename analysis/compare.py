@@ -179,6 +179,17 @@ def _canonical(value) -> str:
     return str(int(f)) if f.is_integer() else repr(f)
 
 
+def _ok_values(reps: pd.DataFrame, keys: list[str]) -> dict[tuple, np.ndarray]:
+    """Point key -> the metric values of its ``ok`` point replicates."""
+    ok = reps[reps["status"] == "ok"]
+    if "role" in ok:
+        ok = ok[ok["role"] == "point"]
+    out = {}
+    for k, grp in ok.groupby(keys, sort=False):
+        out[_key(k if isinstance(k, tuple) else (k,))] = grp["value"].to_numpy(dtype=float)
+    return out
+
+
 def min_two_sided_p(n1: int, n2: int) -> float:
     """Smallest two-sided p-value an exact Mann-Whitney U test can give with n1 and n2
     replicates: both extreme orderings, 2 / C(n1 + n2, n1)."""
@@ -282,16 +293,10 @@ def compare_experiment(exp: str, hosts: list[HostResults], baseline: HostResults
                 )
         return pd.DataFrame(rows, columns=COLUMNS)
     base_ver = baseline.host.get("schema_version")
+    values = {h.name: _ok_values(h.replicates[exp], keys) for h in present}
+    base_idx = {_key(r[keys]): r for _, r in baseline.summaries[exp].iterrows()}
     for h in present:
         summary = h.summaries[exp]
-        reps = h.replicates[exp]
-        ok = (
-            reps[(reps["status"] == "ok") & (reps["role"] == "point")]
-            if "role" in reps
-            else reps[reps["status"] == "ok"]
-        )
-        base_summary = baseline.summaries[exp]
-        base_idx = {_key(r[keys]): r for _, r in base_summary.iterrows()}
         for _, s in summary.iterrows():
             k = _key(s[keys])
             row = {
@@ -334,15 +339,8 @@ def compare_experiment(exp: str, hosts: list[HostResults], baseline: HostResults
             if reason:
                 rows.append({**row, "status": "not comparable", "reason": reason})
                 continue
-            sel = np.ones(len(ok), dtype=bool)
-            bsel_df = baseline.replicates[exp]
-            bsel_df = bsel_df[(bsel_df["status"] == "ok") & (bsel_df.get("role", "point") == "point")]
-            bmask = np.ones(len(bsel_df), dtype=bool)
-            for key, v in zip(keys, k):
-                sel &= ok[key].astype(str).to_numpy() == v
-                bmask &= bsel_df[key].astype(str).to_numpy() == v
-            mine_v = ok.loc[sel, "value"].to_numpy(dtype=float)
-            base_v = bsel_df.loc[bmask, "value"].to_numpy(dtype=float)
+            mine_v = values[h.name].get(k, np.array([]))
+            base_v = values[baseline.name].get(k, np.array([]))
             if len(mine_v) < 2 or len(base_v) < 2:
                 rows.append(
                     {

@@ -56,10 +56,16 @@ def gil_fixture(root: Path) -> list[Path]:
     return paths
 
 
-def snakemake_in(work: Path, *args: str, timeout: float = 900, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run ``python -m snakemake ARGS`` in ``work`` with this interpreter's venv on PATH."""
+def venv_env(env: dict | None = None) -> dict:
+    """``env`` (default: this process's environment) with this interpreter's venv first on PATH."""
     env = dict(os.environ if env is None else env)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]
+    return env
+
+
+def snakemake_in(work: Path, *args: str, timeout: float = 900, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run ``python -m snakemake ARGS`` in ``work`` with this interpreter's venv on PATH."""
+    env = venv_env(env)
     return subprocess.run(
         [sys.executable, "-m", "snakemake", *args], cwd=work, capture_output=True, text=True, timeout=timeout, env=env
     )

@@ -16,7 +16,7 @@ import pandas as pd
 import psutil
 import pytest
 from conftest import IGNORE
-from helpers import snakemake_in
+from helpers import snakemake_in, venv_env
 
 from analysis.spec import FIGURES, SPECS, TIMELINES
 from analysis.trace import validate_trace
@@ -167,7 +167,7 @@ def test_compare_with_a_one_cpu_host(quick_run, tmp_path):
         capture_output=True,
         text=True,
         timeout=600,
-        env={**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]},
+        env=venv_env(),
         preexec_fn=lambda: os.sched_setaffinity(0, {first}),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -278,7 +278,7 @@ def _interrupt_during(work: Path, experiment: str, seen: dict[int, float]) -> in
     """Run towards one point of `experiment`, send SIGINT to the run's process group (as
     Ctrl-C does) once that job has started its workers, and return snakemake's exit status;
     every pid seen is recorded."""
-    env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
+    env = venv_env()
     cmd = [sys.executable, "-m", "snakemake", INTERRUPT_TARGETS[experiment], "--cores", "4", "--configfile", "int.yaml"]
     cmd += ["--config", "host=int"]  # last: --config takes every following argument
     proc = subprocess.Popen(
