@@ -213,14 +213,23 @@ def cmd_compare_figure(args) -> int:
     return 0
 
 
+#: Columns of the self-check's metrics that the fidelity checks read.
+SELFCHECK_COLUMNS = ("load", "role", "sampler_tree_pct", "process_cpu_pct", "sampler_cpu_pct")
+
+
 def cmd_fidelity(args) -> int:
     from analysis.fidelity import checks
 
     host = json.loads(Path(args.host_json).read_text())
+    from analysis.load import DataError
+
     read = lambda p: pd.read_csv(p) if p else None  # noqa: E731
-    table = checks(
-        read(args.gil), read(args.intraop), read(args.selfcheck), int(host["available_cpus"]), args.sample_hz
-    )
+    selfcheck = read(args.selfcheck)
+    if selfcheck is not None:
+        for col in SELFCHECK_COLUMNS:
+            if col not in selfcheck.columns:
+                raise DataError(args.selfcheck, f"missing column (have: {', '.join(selfcheck.columns)})", column=col)
+    table = checks(read(args.gil), read(args.intraop), selfcheck, int(host["available_cpus"]), args.sample_hz)
     _write_csv(table, Path(args.out))
     for _, r in table.iterrows():
         print(f"{r['verdict']:5} {r['check']}: {r['measured']:.3g} (expected {r['expected']})", file=sys.stderr)

@@ -8,8 +8,11 @@ Each check compares a measured quantity with the range theory allows and gives a
 * CPU-bound Python, N processes over sequential: at least 0.7 min(N, available CPUs);
 * 1024^2 matmul GFLOP/s with threads = available CPUs over 1 thread: at least 0.75 x
   available CPUs (dense matmul is compute-bound and splits evenly);
-* the sampler's reading of one busy-looping process: within 10 percentage points of
-  100 / available CPUs %;
+* the sampler's reading of one busy-looping process: within 10 percentage points of the CPU
+  time the kernel accounts to that process over the same window (``time.process_time``), which
+  is 100 / available CPUs % where the host delivers a whole CPU. Comparing with the kernel's
+  account, not the ideal, keeps a VM whose vCPU is shared (steal time) from failing the
+  sampler for what the host did; the reason then says how much of a CPU the loop got;
 * the sampler's own cost: under 1 ms of CPU per sample, which is 1% of one CPU at the default
   10 Hz (the goal) and scales with the configured rate (e.g. 4% at 40 Hz).
 
@@ -151,16 +154,20 @@ def checks(
         )
     )
     busy = selfcheck[(selfcheck["load"] == "busy") & (selfcheck["role"] == "point")] if selfcheck is not None else None
-    m = float(np.median(busy["sampler_tree_pct"])) if busy is not None and len(busy) else None
-    expected = 100.0 / ncpu
+    has = busy is not None and len(busy) > 0
+    m = float(np.median(busy["sampler_tree_pct"])) if has else None
+    kernel = float(np.median(busy["process_cpu_pct"])) if has else float("nan")
+    ideal = 100.0 / ncpu
+    got = f"the loop got {kernel / ideal:.0%} of a CPU"
+    short = f"; {got}: the host did not deliver a whole CPU (steal time or other load)"
     rows.append(
         _row(
             "sampler: one busy-looping process",
-            f"{expected:.1f}% +- 10 points",
+            f"{kernel:.1f}% +- 10 points (kernel CPU time; ideal {ideal:.1f}%)",
             m,
-            m is not None and abs(m - expected) <= 10,
-            "the sampler sees exactly one busy CPU",
-            "the sampler misreads a known load",
+            m is not None and abs(m - kernel) <= 10,
+            "the sampler agrees with the kernel's CPU time" + (short if kernel < 0.9 * ideal else f"; {got}"),
+            "the sampler misreads a known load" + (short if kernel < 0.9 * ideal else ""),
         )
     )
     idle = selfcheck[selfcheck["load"] == "idle"] if selfcheck is not None else None

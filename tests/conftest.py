@@ -27,6 +27,14 @@ def _owned_environment(tmp_path_factory):
     os.environ.update(saved)
 
 
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """Close the figures a test drew (pyplot keeps every open figure alive)."""
+    yield
+    if "matplotlib.pyplot" in sys.modules:
+        sys.modules["matplotlib.pyplot"].close("all")
+
+
 @pytest.fixture
 def root() -> Path:
     return ROOT

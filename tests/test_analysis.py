@@ -235,8 +235,9 @@ def test_fidelity_verdicts(tmp_path):
         [{"workload": "matmul", "threads": 2, "speedup": 1.2, "speedup_ci_low": 1.1, "speedup_ci_high": 1.3}]
     )
     sc = pd.DataFrame(
-        [{"load": "busy", "role": "point", "sampler_tree_pct": 49.0, "sampler_cpu_pct": 3.0}] * 3
-        + [{"load": "idle", "role": "baseline", "sampler_tree_pct": 0.1, "sampler_cpu_pct": 0.4}] * 3
+        [{"load": "busy", "role": "point", "sampler_tree_pct": 49.0, "process_cpu_pct": 50, "sampler_cpu_pct": 3.0}] * 3
+        + [{"load": "idle", "role": "baseline", "sampler_tree_pct": 0.1, "process_cpu_pct": 0, "sampler_cpu_pct": 0.4}]
+        * 3
     )
     t = checks(gil, intra, sc, ncpu=2, sample_hz=10).set_index("check")
     assert t.loc["CPU-bound Python: 2 threads over sequential", "verdict"] == "pass"
@@ -245,6 +246,13 @@ def test_fidelity_verdicts(tmp_path):
     assert t.loc["matmul GFLOP/s: 2 threads over 1", "verdict"] == "warn"  # 1.2 < 1.5
     assert t.loc["sampler: one busy-looping process", "verdict"] == "pass"
     assert t.loc["sampler's own cost at 10 Hz", "verdict"] == "pass"
+    # a VM that gave the loop 54% of a CPU: the sampler is judged against the kernel's account
+    stolen = sc.assign(sampler_tree_pct=[29.0] * 3 + [0.1] * 3, process_cpu_pct=[27.0] * 3 + [0.0] * 3)
+    row = checks(gil, intra, stolen, ncpu=2, sample_hz=10).set_index("check").loc["sampler: one busy-looping process"]
+    assert row["verdict"] == "pass" and "54% of a CPU" in row["reason"], row.to_dict()
+    wrong = sc.assign(sampler_tree_pct=[38.0] * 3 + [0.1] * 3)  # 12 points off the kernel's 50%
+    row = checks(gil, intra, wrong, ncpu=2, sample_hz=10).set_index("check").loc["sampler: one busy-looping process"]
+    assert row["verdict"] == "warn" and row["measured"] == 38.0
     none = checks(None, None, None, ncpu=2, sample_hz=10)
     assert set(none["verdict"]) == {"n/a"}
 

@@ -106,8 +106,10 @@ def test_rerun_has_nothing_to_do(quick_run):
 
 
 #: Checks that held with a wide margin in every run on the development VM: sleeping threads
-#: (1.99-2.00x for >= 1.80x), the sampler on a busy loop (49-50% for 50 +- 10) and its cost
-#: (0.57-0.66% for < 1%).
+#: (1.99-2.00x for >= 1.80x), the sampler on a busy loop (within 2 points of the kernel's CPU
+#: time, for +- 10) and its cost (2.0-2.7% for < 4% at 40 Hz). The sampler check used to expect
+#: 100 / ncpu = 50%; a CI run read 27% when the VM gave the loop only about half a CPU, so
+#: it is judged against the loop's own process_time now.
 STRICT = ("sleep loop", "sampler")
 #: Checks whose outcome depends on what the host delivers at that moment. On the shared
 #: 2-vCPU VM of development and CI, two processes gave 1.02x or 1.87x over one within the same
