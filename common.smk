@@ -69,6 +69,7 @@ def point_args(wildcards):
         elif isinstance(value, dict):
             value = value[first]
         args[key] = value
+    args["max_oversubscription"] = config["max_oversubscription"]
     text = " ".join(
         f"--{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in args.items()
     )
@@ -156,6 +157,12 @@ def report_inputs(wildcards):
         "findings": [],
         "figures": [f"results/{host}/figures/{fig}.png" for fig in HOST_FIGURES],
         "traces": [f"results/{host}/traces/jobs.json"],
+        # the report's own text: editing it re-renders the report, and nothing else
+        "text": [
+            "report/sections.yaml",
+            "report/templates/report.html.j2",
+            "report/templates/report.md.j2",
+        ],
     }
     for exp in EXPERIMENTS:
         files["summaries"].append(f"results/{host}/{exp}/summary.csv")

@@ -142,6 +142,19 @@ def _speedup_note(fig: Figure, extra: str = "") -> None:
     )
 
 
+def _not_measured_panel(ax, title: str, sub: pd.DataFrame) -> None:
+    """An axis for a group without any measured point: its status and reason, wrapped."""
+    import textwrap
+
+    first = sub.iloc[0]
+    reason = str(first.get("reason") or "") if pd.notna(first.get("reason")) else ""
+    text = f"not measured: {first['status']}" + (f"\n\n{textwrap.fill(reason, 40)}" if reason else "")
+    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=9, transform=ax.transAxes, wrap=True)
+    ax.set_title(title, fontsize=10)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
 def _baseline_text(sub: pd.DataFrame, unit: str) -> str:
     base = sub["baseline_median"].dropna()
     return f"baseline {base.median():,.0f} {unit}" if len(base) else ""
@@ -225,13 +238,24 @@ def dataloader_throughput(summary: pd.DataFrame, host: dict) -> Figure:
 
 
 def intraop_scaling(summary: pd.DataFrame, host: dict) -> Figure:
-    """Speedup over 1 intra-op thread against threads per workload, with ideal linear scaling."""
+    """Speedup over 1 intra-op thread against threads per workload, with ideal linear scaling.
+
+    A workload without any measured point (e.g. ``matmul_bf16`` skipped on a CPU without
+    native bf16) gets a panel that says so and why, instead of an empty axis."""
     workloads = list(summary["workload"].unique())
     ncpu = host.get("available_cpus")
-    names = {"matmul": "1024x1024 matmul", "mlp": "MLP training step", "tiny": "Linear(100,100), batch 4"}
+    names = {
+        "matmul": "n x n matmul, float32",
+        "matmul_bf16": "n x n matmul, bfloat16",
+        "mlp": "MLP training step",
+        "tiny": "Linear(100,100), batch 4",
+    }
     fig, axes = plt.subplots(1, len(workloads), figsize=(4.5 * len(workloads), 4.2), squeeze=False)
     for ax, wl, c in zip(axes[0], workloads, PALETTE):
         sub = summary[summary["workload"] == wl].sort_values("threads")
+        if not sub["speedup"].notna().any():
+            _not_measured_panel(ax, names.get(wl, wl), sub)
+            continue
         unit = "GFLOP/s" if sub["metric"].iloc[0] == "gflop_per_s" else "samples/s"
         _speedup_line(ax, sub["threads"], sub, c, label="measured")
         if ncpu:

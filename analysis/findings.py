@@ -171,6 +171,9 @@ def intraop_findings(summary: pd.DataFrame, host: dict) -> list[str]:
     for workload in summary["workload"].unique():
         sub = summary[(summary["workload"] == workload) & summary["median"].notna()]
         if sub.empty:
+            first = summary[summary["workload"] == workload].iloc[0]
+            why = f": {first['reason']}" if isinstance(first.get("reason"), str) and first["reason"] else ""
+            out.append(f"{workload}: not measured ({first['status']}){why}.")
             continue
         best = _best(sub)
         unit = "GFLOP/s" if best["metric"] == "gflop_per_s" else "samples/s"
@@ -185,6 +188,15 @@ def intraop_findings(summary: pd.DataFrame, host: dict) -> list[str]:
             o = over.iloc[-1]
             s += f"; oversubscribed at {int(o['threads'])} threads: {o['speedup']:.2f}x"
         out.append(s + ".")
+    fp32, bf16 = (summary[(summary["workload"] == w) & summary["median"].notna()] for w in ("matmul", "matmul_bf16"))
+    if len(fp32) and len(bf16):
+        a, b = _best(fp32), _best(bf16)
+        out.append(
+            f"bfloat16 over float32 matmul, each at its best thread count: {b['median'] / a['median']:.2f}x "
+            f"({_num(b['median'], 'GFLOP/s')} against {_num(a['median'], 'GFLOP/s')}; medians of separate jobs, "
+            "not interleaved)"
+            + ("." if b["median"] > a["median"] else ": on this CPU bfloat16 matmul does not pay off.")
+        )
     return out
 
 

@@ -26,7 +26,7 @@ class ExperimentSpec:
         name: experiment name (config section, path component, ``experiment`` column).
         keys: swept parameters, in path order; together they identify a point.
         metric: throughput column (higher is better), or a mapping from a key's value to the
-            column (intraop: matmul -> ``gflop_per_s``, else ``samples_per_s``).
+            column (intraop: matmul, matmul_bf16 -> ``gflop_per_s``, else ``samples_per_s``).
         metric_key: the key that selects the metric when ``metric`` is a mapping.
         group: keys whose points share a baseline (speedups are computed within a group).
         baseline: ``{key: value}`` picking the baseline point inside each group.
@@ -90,7 +90,7 @@ SPECS: dict[str, ExperimentSpec] = {
     "intraop": ExperimentSpec(
         name="intraop",
         keys=("workload", "threads"),
-        metric={"matmul": "gflop_per_s", "*": "samples_per_s"},
+        metric={"matmul": "gflop_per_s", "matmul_bf16": "gflop_per_s", "*": "samples_per_s"},
         metric_key="workload",
         group=("workload",),
         baseline={"threads": 1},

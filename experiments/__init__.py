@@ -9,4 +9,5 @@ JOB_START_UNIX = _time.time()
 
 #: Version of the results' file formats (docs/csv-schema.md), recorded in host.json. Hosts
 #: with different versions are not compared (analysis/compare.py).
-SCHEMA_VERSION = 1
+#: 2: selfcheck ``process_cpu_pct``; intraop ``matmul_bf16``, parameter ``bf16``, column ``dtype``.
+SCHEMA_VERSION = 2

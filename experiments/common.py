@@ -95,8 +95,8 @@ def available_cpus() -> int:
     ``taskset`` and cpusets, unlike ``os.cpu_count()``), capped by the cgroup CPU quota
     rounded up (a quota of 1.5 CPUs counts as 2).
 
-    This is the denominator of ``cpu_util_pct`` and the limit above which a point is
-    oversubscribed.
+    This is the denominator of ``cpu_util_pct`` and the limit above which a point (its
+    Params' ``cpus_requested()``) is oversubscribed.
     """
     try:
         n = len(os.sched_getaffinity(0))
@@ -632,6 +632,13 @@ def build_parser(params_cls, description: str) -> argparse.ArgumentParser:
     p.add_argument("--host", default=None, help="host label (default: sanitised hostname)")
     p.add_argument("--lock", default=None, help="lock file serialising measurement jobs")
     p.add_argument(
+        "--max-oversubscription",
+        type=float,
+        default=None,
+        metavar="FACTOR",
+        help="skip the point if it asks for more than FACTOR x the available CPUs (default: no limit)",
+    )
+    p.add_argument(
         "--baseline",
         nargs="*",
         default=[],
@@ -664,6 +671,32 @@ def parse_overrides(params_cls, items: list[str]) -> dict:
     return out
 
 
+def oversubscription_skip(params, limit: float | None, ncpu: int | None = None) -> str | None:
+    """Why a point is skipped for asking for too many CPUs, or None to measure it.
+
+    ``params.cpus_requested()`` (threads, processes or workers running at once) above
+    ``limit`` x the available CPUs is skipped: such a point measures mostly the scheduler
+    and can take many times longer than the rest of its sweep. Up to the limit a point is
+    measured and flagged ``oversubscribed`` where it asks for more than the available CPUs,
+    because the cost of oversubscription is itself a finding.
+
+    Args:
+        params: a Params object with a ``cpus_requested()`` method (CPUs, int).
+        limit: the factor (config ``max_oversubscription``), or None for no limit.
+        ncpu: available CPUs (default :func:`available_cpus`).
+    """
+    if limit is None or not hasattr(params, "cpus_requested"):
+        return None
+    ncpu = ncpu or available_cpus()
+    asked = params.cpus_requested()
+    if asked <= limit * ncpu:
+        return None
+    return (
+        f"asks for {asked} CPUs at once but this host has {ncpu} available; max_oversubscription "
+        f"{limit:g} allows up to {math.floor(limit * ncpu)}"
+    )
+
+
 def cli_main(
     experiment: str,
     params_cls,
@@ -674,7 +707,9 @@ def cli_main(
     """Command-line entry point shared by the experiment modules.
 
     Parses ``argv`` into ``params_cls`` (and ``--baseline`` overrides into a second Params),
-    runs ``run(params, baseline)`` while holding the measurement lock, and writes
+    runs ``run(params, baseline)`` while holding the measurement lock (or, for a point above
+    ``--max-oversubscription``, writes one row with status ``skipped`` and the reason; see
+    :func:`oversubscription_skip`), and writes
     ``metrics.csv``, ``samples.csv``, ``spans.csv`` and ``job.json`` into ``--out``.
     Parameter errors exit with status 2 and a message naming the parameter.
     """
@@ -692,9 +727,13 @@ def cli_main(
     from experiments import JOB_START_UNIX as job_start
 
     print(f"[{experiment}] {params}", file=sys.stderr, flush=True)
+    skip = oversubscription_skip(params, args.max_oversubscription)
     with exclusive(args.lock) as waited:
         locked_at = time.time()
-        result = run(params, baseline)
+        if skip is not None:
+            result = RunResult(rows=[{"repeat": 0, "role": "point", "status": "skipped", "reason": skip}])
+        else:
+            result = run(params, baseline)
         released_at = time.time()
     param_cols = dataclasses.asdict(params)
     rows = [

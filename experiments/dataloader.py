@@ -71,6 +71,10 @@ class Params:
     sample_hz: float = 10.0
     start_method: Literal["fork", "forkserver", "spawn"] = "fork"
 
+    def cpus_requested(self) -> int:
+        """CPUs this point asks for at once: DataLoader workers plus the main process's intra-op threads."""
+        return self.num_workers + self.threads
+
     def __post_init__(self) -> None:
         check_min("num_workers", self.num_workers, 0)
         for name in ("batch_size", "items", "cpu_work_size", "threads", "repeats"):
@@ -242,7 +246,7 @@ class Runner:
             "data_stall_pct": 100.0 * stall / win.wall_s,
             "first_epoch_s": self.first_epoch_s,
             "worker_warning": self.worker_warning,
-            "oversubscribed": p.num_workers + p.threads > available_cpus(),
+            "oversubscribed": p.cpus_requested() > available_cpus(),
             **self.info,
         }
         return Measured(win, row, spans)

@@ -53,6 +53,10 @@ class Params:
     warmup: int = field(default=1, metadata={"help": "untimed runs before the repeats"})
     sample_hz: float = 10.0
 
+    def cpus_requested(self) -> int:
+        """CPUs this point asks for at once: ``workers`` threads or processes (1 when sequential)."""
+        return 1 if self.mode == "sequential" else self.workers
+
     def __post_init__(self) -> None:
         check_min("workers", self.workers, 1)
         check_min("cpu_iterations", self.cpu_iterations, 1)

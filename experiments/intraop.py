@@ -5,6 +5,11 @@ Workloads (``workload``):
 * ``matmul``: ``a @ b`` with two ``matmul_size`` x ``matmul_size`` float32 matrices;
   metric ``gflop_per_s`` = 2 n^3 x iterations / wall time / 1e9 (the standard 2n^3 flop count
   of a dense square matrix product).
+* ``matmul_bf16``: the same product in bfloat16, the CPU training and inference dtype of
+  Intel's AMX and AVX512_BF16 and of ``torch.autocast("cpu")``. Only CPUs with native bf16
+  instructions (avx512_bf16 or AMX, as torch detects them) gain from it; elsewhere torch
+  converts to float32 and back. With ``bf16="native"`` (the default) such a point is written
+  with status ``skipped`` and the reason; ``bf16="any"`` measures it anyway.
 * ``mlp``: one SGD training step of an MLP (64 -> 256 -> 256 -> 10) on a batch of
   ``batch_size``; metric ``samples_per_s``.
 * ``tiny``: a training step of ``Linear(100, 100)`` on a batch of 4, the case from the field
@@ -42,7 +47,7 @@ class Params:
         ValueError: for a value below its minimum (the message names the field).
     """
 
-    workload: Literal["matmul", "mlp", "tiny"] = "matmul"
+    workload: Literal["matmul", "matmul_bf16", "mlp", "tiny"] = "matmul"
     threads: int = field(default=1, metadata={"help": "intra-op threads (torch.set_num_threads)"})
     matmul_size: int = 1024
     batch_size: int = field(default=256, metadata={"help": "batch of the mlp workload"})
@@ -50,12 +55,33 @@ class Params:
     warmup: int = field(default=3, metadata={"help": "untimed iterations before the repeats"})
     repeats: int = 5
     sample_hz: float = 10.0
+    bf16: Literal["native", "any"] = field(
+        default="native", metadata={"help": "matmul_bf16: measure only with native bf16 (native) or always (any)"}
+    )
+
+    def cpus_requested(self) -> int:
+        """CPUs this point asks for at once: the intra-op threads."""
+        return self.threads
 
     def __post_init__(self) -> None:
         for name in ("threads", "matmul_size", "batch_size", "iterations", "repeats"):
             check_min(name, getattr(self, name), 1)
         check_min("warmup", self.warmup, 0)
         check_min("sample_hz", self.sample_hz, 0.1)
+
+
+def native_bf16() -> tuple[bool, str]:
+    """Whether this CPU has native bfloat16 instructions, as torch's own CPU probes see it.
+
+    Returns:
+        ``(supported, what)``: ``what`` names the instruction sets found or missing, e.g.
+        ``"avx512_bf16: no, amx_tile: no"``.
+    """
+    import torch
+
+    probes = {"avx512_bf16": "_is_avx512_bf16_supported", "amx_tile": "_is_amx_tile_supported"}
+    found = {name: bool(getattr(torch.cpu, fn, lambda: False)()) for name, fn in probes.items()}
+    return any(found.values()), ", ".join(f"{k}: {'yes' if v else 'no'}" for k, v in found.items())
 
 
 def make_workload(params: Params):
@@ -65,9 +91,10 @@ def make_workload(params: Params):
     from experiments.models import classification_batch, mlp, train_step_fn
 
     torch.manual_seed(0)
-    if params.workload == "matmul":
+    if params.workload in ("matmul", "matmul_bf16"):
         n = params.matmul_size
-        a, b = torch.randn(n, n), torch.randn(n, n)
+        dtype = torch.bfloat16 if params.workload == "matmul_bf16" else torch.float32
+        a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
         return (lambda: a @ b), 0, 2.0 * n**3
     if params.workload == "mlp":
         model = mlp(64, 256)
@@ -100,7 +127,8 @@ class Runner:
         row = {
             "gflop_per_s": self.flop * p.iterations / win.wall_s / 1e9 if self.flop else float("nan"),
             "samples_per_s": self.samples * p.iterations / win.wall_s if self.samples else float("nan"),
-            "oversubscribed": p.threads > available_cpus(),
+            "oversubscribed": p.cpus_requested() > available_cpus(),
+            "dtype": "bfloat16" if p.workload == "matmul_bf16" else "float32",
             **info,
         }
         return Measured(win, row)
@@ -116,12 +144,23 @@ def run(params: Params, baseline: Params | None = None) -> RunResult:
     Returns:
         A :class:`~experiments.common.RunResult` with one row per repeat and role: ``wall_s``
         (s), ``gflop_per_s`` (matmul) or ``samples_per_s`` (mlp, tiny), ``cpu_util_pct``,
-        ``torch_threads``/``interop_threads`` as torch reported them, ``omp_num_threads_env``
-        and ``oversubscribed`` (threads > available CPUs).
+        ``torch_threads``/``interop_threads`` as torch reported them, ``omp_num_threads_env``,
+        ``oversubscribed`` (threads > available CPUs) and ``dtype``; or, for ``matmul_bf16``
+        on a CPU without native bf16 and ``bf16="native"``, one row with status ``skipped``
+        and the reason.
 
     Raises:
         RuntimeError: if torch does not report the requested thread counts.
     """
+    if params.workload == "matmul_bf16" and params.bf16 == "native":
+        supported, what = native_bf16()
+        if not supported:
+            reason = (
+                f"no native bfloat16 on this CPU ({what}): torch would convert to float32 and back; "
+                "set intraop.bf16: any to measure it anyway"
+            )
+            info = set_torch_threads(params.threads, inter_op=1)
+            return RunResult(rows=[{"repeat": 0, "role": "point", "status": "skipped", "reason": reason, **info}])
     return interleave(Runner, params, baseline)
 
 

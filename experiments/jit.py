@@ -47,6 +47,10 @@ class Params:
     repeats: int = 5
     sample_hz: float = 10.0
 
+    def cpus_requested(self) -> int:
+        """CPUs this point asks for at once: the intra-op threads."""
+        return self.threads
+
     def __post_init__(self) -> None:
         for name in ("threads", "iterations", "repeats"):
             check_min(name, getattr(self, name), 1)

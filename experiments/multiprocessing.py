@@ -49,6 +49,10 @@ class Params:
     start_method: Literal["fork", "forkserver", "spawn"] = "fork"
     timeout_s: float = field(default=600.0, metadata={"help": "give up waiting for a worker after this"})
 
+    def cpus_requested(self) -> int:
+        """CPUs this point asks for at once: processes x intra-op threads per process."""
+        return self.processes * self.threads
+
     def __post_init__(self) -> None:
         for name in ("processes", "threads", "steps", "batch_size", "in_features", "hidden", "repeats"):
             check_min(name, getattr(self, name), 1)
@@ -142,7 +146,7 @@ class Runner:
         row = {
             "samples_per_s": p.processes * p.steps * p.batch_size / win.wall_s,
             "torch_threads": self.threads_seen,
-            "oversubscribed": p.processes * p.threads > available_cpus(),
+            "oversubscribed": p.cpus_requested() > available_cpus(),
         }
         spans = [
             {

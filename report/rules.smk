@@ -91,6 +91,7 @@ rule compare_report:
         figures=expand(
             "results/compare/figures/compare_{experiment}.png", experiment=EXPERIMENTS
         ),
+        text=["report/templates/compare.html.j2", "report/templates/compare.md.j2"],
     output:
         html="results/compare/report.html",
         md="results/compare/report.md",

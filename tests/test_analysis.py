@@ -90,6 +90,30 @@ def test_intraop_metric_per_workload(tmp_path):
     assert row["parallel_efficiency"] == pytest.approx(0.9)
 
 
+def test_bf16_findings_and_a_skipped_workload_panel(tmp_path):
+    from analysis.figures import intraop_scaling
+
+    def point(workload, t, g, **extra):
+        row = {"wall_s": 1, "gflop_per_s": g, "samples_per_s": "", **extra}
+        return write_point(tmp_path, "intraop", {"workload": workload, "threads": t}, [row] * 2)
+
+    reason = "no native bfloat16 on this CPU (avx512_bf16: no, amx_tile: no)"
+    skipped = [point("matmul_bf16", t, "", status="skipped", reason=reason, wall_s="") for t in (1, 2)]
+    fp32 = [point("matmul", t, g) for t, g in ((1, 50.0), (2, 90.0))]
+    s = summarise(load_experiment(fp32 + skipped, "intraop"), "intraop")
+    text = " ".join(findings("intraop", s, {"available_cpus": 2})["findings"])
+    assert f"matmul_bf16: not measured (skipped): {reason}." in text
+    assert "bfloat16 over float32" not in text
+    fig = intraop_scaling(s, {"available_cpus": 2})
+    panel = fig.axes[1]
+    assert panel.get_title() == "n x n matmul, bfloat16" and "not measured: skipped" in panel.texts[0].get_text()
+    measured = [point("matmul_bf16", t, g) for t, g in ((1, 150.0), (2, 270.0))]
+    s = summarise(load_experiment(fp32 + measured, "intraop"), "intraop")
+    text = " ".join(findings("intraop", s, {"available_cpus": 2})["findings"])
+    # best of each: 270 / 90 GFLOP/s
+    assert "bfloat16 over float32 matmul, each at its best thread count: 3.00x (270 GFLOP/s against 90 GFLOP/s;" in text
+
+
 @pytest.mark.parametrize(
     "content, expected",
     [

@@ -92,6 +92,8 @@ def test_bad_config_is_refused(root, default_config, patch, key):
         ({"gil": {"wrokers": [2]}}, "config key gil: unknown key wrokers; allowed: workload, mode, workers"),
         ({"jit": {"repeats": "five"}}, "config key jit.repeats: 'five' is not allowed ('five' is not of type"),
         ({"host": "compare"}, "config key host: 'compare' is not allowed"),
+        ({"intraop": {"bf16": "maybe"}}, "config key intraop.bf16: 'maybe' is not allowed"),
+        ({"max_oversubscription": 0.5}, "config key max_oversubscription: 0.5 is not allowed"),
     ],
 )
 def test_bad_config_is_explained_in_one_line(root, default_config, patch, line):

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -432,3 +433,62 @@ def test_workers_die_with_their_parent(tmp_path):
     proc.wait(timeout=30)
     gone, alive = psutil.wait_procs(children, timeout=15)
     assert not alive, [p.cmdline() for p in alive]
+
+
+def test_bf16_matmul_is_skipped_without_native_bf16_and_measured_on_request(monkeypatch):
+    import re
+
+    # the probe agrees with the CPU flags the kernel reports
+    flags = set(re.search(r"^flags\s*:(.*)$", Path("/proc/cpuinfo").read_text(), re.M).group(1).split())
+    assert intraop.native_bf16()[0] == bool(flags & {"avx512_bf16", "amx_tile"})
+    small = dict(workload="matmul_bf16", matmul_size=64, iterations=2, warmup=0, repeats=1)
+    monkeypatch.setattr(intraop, "native_bf16", lambda: (False, "avx512_bf16: no, amx_tile: no"))
+    res = intraop.run(intraop.Params(**small))
+    assert [r["status"] for r in res.rows] == ["skipped"]
+    assert "no native bfloat16 on this CPU (avx512_bf16: no, amx_tile: no)" in res.rows[0]["reason"]
+    assert "intraop.bf16: any" in res.rows[0]["reason"]  # how to measure it anyway
+    for params in (intraop.Params(**small, bf16="any"), intraop.Params(**small, threads=2)):
+        if params.bf16 == "native":
+            monkeypatch.setattr(intraop, "native_bf16", lambda: (True, "avx512_bf16: yes, amx_tile: no"))
+        rows = intraop.run(params).rows
+        assert [r["status"] for r in rows] == ["ok"] and rows[0]["dtype"] == "bfloat16"
+        assert rows[0]["gflop_per_s"] > 0
+    assert (
+        intraop.run(intraop.Params(workload="matmul", matmul_size=64, iterations=2, repeats=1)).rows[0]["dtype"]
+        == "float32"
+    )
+
+
+def test_points_far_above_the_cpus_are_skipped_with_the_reason(tmp_path):
+    from experiments.common import oversubscription_skip
+
+    mp = mp_exp
+
+    assert gil.Params(mode="sequential", workers=8).cpus_requested() == 1
+    assert gil.Params(mode="processes", workers=8).cpus_requested() == 8
+    assert mp.Params(processes=4, threads=2).cpus_requested() == 8
+    assert dataloader.Params(num_workers=4, threads=1).cpus_requested() == 5
+    assert intraop.Params(threads=3).cpus_requested() == jit.Params(threads=3).cpus_requested() == 3
+    assert oversubscription_skip(mp.Params(processes=4, threads=2), 4, ncpu=2) is None  # 8 <= 4 x 2
+    why = oversubscription_skip(mp.Params(processes=4, threads=2), 4, ncpu=1)
+    assert why == "asks for 8 CPUs at once but this host has 1 available; max_oversubscription 4 allows up to 4"
+    assert oversubscription_skip(mp.Params(processes=64, threads=2), None, ncpu=1) is None  # no limit
+    # through the command line: nothing is run, the point is recorded as skipped
+    workers = 2 * NCPU + 1
+    out = tmp_path / "p"
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiments.gil", "--mode", "threads", "--workers", str(workers)]
+        + ["--max-oversubscription", "2", "--out", str(out), "--baseline", "mode=sequential"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert proc.returncode == 0, proc.stderr
+    m = pd.read_csv(out / "metrics.csv")
+    assert list(m["status"]) == ["skipped"] and list(m["role"]) == ["point"]
+    assert m["reason"].iloc[0] == (
+        f"asks for {workers} CPUs at once but this host has {NCPU} available; max_oversubscription 2 "
+        f"allows up to {2 * NCPU}"
+    )
+    assert (out / "job.json").exists() and len(pd.read_csv(out / "samples.csv")) == 0
