@@ -142,7 +142,7 @@ def checks(
     s = r["speedup"] if r is not None else None
     rows.append(
         _row(
-            f"matmul GFLOP/s: {ncpu} threads over 1",
+            f"matmul GFLOP/s: {ncpu} thread{'s' if ncpu != 1 else ''} over 1",
             f">= {0.75 * ncpu:.2f}x",
             s,
             s is not None and s >= 0.75 * ncpu,

@@ -368,7 +368,7 @@ def test_selfcheck_sampler_reads_known_load_and_costs_little():
     for r in busy:
         # the sampler's series agrees with the process's own CPU-time accounting (this holds
         # under load too; that it equals 100 / CPUs on an idle machine is a fidelity check)
-        assert abs(r["sampler_tree_pct"] - r["cpu_util_pct"]) <= 10, r
+        assert abs(r["sampler_tree_pct"] - r["cpu_util_pct"]) <= 5, r
         # the fidelity check's reference: the loop's own process_time, the same CPU time by another clock
         assert abs(r["process_cpu_pct"] - r["cpu_util_pct"]) <= 3, r
         assert r["cpu_util_pct"] <= 100 / NCPU + 5
@@ -492,3 +492,25 @@ def test_points_far_above_the_cpus_are_skipped_with_the_reason(tmp_path):
         f"allows up to {2 * NCPU}"
     )
     assert (out / "job.json").exists() and len(pd.read_csv(out / "samples.csv")) == 0
+
+
+def test_sampler_is_unbiased_on_one_cpu(tmp_path):
+    """On one CPU a busy loop fills whole 10 ms ticks: a 25 ms interval reads 80% or 120%. The
+    sampler used to clip 120% to 100% and read 89% for a loop the kernel gave 97%; carrying the
+    excess into the next interval keeps its mean on the kernel's CPU time."""
+    first = min(os.sched_getaffinity(0))
+    out = tmp_path / "sc"
+    proc = subprocess.run(
+        [sys.executable, "-m", "experiments.selfcheck", "--load", "busy", "--repeats", "3"]
+        + ["--duration-s", "0.5", "--sample-hz", "40", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parent.parent,
+        preexec_fn=lambda: os.sched_setaffinity(0, {first}),
+    )
+    assert proc.returncode == 0, proc.stderr
+    m = pd.read_csv(out / "metrics.csv")
+    assert (m["available_cpus"] == 1).all() and len(m) == 3
+    gap = (m["sampler_tree_pct"] - m["process_cpu_pct"]).abs()
+    assert gap.median() <= 3, m[["sampler_tree_pct", "process_cpu_pct"]]
