@@ -382,7 +382,8 @@ def environment_table(hosts: list[HostResults]) -> pd.DataFrame:
 
 def best_table(hosts: list[HostResults], experiments: list[str]) -> pd.DataFrame:
     """The best configuration per host and group (``best`` in each summary: the highest
-    speedup whose CI lies above 1, else the baseline), and whether it shifts between hosts."""
+    speedup whose CI lies above 1, else the baseline), and whether it shifts between hosts.
+    A group without any measured point reads ``none (<statuses>)``, e.g. ``none (skipped)``."""
     rows = []
     for exp in experiments:
         spec = SPECS[exp]
@@ -393,6 +394,11 @@ def best_table(hosts: list[HostResults], experiments: list[str]) -> pd.DataFrame
             if "best" not in s:
                 continue
             best = s[s["best"].astype(str) == "True"]
+            for _, grp in s.groupby(list(spec.group), sort=False) if spec.group else [((), s)]:
+                if not (grp["best"].astype(str) == "True").any():  # nothing measured in the group
+                    statuses = ", ".join(sorted(set(grp["status"].astype(str))))
+                    group = point_label(spec.group, grp.iloc[0][list(spec.group)]) if spec.group else "all points"
+                    rows.append({"experiment": exp, "group": group, "host": h.name, "best": f"none ({statuses})"})
             for _, r in best.iterrows():
                 group = point_label(spec.group, r[list(spec.group)]) if spec.group else "all points"
                 rows.append(

@@ -392,6 +392,18 @@ DRAW = {
 }
 
 
+def _point_order(point: str) -> tuple:
+    """Sort key of a point label ``"k1=v1 k2=v2"``: values in key order, numbers as numbers."""
+    key = []
+    for part in point.split():
+        value = part.partition("=")[2]
+        try:
+            key.append((0, float(value), ""))
+        except ValueError:
+            key.append((1, 0.0, value))
+    return tuple(key)
+
+
 def compare_chart(comparison: pd.DataFrame, experiment: str, meta: dict) -> Figure:
     """One experiment across hosts: left, each host's own speedup over its interleaved
     baseline per point (bars grouped by host, 95% CI); right, each host's median over the
@@ -402,7 +414,10 @@ def compare_chart(comparison: pd.DataFrame, experiment: str, meta: dict) -> Figu
     hosts = [h["name"] for h in meta["hosts"]]
     cpus = {h["name"]: h["available_cpus"] for h in meta["hosts"]}
     baseline = meta["baseline"]
-    points = [p for p in dict.fromkeys(c["point"]) if isinstance(p, str) and p]
+    # points with a measured speedup on some host, in key order (a point no host measured,
+    # e.g. skipped everywhere, is only listed under the chart)
+    measured = c[c["speedup"].notna()]
+    points = sorted((p for p in dict.fromkeys(measured["point"]) if isinstance(p, str) and p), key=_point_order)
     colours = {h: PALETTE[i % len(PALETTE)] for i, h in enumerate(hosts)}
     fig, (ax1, ax2) = plt.subplots(
         1, 2, figsize=(12, 1.6 + 0.42 * max(1, len(points)) * max(1, len(hosts)) ** 0.5), sharey=True

@@ -97,7 +97,8 @@ def summarise(replicates: pd.DataFrame, experiment: str) -> pd.DataFrame:
         ``contended`` (any replicate whose interference exceeded 10% of one CPU),
         ``oversubscribed``, ``best`` (in its group, the highest speedup whose 95% CI lies above 1,
         else the baseline: speedups are measured against interleaved baselines, raw medians of
-        separate jobs are not comparable on a drifting host)
+        separate jobs are not comparable on a drifting host; False throughout a group without
+        any measured point)
         (highest median in its group) and the medians of the spec's ``extra_medians``, each
         followed by ``<column>_ci_low`` and ``<column>_ci_high``, its 95% bootstrap CI.
     """
@@ -180,9 +181,10 @@ def summarise(replicates: pd.DataFrame, experiment: str) -> pd.DataFrame:
             summary.loc[idx, cols] = [float(np.median(base_vals)), ratio_of_medians, speedup, lo, hi]
     for _, grp in summary.groupby(group_keys, sort=False) if group_keys else [((), summary)]:
         # best by speedup (interleaved with the baseline, immune to drift between jobs), and
-        # only where its 95% CI clears 1: otherwise nothing beat the baseline
-        is_base = grp["_is_base"]
-        better = grp[(grp["speedup_ci_low"] > 1.0) & ~is_base]
+        # only where its 95% CI clears 1: otherwise nothing beat the baseline. A group with no
+        # measured point (all skipped or failed) has no best.
+        is_base = grp["_is_base"] & grp["median"].notna()
+        better = grp[(grp["speedup_ci_low"] > 1.0) & ~grp["_is_base"]]
         if len(better):
             best = better["speedup"].idxmax()
         elif is_base.any():

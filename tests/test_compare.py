@@ -20,14 +20,20 @@ SEQ = [10.0, 10.2, 9.8, 10.1, 9.9]
 def _host(root, name, cpus, points, version=1, experiment="gil"):
     """results/<name> with host.json and an experiment summarised by the real analysis CLI.
 
-    ``points``: (point dict, tasks/s replicates)."""
+    ``points``: (point dict, tasks/s replicates, or the string ``"skipped"`` for one skipped row)."""
     d = root / name
     d.mkdir(parents=True)
     (d / "host.json").write_text(
         json.dumps({"host": name, "available_cpus": cpus, "schema_version": version, "cpu_model": f"CPU <{name}>"})
     )
+    skipped = [{"status": "skipped", "reason": "not here", "wall_s": "", "tasks_per_s": ""}]
     paths = [
-        write_point(root / f"{name}-points", experiment, p, [{"wall_s": 2 / t, "tasks_per_s": t} for t in tps])
+        write_point(
+            root / f"{name}-points",
+            experiment,
+            p,
+            skipped if tps == "skipped" else [{"wall_s": 2 / t, "tasks_per_s": t} for t in tps],
+        )
         for p, tps in points
     ]
     args = [
@@ -197,6 +203,20 @@ def test_a_failed_point_does_not_poison_the_others(tmp_path):
     t = t[t["host"] == "b"].set_index("point")
     assert t.loc["workload=cpu mode=sequential workers=2", "status"] == "compared"
     assert t.loc["workload=cpu mode=threads workers=2", "reason"] == "status failed on b, ok on a"
+
+
+def test_a_group_without_measurements_has_no_best(tmp_path):
+    cpu = [(_gil("sequential"), SEQ), (_gil("processes"), [2 * v for v in SEQ])]
+    io = [({"workload": "io", "mode": m, "workers": 2}, SEQ) for m in ("sequential", "threads")]
+    a = _host(tmp_path, "a", 2, cpu + io)
+    b = _host(tmp_path, "b", 2, cpu + [(p, "skipped") for p, _ in io])
+    summary = pd.read_csv(b / "gil" / "summary.csv")
+    assert not summary.loc[summary["workload"] == "io", "best"].any()  # not the skipped baseline
+    best = compare_hosts([load_host(a, ["gil"]), load_host(b, ["gil"])], "a", ["gil"])["best"]
+    best = best.set_index(["host", "group"])["best"]
+    assert best[("b", "workload=io workers=2")] == "none (skipped)"
+    assert best[("a", "workload=io workers=2")] == "mode=sequential"  # equal throughput: nothing beat it
+    assert best[("b", "workload=cpu workers=2")] == best[("a", "workload=cpu workers=2")] == "mode=processes"
 
 
 def test_ties_never_beat_the_exact_floor():
