@@ -183,7 +183,13 @@ def multiprocessing_throughput(summary: pd.DataFrame, host: dict) -> Figure:
                 label="oversubscribed (P x T > available CPUs)",
             )
     if ncpu:
-        ax.axhline(ncpu, color="#444444", linestyle=":", linewidth=1, label=f"all {ncpu} CPUs busy (ideal)")
+        ax.axhline(
+            ncpu,
+            color="#444444",
+            linestyle=":",
+            linewidth=1,
+            label=f"{'the' if ncpu == 1 else 'all'} {timelines.cpus_text(ncpu)} busy (ideal)",
+        )
     ax.axhline(1.0, color="black", linewidth=0.8)
     handles, labels = ax.get_legend_handles_labels()
     uniq = dict(zip(labels, handles))
@@ -193,7 +199,7 @@ def multiprocessing_throughput(summary: pd.DataFrame, host: dict) -> Figure:
     ax.set_ylabel("speedup of total samples/s over 1 x 1 (x)")
     ax.set_ylim(bottom=0)
     ax.set_title(
-        f"torch.multiprocessing: P processes x T threads on {ncpu} available CPUs\n"
+        f"torch.multiprocessing: P processes x T threads on {timelines.cpus_text(ncpu)} available\n"
         f"({_baseline_text(summary, 'samples/s')} at 1 x 1)",
         fontsize=10,
     )
@@ -231,7 +237,7 @@ def dataloader_throughput(summary: pd.DataFrame, host: dict) -> Figure:
         ax.set_title(f"{titles[ds]}\n({_baseline_text(sub, 'samples/s')} at num_workers=0)", fontsize=10)
         ax.set_ylim(bottom=0)
     axes[0, 0].set_ylabel("speedup over num_workers = 0 (x)")
-    fig.suptitle(f"DataLoader num_workers on {host.get('available_cpus', '?')} available CPUs", fontsize=11)
+    fig.suptitle(f"DataLoader num_workers on {timelines.cpus_text(host.get('available_cpus'))} available", fontsize=11)
     _speedup_note(fig)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     return fig
@@ -261,7 +267,13 @@ def intraop_scaling(summary: pd.DataFrame, host: dict) -> Figure:
         if ncpu:
             ax.plot([1, ncpu], [1, ncpu], ":", color="#444444", label="ideal (linear)")
             ax.axvline(
-                ncpu, color="#D55E00", linestyle="--", linewidth=1, alpha=0.5, zorder=0, label=f"{ncpu} available CPUs"
+                ncpu,
+                color="#D55E00",
+                linestyle="--",
+                linewidth=1,
+                alpha=0.5,
+                zorder=0,
+                label=f"{timelines.cpus_text(ncpu)} available",
             )
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xticks(sub["threads"])
@@ -437,7 +449,7 @@ def compare_chart(comparison: pd.DataFrame, experiment: str, meta: dict) -> Figu
             color=colours[host],
             edgecolor="black",
             linewidth=0.4,
-            label=f"{host} ({cpus[host]} CPU{'s' if cpus[host] != 1 else ''})",
+            label=f"{host} ({timelines.cpus_text(cpus[host])})",
         )
         if host == baseline:
             continue

@@ -126,7 +126,7 @@ def multiprocessing_findings(summary: pd.DataFrame, host: dict) -> list[str]:
         worst = over.loc[over["median"].idxmin()]
         out.append(
             f"Oversubscribed ({int(worst['processes'])} x {int(worst['threads'])} = "
-            f"{int(worst['processes'] * worst['threads'])} threads on {ncpu} available CPUs): "
+            f"{int(worst['processes'] * worst['threads'])} threads on {ncpu} available CPU{'s' if ncpu != 1 else ''}): "
             f"{worst['speedup']:.2f}x of 1 x 1 where the best split gave {best['speedup']:.2f}x."
         )
     return out

@@ -92,7 +92,7 @@ def summarise(replicates: pd.DataFrame, experiment: str) -> pd.DataFrame:
         ``reason``, ``n``, ``median``, ``q1``, ``q3``, ``iqr``, ``iqr_pct``, ``noisy``,
         ``ci_low``, ``ci_high``, ``baseline_median``, ``speedup``, ``speedup_ci_low``,
         ``speedup_ci_high``, ``speedup_ratio_of_medians``, ``speedup_source`` (interleaved,
-        separate jobs, baseline),
+        separate jobs, baseline; empty where the point or its baseline has no ok replicate),
         ``parallel_efficiency``, ``cpu_util_pct`` (median), ``interference_pct`` (median, % of one CPU),
         ``contended`` (any replicate whose interference exceeded 10% of one CPU),
         ``oversubscribed``, ``best`` (in its group, the highest speedup whose 95% CI lies above 1,
@@ -166,11 +166,12 @@ def summarise(replicates: pd.DataFrame, experiment: str) -> pd.DataFrame:
                 base_vals, source = r["_base_values"], "interleaved"
             else:
                 base_vals, source = group_base_vals, "separate jobs"
-            summary.loc[idx, "speedup_source"] = source
             cols = ["baseline_median", "speedup_ratio_of_medians", "speedup", "speedup_ci_low", "speedup_ci_high"]
-            if not (len(vals) and len(base_vals)):
+            if not (len(vals) and len(base_vals)):  # nothing to divide: no source either
                 summary.loc[idx, cols] = [np.nan] * len(cols)
+                summary.loc[idx, "speedup_source"] = ""
                 continue
+            summary.loc[idx, "speedup_source"] = source
             ratio_of_medians = r["median"] / float(np.median(base_vals))
             if itself:
                 speedup, (lo, hi) = 1.0, (1.0, 1.0)

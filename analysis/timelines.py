@@ -55,6 +55,11 @@ def _natural(s: str) -> list:
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(s))]
 
 
+def cpus_text(n) -> str:
+    """``"1 CPU"``, ``"2 CPUs"``; ``"? CPUs"`` when ``n`` is unknown (None)."""
+    return f"{n} CPU" if n == 1 else f"{'?' if n is None else n} CPUs"
+
+
 def point_label(point: dict) -> str:
     """``key=value`` pairs of a point, space separated, e.g. ``mode=threads workers=2``."""
     return " ".join(f"{k}={v}" for k, v in point.items())
@@ -192,7 +197,7 @@ def _utilisation(ax, sa: pd.DataFrame, ncpu) -> None:
             ax.step(s["t_s"], s["busy_pct"], where="pre", color=colour, linewidth=1.4, label=label)
     ax.set_ylim(0, 105)
     ax.set_yticks([0, 50, 100])
-    ax.set_ylabel(f"busy %\nof {ncpu} CPUs", fontsize=8)
+    ax.set_ylabel(f"busy %\nof {cpus_text(ncpu)}", fontsize=8)
 
 
 def _shared_groups(experiment: str, points: list[dict]) -> list[tuple]:
@@ -263,7 +268,7 @@ def timeline(experiment: str, spans: pd.DataFrame, samples: pd.DataFrame, summar
         "dataloader": "DataLoader: main loop and workers per batch, and CPU utilisation",
     }
     head = subfigs[0]
-    head.suptitle(f"{titles.get(experiment, experiment)} ({ncpu} available CPUs)", fontsize=11)
+    head.suptitle(f"{titles.get(experiment, experiment)} ({cpus_text(ncpu)} available)", fontsize=11)
     head.legend(handles=handles, loc="center", ncol=3, fontsize=8)
     return fig
 
@@ -305,7 +310,7 @@ def core_heatmap(experiment: str, samples: pd.DataFrame, summary: pd.DataFrame, 
         mean = sa[sa["series"] == "tree"]["busy_pct"].mean()
         ncpu = host.get("available_cpus", "?")
         ax.set_title(
-            f"{point_label(point)}: this job's processes {mean:.0f}% of {ncpu} CPUs on average",
+            f"{point_label(point)}: this job's processes {mean:.0f}% of {cpus_text(ncpu)} on average",
             loc="left",
             fontsize=9,
         )

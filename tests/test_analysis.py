@@ -103,6 +103,8 @@ def test_bf16_findings_and_a_skipped_workload_panel(tmp_path):
     s = summarise(load_experiment(fp32 + skipped, "intraop"), "intraop")
     text = " ".join(findings("intraop", s, {"available_cpus": 2})["findings"])
     assert f"matmul_bf16: not measured (skipped): {reason}." in text
+    bf16 = s[s["workload"] == "matmul_bf16"]
+    assert not bf16["best"].any() and (bf16["speedup_source"].fillna("") == "").all()  # nothing measured or claimed
     assert "bfloat16 over float32" not in text
     fig = intraop_scaling(s, {"available_cpus": 2})
     panel = fig.axes[1]
