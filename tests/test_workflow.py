@@ -34,7 +34,7 @@ def test_every_output_exists(quick_run):
         assert measured.sum() >= 2 and (summary.loc[measured, "n"] >= 3).all(), exp
         # what was not measured is a skip this machine explains (intraop matmul_bf16 without native bf16)
         assert set(summary.loc[~measured, "status"]) <= {"skipped"}, exp
-        assert summary.loc[~measured, "reason"].str.len().gt(0).all(), exp
+        assert all(isinstance(r, str) and r for r in summary.loc[~measured, "reason"]), exp
         for fig in spec.figures:
             assert (host / "figures" / f"{fig}.png").stat().st_size > 10_000, fig
     for exp in SPECS:
