@@ -457,6 +457,12 @@ class RunResult:
     samples: list[dict] = dataclasses.field(default_factory=list)
     spans: list[dict] = dataclasses.field(default_factory=list)
 
+    @classmethod
+    def skipped(cls, reason: str, **row) -> RunResult:
+        """A point that was not measured: one ``point`` row with status ``skipped``, the
+        ``reason`` and any extra columns in ``row`` (e.g. the thread settings seen)."""
+        return cls(rows=[{"repeat": 0, "role": "point", "status": "skipped", "reason": reason, **row}])
+
     def add_window(self, repeat: int, win: Window, role: str = "point", params=None, **row) -> dict:
         """Append a metrics row built from ``win`` plus ``row`` and keep its samples.
 
@@ -731,7 +737,7 @@ def cli_main(
     with exclusive(args.lock) as waited:
         locked_at = time.time()
         if skip is not None:
-            result = RunResult(rows=[{"repeat": 0, "role": "point", "status": "skipped", "reason": skip}])
+            result = RunResult.skipped(skip)
         else:
             result = run(params, baseline)
         released_at = time.time()

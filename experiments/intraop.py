@@ -160,7 +160,7 @@ def run(params: Params, baseline: Params | None = None) -> RunResult:
                 "set intraop.bf16: any to measure it anyway"
             )
             info = set_torch_threads(params.threads, inter_op=1)
-            return RunResult(rows=[{"repeat": 0, "role": "point", "status": "skipped", "reason": reason, **info}])
+            return RunResult.skipped(reason, **info)
     return interleave(Runner, params, baseline)
 
 

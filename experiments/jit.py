@@ -168,7 +168,7 @@ def run(params: Params, baseline: Params | None = None) -> RunResult:
         if compiler is None:
             info = set_torch_threads(params.threads)
             reason = f"torch.compile needs a working C++ compiler; inductor found none ({why})"
-            return RunResult(rows=[{"repeat": 0, "role": "point", "status": "skipped", "reason": reason, **info}])
+            return RunResult.skipped(reason, **info)
     return interleave(Runner, params, baseline)
 
 
