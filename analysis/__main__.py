@@ -219,10 +219,9 @@ SELFCHECK_COLUMNS = ("load", "role", "sampler_tree_pct", "process_cpu_pct", "sam
 
 def cmd_fidelity(args) -> int:
     from analysis.fidelity import checks
-
-    host = json.loads(Path(args.host_json).read_text())
     from analysis.load import DataError
 
+    host = json.loads(Path(args.host_json).read_text())
     read = lambda p: pd.read_csv(p) if p else None  # noqa: E731
     selfcheck = read(args.selfcheck)
     if selfcheck is not None:
