@@ -4,6 +4,9 @@
 #   snakemake --cores 4 --configfile config.quick.yaml    # small, about 3 minutes
 #   snakemake --cores 4 --config host=laptop              # choose the host label
 #
+# Experiments are the packages experiments/<name>/, found by experiments/registry.py; this file
+# and the rule files name none of them (docs/architecture.md, docs/adding-an-experiment.md).
+#
 # Output paths (one meaning per separator):
 #   results/<host>/host.json, config.yaml                     machine fingerprint, the config it ran with
 #   results/<host>/selfcheck/{metrics,samples,spans}.csv, job.json  sampler self-check
@@ -30,11 +33,16 @@ configfile: "config.yaml"
 
 
 sys.path.insert(0, workflow.basedir)
+from experiments import registry
 from experiments.configcheck import ConfigError, validate_config
 
+try:
+    SECTIONS = registry.schemas()
+except registry.RegistryError as exc:
+    sys.exit(f"Invalid experiment package: {exc}")
 # Snakemake's validate (JSON Schema), failures explained in one line naming the key.
 try:
-    validate_config(config, f"{workflow.basedir}/schemas/config.schema.yaml")
+    validate_config(config, f"{workflow.basedir}/schemas/config.schema.yaml", SECTIONS)
 except ConfigError as exc:
     sys.exit(f"Invalid configuration: {exc}")
 
@@ -45,7 +53,7 @@ include: "common.smk"
 wildcard_constraints:
     # only this run's host label: a run never writes into another host's directory
     host=re.escape(HOST),
-    experiment="|".join(SPECS),
+    experiment="|".join(REGISTRY),
     point=r"[^/~]+~[^/~]+(/[^/~]+~[^/~]+)*",
     figure="|".join(FIGURES),
     trace="|".join([*TIMELINES, "jobs"]),

@@ -1,4 +1,6 @@
-# Helpers shared by experiments/, analysis/ and report/ rules.smk (host label, sweep points, command lines).
+# Helpers shared by experiments/, analysis/ and report/ rules.smk (host label, sweep points,
+# command lines). Experiments come from the registry (experiments/registry.py): every package
+# experiments/<name>/; nothing here names one.
 import itertools
 import json
 import os
@@ -11,43 +13,47 @@ from snakemake.utils import Paramspace
 
 sys.path.insert(0, workflow.basedir)
 
-from analysis.spec import FIGURES, HOST_FIGURES, SPECS, TIMELINES
-from experiments.common import (
+from analysis.runinfo import RUN_FIGURES
+from experiments import registry
+from experiments.host import (
     available_cpus,
-    measurement_tmpdir,
     default_host,
+    measurement_tmpdir,
     prepare_environment,
     sanitise_host,
 )
 
+REGISTRY = registry.experiments()
 HOST = sanitise_host(config["host"]) if config.get("host") else default_host()
 if HOST == "compare":
     raise ValueError(
         "host label 'compare' is reserved for results/compare/; set another with --config host=NAME"
     )
 EXPERIMENTS = list(config["experiments"])
+#: Experiments that record work spans: each gets a timeline, a heatmap and a Chrome trace.
+TIMELINES = [name for name, e in REGISTRY.items() if e.spec.timeline]
+#: Every figure name -> its experiment; figures of the whole run map to None.
+FIGURES = registry.figures() | dict.fromkeys(RUN_FIGURES)
 # One lock file per checkout, outside results/ (which holds only host directories): two host
 # labels measured from one checkout (e.g. under taskset) never measure at the same time.
 MEASURE_LOCK = str(Path(".snakemake/lab/measure.lock").resolve())
 
 # Every job writes its caches under .snakemake/lab/ and draws headless. Measurement jobs get a
-# short TMPDIR of their own (AF_UNIX socket paths of multiprocessing must stay short).
-prepare_environment(workflow.basedir, ".snakemake/lab")
+# short TMPDIR of their own (AF_UNIX socket paths of multiprocessing must stay short); under a
+# checkout whose path has a space, TMPDIR and the inductor cache move there too.
 MEASURE_TMPDIR = measurement_tmpdir(workflow.basedir)
+prepare_environment(workflow.basedir, ".snakemake/lab", short_dir=MEASURE_TMPDIR)
 
 
 def sweep_values(experiment, key):
-    """Values swept for `key` of `experiment` (intraop threads 'auto' resolved here)."""
-    value = config[experiment][key]
-    if experiment == "intraop" and key == "threads" and value == "auto":
-        n = available_cpus()
-        return list(range(1, n + 1)) + [2 * n]
-    return list(value)
+    """Values swept for `key` of `experiment`, symbolic ones (e.g. 'auto') resolved here."""
+    spec = REGISTRY[experiment].spec
+    return spec.sweep_values(key, config[experiment][key], available_cpus())
 
 
 def points(experiment):
-    """Point paths `<key>~<value>/...` of `experiment`, keys in the spec's order."""
-    keys = SPECS[experiment].keys
+    """Point paths `<key>~<value>/...` of `experiment`, keys in the declared order."""
+    keys = REGISTRY[experiment].spec.keys
     grid = itertools.product(*(sweep_values(experiment, k) for k in keys))
     space = Paramspace(pd.DataFrame(list(grid), columns=list(keys)), param_sep="~")
     return list(space.instance_patterns)
@@ -59,7 +65,7 @@ def metrics_files(experiment, host=HOST, name="metrics.csv"):
 
 def point_args(wildcards):
     """Command-line flags of one point: swept values from the path, the rest from config."""
-    spec = SPECS[wildcards.experiment]
+    spec = REGISTRY[wildcards.experiment].spec
     point = dict(part.split("~", 1) for part in wildcards.point.split("/"))
     first = point[spec.keys[0]]
     args = {"sample_hz": config["sample_hz"]}
@@ -74,7 +80,7 @@ def point_args(wildcards):
         f"--{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in args.items()
     )
     # The group's baseline is measured in the same job, interleaved with the point.
-    if any(str(point.get(k)) != str(v) for k, v in spec.baseline.items()):
+    if not spec.is_baseline(point):
         text += " --baseline " + " ".join(
             shlex.quote(f"{k}={v}") for k, v in spec.baseline.items()
         )
@@ -120,22 +126,17 @@ def trace_inputs(wildcards):
     return {"spans": f"{host}/{exp}/spans.csv", "samples": f"{host}/{exp}/samples.csv"}
 
 
+def summary_files(wildcards):
+    return [f"results/{wildcards.host}/{exp}/summary.csv" for exp in EXPERIMENTS]
+
+
 def fidelity_inputs(wildcards):
     host = wildcards.host
-    files = {
+    return {
         "host": f"results/{host}/host.json",
         "selfcheck": f"results/{host}/selfcheck/metrics.csv",
+        "summaries": summary_files(wildcards),
     }
-    for exp in ("gil", "intraop"):
-        if exp in EXPERIMENTS:
-            files[exp] = f"results/{host}/{exp}/summary.csv"
-    return files
-
-
-def fidelity_args(wildcards, input):
-    return " ".join(
-        f"--{exp} {input[exp]}" for exp in ("gil", "intraop") if exp in input.keys()
-    )
 
 
 def job_files(wildcards):
@@ -144,6 +145,17 @@ def job_files(wildcards):
     for exp in EXPERIMENTS:
         files += metrics_files(exp, host, "job.json")
     return files
+
+
+def report_text():
+    """The report's own text and every run experiment's prose: editing one re-renders the
+    report, and nothing else."""
+    return [
+        "report/sections.yaml",
+        "report/templates/report.html.j2",
+        "report/templates/report.md.j2",
+        *(f"experiments/{exp}/report.yaml" for exp in EXPERIMENTS),
+    ]
 
 
 def report_inputs(wildcards):
@@ -155,28 +167,20 @@ def report_inputs(wildcards):
         "run": f"results/{host}/run.json",
         "summaries": [],
         "findings": [],
-        "figures": [f"results/{host}/figures/{fig}.png" for fig in HOST_FIGURES],
+        "figures": [f"results/{host}/figures/{fig}.png" for fig in RUN_FIGURES],
         "traces": [f"results/{host}/traces/jobs.json"],
-        # the report's own text: editing it re-renders the report, and nothing else
-        "text": [
-            "report/sections.yaml",
-            "report/templates/report.html.j2",
-            "report/templates/report.md.j2",
-        ],
+        "text": report_text(),
     }
     for exp in EXPERIMENTS:
         files["summaries"].append(f"results/{host}/{exp}/summary.csv")
         files["findings"].append(f"results/{host}/{exp}/findings.json")
         files["figures"] += [
-            f"results/{host}/figures/{fig}.png" for fig in SPECS[exp].figures
+            f"results/{host}/figures/{fig}.png"
+            for fig in REGISTRY[exp].spec.all_figures
         ]
         if exp in TIMELINES:
             files["traces"].append(f"results/{host}/traces/{exp}.json")
     return files
-
-
-def summary_files(wildcards):
-    return [f"results/{wildcards.host}/{exp}/summary.csv" for exp in EXPERIMENTS]
 
 
 def report_targets(host=HOST):
@@ -188,7 +192,7 @@ def report_targets(host=HOST):
 
 
 def config_json():
-    """The run's configuration, for results/<host>/config.yaml."""
+    """The run's configuration, for results/<host>/config.yaml (quoted for the shell)."""
     return shlex.quote(json.dumps(config, sort_keys=False))
 
 

@@ -1,111 +1,77 @@
-"""Command line of the analysis: ``python -m analysis summarise|figure ...``.
+"""Command line of the analysis: ``python -m analysis summarise|figure|trace|... ``.
 
 ``summarise --experiment E --out-dir D [--host-json H] METRICS...`` validates every point's
 metrics.csv and writes D/replicates.csv, D/summary.csv, D/spans.csv, D/samples.csv and
 D/findings.json. ``figure NAME --host-dir results/<host> --out F.png`` draws one figure.
 ``trace NAME --host-dir results/<host> --out T.json`` exports a timeline as Chrome trace JSON.
-``runinfo ... --jobs-csv J`` also writes every job's phases and measured windows.
+``fidelity`` compares measured ratios with theory; ``runinfo ... --jobs-csv J`` writes the run's
+timing and every job's phases and measured windows; ``status`` every point's status.
 ``compare --baseline B --experiments E... --out-dir D HOSTDIR...`` compares host directories
 (D/environment.csv, D/comparison.csv, D/best.csv, D/hosts.json); ``compare-figure E
 --compare-dir D --out F.png`` draws one experiment's comparison chart.
-Invalid input exits with status 1 and a message naming file, row and column.
+Experiments and figures are those of :mod:`experiments.registry`. Invalid input exits with
+status 1 and a message naming file, row and column.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
-import math
 import sys
 from pathlib import Path
 
 import pandas as pd
 
 from analysis.findings import findings
-from analysis.load import DataError, load_experiment, load_sidecars
-from analysis.spec import FIGURES, SPECS, TIMELINES
+from analysis.load import load_experiment, load_sidecars
 from analysis.stats import summarise
-
-
-def _write_csv(df: pd.DataFrame, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    df.to_csv(tmp, index=False)
-    tmp.replace(path)
-
-
-def _write_json(obj, path: Path) -> None:
-    """Write ``obj`` as JSON atomically, NaN and infinities as null."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(_finite(obj), indent=2, allow_nan=False))
-    tmp.replace(path)
-
-
-def _finite(obj):
-    """NaN and infinities become null: JSON has no NaN."""
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_finite(v) for v in obj]
-    if hasattr(obj, "item"):  # numpy scalar
-        obj = obj.item()
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
+from analysis.tables import DataError, read_table
+from experiments import registry
+from experiments.fileio import write_frame, write_json, write_text
 
 
 def cmd_summarise(args) -> int:
-    spec = SPECS[args.experiment]
     out = Path(args.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     reps = load_experiment(args.metrics, args.experiment)
     summary = summarise(reps, args.experiment)
     host = json.loads(Path(args.host_json).read_text()) if args.host_json else {}
     host.setdefault("available_cpus", int(reps["available_cpus"].max()) if "available_cpus" in reps else None)
-    _write_csv(load_sidecars(args.metrics, "spans.csv", spec.keys, reps), out / "spans.csv")
-    _write_csv(load_sidecars(args.metrics, "samples.csv", spec.keys, reps), out / "samples.csv")
-    _write_csv(reps, out / "replicates.csv")
-    _write_csv(summary, out / "summary.csv")
+    write_frame(out / "spans.csv", load_sidecars(args.metrics, "spans.csv", args.experiment))
+    write_frame(out / "samples.csv", load_sidecars(args.metrics, "samples.csv", args.experiment))
+    write_frame(out / "replicates.csv", reps)
+    write_frame(out / "summary.csv", summary)
     result = findings(args.experiment, summary, host)
-    _write_json(result, out / "findings.json")
+    write_json(out / "findings.json", result)
     for line in result["findings"]:
         print(line, file=sys.stderr)
     return 0
 
 
-def _figure_data(name: str, host_dir: Path, experiment: str | None) -> dict:
+def _figure_data(name: str, host_dir: Path) -> dict:
     """Read what figure ``name``'s drawing function asks for by parameter name."""
-    import inspect
+    from analysis.figures import drawing, figure_owner
 
-    from analysis.figures import DRAW
-
-    wanted = inspect.signature(DRAW[name]).parameters
+    experiment = figure_owner(name)
     files = {"jobs": host_dir / "jobs.csv"}
     if experiment:
         files |= {k: host_dir / experiment / f"{k}.csv" for k in ("summary", "spans", "samples", "replicates")}
     data = {}
-    for key in wanted:
+    for key in inspect.signature(drawing(name)).parameters:
         if key == "host":
             data["host"] = json.loads((host_dir / "host.json").read_text())
         elif key in files:
-            data[key] = pd.read_csv(files[key])
+            data[key] = read_table(files[key], experiment)
         else:
             raise TypeError(f"figure {name}: no data called {key!r}")
     return data
 
 
-def _save_figure(fig, out: Path) -> None:
-    """Save a matplotlib Figure as PNG atomically (no timestamp metadata), creating the folder."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.stem}.tmp.png")
-    fig.savefig(tmp, bbox_inches="tight", metadata={"Software": None})
-    tmp.replace(out)
-
-
 def cmd_figure(args) -> int:
-    from analysis.figures import DRAW
+    from analysis.figures import drawing
+    from experiments.fileio import write_figure
 
-    fig = DRAW[args.name](**_figure_data(args.name, Path(args.host_dir), FIGURES[args.name]))
-    _save_figure(fig, Path(args.out))
+    write_figure(Path(args.out), drawing(args.name)(**_figure_data(args.name, Path(args.host_dir))))
     return 0
 
 
@@ -114,38 +80,39 @@ def cmd_trace(args) -> int:
 
     host_dir = Path(args.host_dir)
     if args.name == "jobs":
-        trace = jobs_trace(pd.read_csv(host_dir / "jobs.csv"), host_dir.name)
+        trace = jobs_trace(read_table(host_dir / "jobs.csv"), host_dir.name)
     else:
         d = host_dir / args.name
-        trace = experiment_trace(args.name, pd.read_csv(d / "spans.csv"), pd.read_csv(d / "samples.csv"))
+        spans, samples = (read_table(d / f, args.name) for f in ("spans.csv", "samples.csv"))
+        trace = experiment_trace(args.name, spans, samples)
     n = validate_trace(trace)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    _write_json(trace, Path(args.out))
+    write_json(Path(args.out), trace)
     print(f"{n} trace events", file=sys.stderr)
     return 0
 
 
 def cmd_status(args) -> int:
     """Write every point's status; exit 1 naming the failed and timed-out points."""
-    spec_rows = []
+    rows = []
     for path in args.summaries:
-        s = pd.read_csv(path)
+        s = read_table(path)
         if s.empty:
             continue
-        spec = SPECS[str(s["experiment"].iloc[0])]
+        spec = registry.get(str(s["experiment"].iloc[0])).spec
         for _, r in s.iterrows():
             point = "/".join(f"{k}~{r[k]}" for k in spec.keys)
-            spec_rows.append(
+            metrics = str(Path(path).parent / point / "metrics.csv")
+            rows.append(
                 {
                     "experiment": spec.name,
                     "point": point,
                     "status": r["status"],
-                    "reason": "" if pd.isna(r.get("reason")) else str(r.get("reason")),
-                    "metrics": str(Path(path).parent / point / "metrics.csv"),
+                    "reason": r["reason"],
+                    "metrics": metrics,
                 }
             )
-    table = pd.DataFrame(spec_rows, columns=["experiment", "point", "status", "reason", "metrics"])
-    _write_csv(table, Path(args.out))
+    table = pd.DataFrame(rows, columns=["experiment", "point", "status", "reason", "metrics"])
+    write_frame(Path(args.out), table)
     bad = table[table["status"].isin(["failed", "timeout"])]
     skipped = table[table["status"] == "skipped"]
     print(
@@ -169,14 +136,8 @@ def cmd_status(args) -> int:
 def cmd_config(args) -> int:
     import yaml
 
-    config = json.loads(args.json)
-    out = Path(args.out)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(
-        "# Configuration this host's results were measured with (written by the workflow).\n"
-        + yaml.safe_dump(config, sort_keys=False)
-    )
-    tmp.replace(out)
+    header = "# Configuration this host's results were measured with (written by the workflow).\n"
+    write_text(Path(args.out), header + yaml.safe_dump(json.loads(args.json), sort_keys=False))
     return 0
 
 
@@ -186,15 +147,14 @@ def cmd_compare(args) -> int:
     hosts = [load_host(d, args.experiments) for d in args.host_dirs]
     tables = compare_hosts(hosts, args.baseline, args.experiments)
     out = Path(args.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     for name, df in tables.items():
-        _write_csv(df, out / f"{name}.csv")
+        write_frame(out / f"{name}.csv", df)
     meta = {
         "baseline": args.baseline,
         "experiments": args.experiments,
         "hosts": [{"name": h.name, "path": str(h.path), "available_cpus": h.cpus, "host": h.host} for h in hosts],
     }
-    _write_json(meta, out / "hosts.json")
+    write_json(out / "hosts.json", meta)
     c = tables["comparison"]
     print(
         f"{(c['status'] == 'compared').sum()} compared, {(c['status'] == 'not comparable').sum()} not comparable",
@@ -205,31 +165,28 @@ def cmd_compare(args) -> int:
 
 def cmd_compare_figure(args) -> int:
     from analysis.figures import compare_chart
+    from experiments.fileio import write_figure
 
     d = Path(args.compare_dir)
     meta = json.loads((d / "hosts.json").read_text())
-    fig = compare_chart(pd.read_csv(d / "comparison.csv"), args.experiment, meta)
-    _save_figure(fig, Path(args.out))
+    write_figure(Path(args.out), compare_chart(read_table(d / "comparison.csv"), args.experiment, meta))
     return 0
 
 
-#: Columns of the self-check's metrics that the fidelity checks read.
-SELFCHECK_COLUMNS = ("load", "role", "sampler_tree_pct", "process_cpu_pct", "sampler_cpu_pct")
-
-
 def cmd_fidelity(args) -> int:
-    from analysis.fidelity import checks
-    from analysis.load import DataError
+    from analysis.fidelity import SELFCHECK_COLUMNS, checks
 
     host = json.loads(Path(args.host_json).read_text())
-    read = lambda p: pd.read_csv(p) if p else None  # noqa: E731
-    selfcheck = read(args.selfcheck)
+    selfcheck = read_table(args.selfcheck) if args.selfcheck else None
     if selfcheck is not None:
         for col in SELFCHECK_COLUMNS:
             if col not in selfcheck.columns:
                 raise DataError(args.selfcheck, f"missing column (have: {', '.join(selfcheck.columns)})", column=col)
-    table = checks(read(args.gil), read(args.intraop), selfcheck, int(host["available_cpus"]), args.sample_hz)
-    _write_csv(table, Path(args.out))
+    summaries = {}
+    for path in args.summaries:  # results/<host>/<experiment>/summary.csv
+        summaries[Path(path).parent.name] = read_table(path, Path(path).parent.name)
+    table = checks(summaries, selfcheck, int(host["available_cpus"]), args.sample_hz)
+    write_frame(Path(args.out), table)
     for _, r in table.iterrows():
         print(f"{r['verdict']:5} {r['check']}: {r['measured']:.3g} (expected {r['expected']})", file=sys.stderr)
     return 0
@@ -240,36 +197,37 @@ def cmd_runinfo(args) -> int:
 
     host = json.loads(Path(args.host_json).read_text())
     jobs = [json.loads(Path(p).read_text()) for p in args.jobs]
-    metrics = [pd.read_csv(Path(p).with_name("metrics.csv")) for p in args.jobs]
-    _write_json(run_timing(jobs, metrics, host), Path(args.out))
+    metrics = [read_table(Path(p).with_name("metrics.csv")) for p in args.jobs]
+    write_json(Path(args.out), run_timing(jobs, metrics, host))
     if args.jobs_csv:
-        _write_csv(job_intervals([job_label(p) for p in args.jobs], jobs, metrics), Path(args.jobs_csv))
+        write_frame(Path(args.jobs_csv), job_intervals([job_label(p) for p in args.jobs], jobs, metrics))
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    names = list(registry.experiments())
     p = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("summarise", help="validate and summarise one experiment's metrics")
-    s.add_argument("--experiment", required=True, choices=sorted(SPECS))
+    s.add_argument("--experiment", required=True, choices=names)
     s.add_argument("--out-dir", required=True)
     s.add_argument("--host-json", default=None)
     s.add_argument("metrics", nargs="+", help="per-point metrics.csv files")
     f = sub.add_parser("figure", help="draw one figure")
-    f.add_argument("name", choices=sorted(FIGURES))
+    f.add_argument("name", help="a figure name (an experiment's declared figures, or job_schedule)")
     f.add_argument("--host-dir", required=True, help="results/<host>")
     f.add_argument("--out", required=True)
+    timelines = [n for n, e in registry.experiments().items() if e.spec.timeline]
     t = sub.add_parser("trace", help="export a timeline as Chrome trace event JSON")
-    t.add_argument("name", choices=[*TIMELINES, "jobs"], help="an experiment with spans, or jobs (the job schedule)")
+    t.add_argument("name", choices=[*timelines, "jobs"], help="an experiment with spans, or jobs (the job schedule)")
     t.add_argument("--host-dir", required=True, help="results/<host>")
     t.add_argument("--out", required=True)
     fi = sub.add_parser("fidelity", help="compare measured ratios with theory (fidelity.csv)")
     fi.add_argument("--host-json", required=True)
-    fi.add_argument("--gil", default=None, help="gil summary.csv")
-    fi.add_argument("--intraop", default=None, help="intraop summary.csv")
     fi.add_argument("--selfcheck", default=None, help="selfcheck metrics.csv")
     fi.add_argument("--sample-hz", type=float, required=True)
     fi.add_argument("--out", required=True)
+    fi.add_argument("summaries", nargs="*", help="results/<host>/<experiment>/summary.csv of the experiments run")
     ri = sub.add_parser("runinfo", help="run duration and share inside measured windows (run.json)")
     ri.add_argument("--host-json", required=True)
     ri.add_argument("--out", required=True)
@@ -283,27 +241,34 @@ def main(argv: list[str] | None = None) -> int:
     cfg.add_argument("--out", required=True)
     c = sub.add_parser("compare", help="compare host directories against a baseline host")
     c.add_argument("--baseline", required=True, help="name (directory name) of the baseline host")
-    c.add_argument("--experiments", nargs="+", required=True, choices=sorted(SPECS))
+    c.add_argument("--experiments", nargs="+", required=True, choices=names)
     c.add_argument("--out-dir", required=True)
     c.add_argument("host_dirs", nargs="+", help="results/<host> directories")
     cf = sub.add_parser("compare-figure", help="draw one experiment's comparison chart")
-    cf.add_argument("experiment", choices=sorted(SPECS))
+    cf.add_argument("experiment", choices=names)
     cf.add_argument("--compare-dir", required=True)
     cf.add_argument("--out", required=True)
-    args = p.parse_args(argv)
-    commands = {
-        "summarise": cmd_summarise,
-        "figure": cmd_figure,
-        "trace": cmd_trace,
-        "fidelity": cmd_fidelity,
-        "runinfo": cmd_runinfo,
-        "config": cmd_config,
-        "status": cmd_status,
-        "compare": cmd_compare,
-        "compare-figure": cmd_compare_figure,
-    }
+    return p
+
+
+COMMANDS = {
+    "summarise": cmd_summarise,
+    "figure": cmd_figure,
+    "trace": cmd_trace,
+    "fidelity": cmd_fidelity,
+    "runinfo": cmd_runinfo,
+    "config": cmd_config,
+    "status": cmd_status,
+    "compare": cmd_compare,
+    "compare-figure": cmd_compare_figure,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; invalid input exits 1 with a message naming file, row and column."""
+    args = _parser().parse_args(argv)
     try:
-        return commands[args.cmd](args)
+        return COMMANDS[args.cmd](args)
     except (DataError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

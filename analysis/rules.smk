@@ -16,8 +16,8 @@ rule analyse:
     conda:
         "../environment.yml"
     shell:
-        "python -m analysis summarise --experiment {wildcards.experiment}"
-        " --host-json {input.host} --out-dir results/{wildcards.host}/{wildcards.experiment} {input.metrics} > {log} 2>&1"
+        "python -m analysis summarise --experiment {wildcards.experiment:q} --host-json {input.host:q}"
+        ' --out-dir "$(dirname {output.summary:q})" {input.metrics:q} > {log:q} 2>&1'
 
 
 rule fidelity:
@@ -30,11 +30,10 @@ rule fidelity:
     conda:
         "../environment.yml"
     params:
-        summaries=fidelity_args,
         sample_hz=config["sample_hz"],
     shell:
-        "python -m analysis fidelity --host-json {input.host} {params.summaries}"
-        " --selfcheck {input.selfcheck} --sample-hz {params.sample_hz} --out {output} > {log} 2>&1"
+        "python -m analysis fidelity --host-json {input.host:q} --selfcheck {input.selfcheck:q}"
+        " --sample-hz {params.sample_hz} --out {output:q} {input.summaries:q} > {log:q} 2>&1"
 
 
 rule run_info:
@@ -49,8 +48,8 @@ rule run_info:
     conda:
         "../environment.yml"
     shell:
-        "python -m analysis runinfo --host-json {input.host} --out {output.run} --jobs-csv {output.jobs}"
-        " {input.jobs} > {log} 2>&1"
+        "python -m analysis runinfo --host-json {input.host:q} --out {output.run:q} --jobs-csv {output.jobs:q}"
+        " {input.jobs:q} > {log:q} 2>&1"
 
 
 rule figure:
@@ -67,8 +66,8 @@ rule figure:
     conda:
         "../environment.yml"
     shell:
-        "python -m analysis figure {wildcards.figure} --host-dir results/{wildcards.host}"
-        " --out {output} > {log} 2>&1"
+        "python -m analysis figure {wildcards.figure:q} --host-dir results/{wildcards.host:q}"
+        " --out {output:q} > {log:q} 2>&1"
 
 
 rule trace:
@@ -81,5 +80,5 @@ rule trace:
     conda:
         "../environment.yml"
     shell:
-        "python -m analysis trace {wildcards.trace} --host-dir results/{wildcards.host}"
-        " --out {output} > {log} 2>&1"
+        "python -m analysis trace {wildcards.trace:q} --host-dir results/{wildcards.host:q}"
+        " --out {output:q} > {log:q} 2>&1"

@@ -48,6 +48,10 @@ def run_timing(jobs: list[dict], metrics: list[pd.DataFrame], host: dict) -> dic
     }
 
 
+#: Figures of the whole run rather than of one experiment, drawn from ``jobs.csv`` (their
+#: drawing functions are in :mod:`analysis.schedule`, of the same name).
+RUN_FIGURES = ("job_schedule",)
+
 #: Columns of ``jobs.csv`` (:func:`job_intervals`).
 JOB_COLUMNS = ["job", "experiment", "phase", "start_unix", "end_unix"]
 

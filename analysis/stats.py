@@ -18,7 +18,9 @@ Definitions (per configuration point, over its ``ok`` replicates of the throughp
   to the group's baseline point from its own job (``speedup_source = "separate jobs"``):
   ratio of medians, bootstrap resampling both samples independently. A baseline point's
   speedup is 1.
-* ``parallel_efficiency = speedup / p``, ``p`` from :attr:`ExperimentSpec.units`.
+* ``parallel_efficiency = speedup / p``, ``p`` from the experiment's declared
+  ``parallel_units`` (:mod:`experiments.declare`).
+* ``best``: in its group, the highest speedup whose 95% CI lies above 1, else the baseline.
 """
 
 from __future__ import annotations
@@ -27,11 +29,15 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from analysis.spec import SPECS, ExperimentSpec
+from experiments import registry
+from experiments.declare import Experiment
 
 CONFIDENCE = 0.95
 N_RESAMPLES = 2000
 NOISY_IQR_PCT = 10.0
+
+#: Speedup columns, in summary.csv order.
+SPEEDUP_COLUMNS = ["baseline_median", "speedup_ratio_of_medians", "speedup", "speedup_ci_low", "speedup_ci_high"]
 
 
 def median_ci(x: np.ndarray, seed: int = 0) -> tuple[float, float]:
@@ -69,134 +75,139 @@ def ratio_ci(a: np.ndarray, b: np.ndarray, seed: int = 0) -> tuple[float, float]
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
-def parallel_units(spec: ExperimentSpec, point: dict) -> float:
-    """``p`` of a point for parallel efficiency (NaN where it has no meaning)."""
-    if spec.units is None:
-        return np.nan
-    if spec.units == "processes*threads":
-        return float(point["processes"]) * float(point["threads"])
-    if spec.name == "gil" and point.get("mode") == "sequential":
-        return 1.0
-    return float(point[spec.units])
+def _metric_stats(values: np.ndarray, grp: pd.DataFrame) -> dict:
+    """n, median, IQR, CI of the point's ok values, or its status and reason when it has none."""
+    if len(values):
+        q1, med, q3 = np.percentile(values, [25, 50, 75])
+        lo, hi = median_ci(values)
+        return {
+            "status": "ok",
+            "reason": "",
+            "n": len(values),
+            **{"median": med, "q1": q1, "q3": q3, "iqr": q3 - q1},
+            **{"iqr_pct": 100 * (q3 - q1) / med if med else np.nan, "ci_low": lo, "ci_high": hi},
+        }
+    reasons = grp["reason"][grp["reason"] != ""] if "reason" in grp else pd.Series(dtype=str)
+    nan = dict.fromkeys(("median", "q1", "q3", "iqr", "iqr_pct", "ci_low", "ci_high"), np.nan)
+    return {"status": grp["status"].iloc[0], "reason": reasons.iloc[0] if len(reasons) else "", "n": 0, **nan}
 
 
-def _is_baseline(spec: ExperimentSpec, point: dict) -> bool:
-    return all(str(point[k]) == str(v) for k, v in spec.baseline.items())
+def _flags(spec: Experiment, grp: pd.DataFrame, ok: pd.DataFrame) -> dict:
+    """Summary values of the experiment's extra columns (median with CI) and flags."""
+    row = {}
+    for col in spec.summarised_columns:
+        extra = ok[col].astype(float).dropna().to_numpy() if col in ok else np.array([])
+        row[col] = float(np.median(extra)) if len(extra) else np.nan
+        row[f"{col}_ci_low"], row[f"{col}_ci_high"] = median_ci(extra) if len(extra) else (np.nan, np.nan)
+    for flag in spec.flags:
+        if flag.column not in grp:
+            continue
+        if flag.aggregate == "text":
+            texts = grp[flag.column].fillna("").astype(str)
+            texts = texts[texts != ""]
+            row[flag.column] = texts.iloc[0] if len(texts) else ""
+        else:
+            row[flag.column] = bool(ok[flag.column].fillna(False).astype(bool).all()) if len(ok) else np.nan
+    return row
+
+
+def _point_row(spec: Experiment, point: dict, grp: pd.DataFrame, baselines: pd.DataFrame) -> dict:
+    """One summary row, with the arrays the speedup needs under private ``_`` keys."""
+    ok = grp[grp["status"] == "ok"]
+    values = ok["value"].to_numpy(dtype=float)
+    row = {**point, "metric": grp["metric"].iloc[0], **_metric_stats(values, grp)}
+    row["cpu_util_pct"] = float(np.median(ok["cpu_util_pct"])) if len(ok) else np.nan
+    row["noisy"] = bool(row["iqr_pct"] > NOISY_IQR_PCT) if np.isfinite(row["iqr_pct"]) else False
+    row["contended"] = bool(ok["contended"].fillna(False).astype(bool).any()) if "contended" in ok else False
+    has_interference = "interference_pct" in ok and len(ok)
+    row["interference_pct"] = float(np.median(ok["interference_pct"].astype(float))) if has_interference else np.nan
+    over = grp["oversubscribed"].fillna(False).astype(bool).any() if "oversubscribed" in grp else False
+    row["oversubscribed"] = bool(over)
+    row |= _flags(spec, grp, ok)
+    own_base = baselines[baselines["source"].isin(grp["source"])]
+    paired = ok[["repeat", "value"]].merge(own_base[["repeat", "value"]], on="repeat", suffixes=("", "_base"))
+    row["_values"], row["_base_values"] = values, own_base["value"].to_numpy(dtype=float)
+    row["_ratios"] = (paired["value"] / paired["value_base"]).to_numpy(dtype=float)
+    row["_is_base"] = spec.is_baseline(point)
+    return row
+
+
+def _speedup(r: pd.Series, group_base: np.ndarray) -> tuple[str, list[float]]:
+    """``(speedup_source, SPEEDUP_COLUMNS values)`` of one summary row (see the module docstring)."""
+    vals = r["_values"]
+    if r["_is_base"]:
+        base, source = vals, "baseline"
+    elif len(r["_base_values"]):
+        base, source = r["_base_values"], "interleaved"
+    else:
+        base, source = group_base, "separate jobs"
+    if not (len(vals) and len(base)):  # nothing to divide: no source either
+        return "", [np.nan] * len(SPEEDUP_COLUMNS)
+    ratio_of_medians = r["median"] / float(np.median(base))
+    if r["_is_base"]:
+        speedup, (lo, hi) = 1.0, (1.0, 1.0)
+    elif source == "interleaved" and len(r["_ratios"]):
+        speedup, (lo, hi) = float(np.median(r["_ratios"])), median_ci(r["_ratios"])
+    else:
+        speedup, (lo, hi) = ratio_of_medians, ratio_ci(vals, base)
+    return source, [float(np.median(base)), ratio_of_medians, speedup, lo, hi]
+
+
+def _groups(summary: pd.DataFrame, spec: Experiment):
+    return summary.groupby(list(spec.group), sort=False) if spec.group else [((), summary)]
+
+
+def _best(grp: pd.DataFrame):
+    """Index of a group's best row: the highest speedup whose 95% CI clears 1 (interleaved with
+    the baseline, immune to drift between jobs), else the measured baseline, else the highest
+    median; None for a group with no measured point (all skipped or failed)."""
+    better = grp[(grp["speedup_ci_low"] > 1.0) & ~grp["_is_base"]]
+    if len(better):
+        return better["speedup"].idxmax()
+    measured_base = grp["_is_base"] & grp["median"].notna()
+    if measured_base.any():
+        return measured_base.idxmax()
+    return grp["median"].idxmax() if grp["median"].notna().any() else None
 
 
 def summarise(replicates: pd.DataFrame, experiment: str) -> pd.DataFrame:
     """Summarise replicates (from :func:`analysis.load.load_experiment`) per point.
 
     Returns:
-        One row per point, sorted by the swept keys, with the keys, ``metric``, ``status``,
-        ``reason``, ``n``, ``median``, ``q1``, ``q3``, ``iqr``, ``iqr_pct``, ``noisy``,
-        ``ci_low``, ``ci_high``, ``baseline_median``, ``speedup``, ``speedup_ci_low``,
-        ``speedup_ci_high``, ``speedup_ratio_of_medians``, ``speedup_source`` (interleaved,
-        separate jobs, baseline; empty where the point or its baseline has no ok replicate),
-        ``parallel_efficiency``, ``cpu_util_pct`` (median), ``interference_pct`` (median, % of one CPU),
-        ``contended`` (any replicate whose interference exceeded 10% of one CPU),
-        ``oversubscribed``, ``best`` (in its group, the highest speedup whose 95% CI lies above 1,
-        else the baseline: speedups are measured against interleaved baselines, raw medians of
-        separate jobs are not comparable on a drifting host; False throughout a group without
-        any measured point)
-        (highest median in its group) and the medians of the spec's ``extra_medians``, each
-        followed by ``<column>_ci_low`` and ``<column>_ci_high``, its 95% bootstrap CI.
+        One row per point, sorted by the swept keys: ``experiment``, the keys, ``metric``,
+        ``status``, ``reason``, ``n``, ``median``, ``q1``, ``q3``, ``iqr``, ``iqr_pct``,
+        ``ci_low``, ``ci_high``, ``cpu_util_pct`` (median), ``noisy``, ``contended`` (any
+        replicate whose interference exceeded 10% of one CPU), ``interference_pct`` (median, %
+        of one CPU), ``oversubscribed``, each declared extra column with ``<column>_ci_low`` and
+        ``<column>_ci_high``, each declared flag, ``speedup_source`` (interleaved, separate jobs,
+        baseline; empty where the point or its baseline has no ok replicate),
+        :data:`SPEEDUP_COLUMNS`, ``best`` and ``parallel_efficiency`` (see the module docstring).
+
+    Raises:
+        ValueError: for an experiment that is not registered.
     """
-    spec = SPECS[experiment]
+    spec = registry.get(experiment).spec
     keys = list(spec.keys)
-    rows = []
-    if "role" not in replicates.columns:
-        replicates = replicates.assign(role="point")
-    baselines = replicates[replicates["role"] == "baseline"]
-    replicates = replicates[replicates["role"] == "point"]
-    for key_values, grp in replicates.groupby(keys, sort=True):
-        point = dict(zip(keys, key_values))
-        ok = grp[grp["status"] == "ok"]
-        values = ok["value"].to_numpy(dtype=float)
-        row = {**point, "metric": grp["metric"].iloc[0]}
-        if len(values):
-            q1, med, q3 = np.percentile(values, [25, 50, 75])
-            lo, hi = median_ci(values)
-            row.update(status="ok", reason="", n=len(values), median=med, q1=q1, q3=q3, iqr=q3 - q1)
-            row.update(iqr_pct=100 * (q3 - q1) / med if med else np.nan, ci_low=lo, ci_high=hi)
-            row["cpu_util_pct"] = float(np.median(ok["cpu_util_pct"]))
-        else:
-            status = grp["status"].iloc[0]
-            reason = (
-                grp["reason"].dropna().astype(str).iloc[0] if "reason" in grp and grp["reason"].notna().any() else ""
-            )
-            row.update(status=status, reason=reason, n=0, median=np.nan, q1=np.nan, q3=np.nan, iqr=np.nan)
-            row.update(iqr_pct=np.nan, ci_low=np.nan, ci_high=np.nan, cpu_util_pct=np.nan)
-        row["noisy"] = bool(row["iqr_pct"] > NOISY_IQR_PCT) if np.isfinite(row["iqr_pct"]) else False
-        row["contended"] = bool(ok["contended"].astype(str).eq("True").any()) if "contended" in ok else False
-        row["interference_pct"] = (
-            float(np.median(ok["interference_pct"].astype(float))) if "interference_pct" in ok and len(ok) else np.nan
-        )
-        row["oversubscribed"] = (
-            bool(grp["oversubscribed"].astype(str).eq("True").any()) if "oversubscribed" in grp else False
-        )
-        for col in spec.extra_medians:
-            extra = ok[col].astype(float).dropna().to_numpy() if col in ok else np.array([])
-            row[col] = float(np.median(extra)) if len(extra) else np.nan
-            row[f"{col}_ci_low"], row[f"{col}_ci_high"] = median_ci(extra) if len(extra) else (np.nan, np.nan)
-        if "worker_warning" in grp:
-            warn = grp["worker_warning"].dropna().astype(str)
-            row["worker_warning"] = warn.iloc[0] if len(warn) else ""
-        if "allclose" in grp:
-            row["allclose"] = bool(ok["allclose"].astype(str).eq("True").all()) if len(ok) else np.nan
-        row["_values"] = values
-        own_base = baselines[baselines["source"].isin(grp["source"]) & (baselines["status"] == "ok")]
-        row["_base_values"] = own_base["value"].to_numpy(dtype=float)
-        paired = ok[["repeat", "value"]].merge(own_base[["repeat", "value"]], on="repeat", suffixes=("", "_base"))
-        row["_ratios"] = (paired["value"] / paired["value_base"]).to_numpy(dtype=float)
-        rows.append(row)
+    reps = replicates if "role" in replicates else replicates.assign(role="point")
+    baselines = reps[(reps["role"] == "baseline") & (reps["status"] == "ok")]
+    points = reps[reps["role"] == "point"]
+    rows = [_point_row(spec, dict(zip(keys, kv)), g, baselines) for kv, g in points.groupby(keys, sort=True)]
     summary = pd.DataFrame(rows)
-    summary["_is_base"] = [_is_baseline(spec, r) for r in summary[keys].to_dict("records")]
-    group_keys = list(spec.group)
-    groups = summary.groupby(group_keys, sort=False) if group_keys else [((), summary)]
-    for _, grp in groups:
-        is_base = grp["_is_base"].tolist()
+    for _, grp in _groups(summary, spec):
         base = grp[grp["_is_base"]]
-        group_base_vals = base["_values"].iloc[0] if len(base) else np.array([])
-        for (idx, r), itself in zip(grp.iterrows(), is_base):
-            vals = r["_values"]
-            if itself:
-                base_vals, source = vals, "baseline"
-            elif len(r["_base_values"]):
-                base_vals, source = r["_base_values"], "interleaved"
-            else:
-                base_vals, source = group_base_vals, "separate jobs"
-            cols = ["baseline_median", "speedup_ratio_of_medians", "speedup", "speedup_ci_low", "speedup_ci_high"]
-            if not (len(vals) and len(base_vals)):  # nothing to divide: no source either
-                summary.loc[idx, cols] = [np.nan] * len(cols)
-                summary.loc[idx, "speedup_source"] = ""
-                continue
+        group_base = base["_values"].iloc[0] if len(base) else np.array([])
+        for idx, r in grp.iterrows():
+            source, values = _speedup(r, group_base)
             summary.loc[idx, "speedup_source"] = source
-            ratio_of_medians = r["median"] / float(np.median(base_vals))
-            if itself:
-                speedup, (lo, hi) = 1.0, (1.0, 1.0)
-            elif source == "interleaved" and len(r["_ratios"]):
-                speedup, (lo, hi) = float(np.median(r["_ratios"])), median_ci(r["_ratios"])
-            else:
-                speedup, (lo, hi) = ratio_of_medians, ratio_ci(vals, base_vals)
-            summary.loc[idx, cols] = [float(np.median(base_vals)), ratio_of_medians, speedup, lo, hi]
-    for _, grp in summary.groupby(group_keys, sort=False) if group_keys else [((), summary)]:
-        # best by speedup (interleaved with the baseline, immune to drift between jobs), and
-        # only where its 95% CI clears 1: otherwise nothing beat the baseline. A group with no
-        # measured point (all skipped or failed) has no best.
-        is_base = grp["_is_base"] & grp["median"].notna()
-        better = grp[(grp["speedup_ci_low"] > 1.0) & ~grp["_is_base"]]
-        if len(better):
-            best = better["speedup"].idxmax()
-        elif is_base.any():
-            best = is_base.idxmax()
-        else:
-            best = grp["median"].idxmax() if grp["median"].notna().any() else None
-        summary.loc[grp.index, "best"] = [i == best for i in grp.index]
+            summary.loc[idx, SPEEDUP_COLUMNS] = values
+    summary["best"] = False
+    for _, grp in _groups(summary, spec):
+        best = _best(grp)
+        if best is not None:
+            summary.loc[best, "best"] = True
     summary["parallel_efficiency"] = [
-        s / parallel_units(spec, r) if np.isfinite(s) else np.nan
+        s / spec.units_of(r) if np.isfinite(s) else np.nan
         for s, r in zip(summary["speedup"], summary[keys].to_dict("records"))
     ]
-    summary["best"] = summary["best"].astype(bool)
     summary.insert(0, "experiment", experiment)
     return summary.drop(columns=["_values", "_base_values", "_ratios", "_is_base"])

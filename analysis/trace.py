@@ -21,8 +21,9 @@ import math
 
 import pandas as pd
 
-from analysis.spec import SPECS
-from analysis.timelines import _natural, point_label
+from analysis.timelines import actors, natural
+from experiments import registry
+from experiments.declare import point_label
 
 US = 1e6
 #: Span columns that are not passed on as ``args``.
@@ -42,11 +43,56 @@ def _meta(name: str, pid: int, tid: int, value: str) -> dict:
     return {"name": name, "ph": "M", "pid": pid, "tid": tid, "args": {"name": value}}
 
 
+def _span_events(pid: int, sp: pd.DataFrame, experiment: str, skip: set[str]) -> list[dict]:
+    """Thread names and one complete event per span of one point."""
+    events = []
+    for tid, actor in enumerate(actors(sp) if len(sp) else [], start=1):
+        events.append(_meta("thread_name", pid, tid, actor))
+        for row in sp[sp["actor"] == actor].to_dict("records"):
+            events.append(
+                {
+                    "name": row["kind"],
+                    "cat": experiment,
+                    "ph": "X",
+                    "pid": pid,
+                    "tid": tid,
+                    "ts": round(row["start_s"] * US, 3),
+                    "dur": round(max(0.0, row["end_s"] - row["start_s"]) * US, 3),
+                    "args": _args(row, skip),
+                }
+            )
+    return events
+
+
+def _counter_events(pid: int, sa: pd.DataFrame) -> list[dict]:
+    """Counters "CPU busy %" (tree, system) and "per-core busy %" at every sample time of one point."""
+    if not len(sa):
+        return []
+    events = []
+    wide = sa.pivot_table(index="t_s", columns="series", values="busy_pct")
+    cores = sorted((c for c in wide.columns if str(c).startswith("cpu")), key=natural)
+    for t, r in wide.iterrows():
+        ts = round(max(0.0, t) * US, 3)
+        main = {s: float(r[s]) for s in ("tree", "system") if s in r and math.isfinite(r[s])}
+        if main:
+            events.append({"name": "CPU busy %", "ph": "C", "pid": pid, "tid": 0, "ts": ts, "args": main})
+        per_core = {c: float(r[c]) for c in cores if math.isfinite(r[c])}
+        if per_core:
+            events.append({"name": "per-core busy %", "ph": "C", "pid": pid, "tid": 0, "ts": ts, "args": per_core})
+    return events
+
+
+def _of_point(df: pd.DataFrame, point: dict) -> pd.DataFrame:
+    for k, v in point.items():
+        df = df[df[k] == v] if len(df) else df
+    return df
+
+
 def experiment_trace(experiment: str, spans: pd.DataFrame, samples: pd.DataFrame, repeat: int = 0) -> dict:
     """Every point's window ``repeat`` (its own role) as one trace.
 
     Args:
-        experiment: experiment name (keys from :data:`analysis.spec.SPECS`).
+        experiment: a registered experiment (its declared keys name the points).
         spans: the experiment's combined ``spans.csv``.
         samples: the experiment's combined ``samples.csv``; ``tree``, ``system`` and per-core
             ``cpu<i>`` series become counters "CPU busy %" and "per-core busy %".
@@ -55,8 +101,7 @@ def experiment_trace(experiment: str, spans: pd.DataFrame, samples: pd.DataFrame
     Returns:
         The trace as a JSON-ready dict.
     """
-    keys = list(SPECS[experiment].keys)
-    events: list[dict] = []
+    keys = list(registry.get(experiment).spec.keys)
     spans, samples = (d if "role" in d or d.empty else d.assign(role="point") for d in (spans, samples))
     if "repeat" not in samples:  # header-only file: no point wrote samples
         samples = samples.iloc[0:0]
@@ -65,45 +110,12 @@ def experiment_trace(experiment: str, spans: pd.DataFrame, samples: pd.DataFrame
     points = sp_all[keys].drop_duplicates() if len(sp_all) else pd.DataFrame(columns=keys)
     if len(sa_all):
         points = pd.concat([points, sa_all[keys].drop_duplicates()]).drop_duplicates()
-    points = points.sort_values(keys).to_dict("records")
-    for pid, point in enumerate(points, start=1):
+    events: list[dict] = []
+    for pid, point in enumerate(points.sort_values(keys).to_dict("records"), start=1):
         events.append(_meta("process_name", pid, 0, f"{experiment} {point_label(point)}"))
         events.append({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0, "args": {"sort_index": pid}})
-        sp = sp_all
-        sa = sa_all
-        for k, v in point.items():
-            sp = sp[sp[k].astype(str) == str(v)] if len(sp) else sp
-            sa = sa[sa[k].astype(str) == str(v)] if len(sa) else sa
-        actors = sorted(sp["actor"].unique(), key=_natural) if len(sp) else []
-        actors = sorted(actors, key=lambda a: a != "main")
-        for tid, actor in enumerate(actors, start=1):
-            events.append(_meta("thread_name", pid, tid, actor))
-            for row in sp[sp["actor"] == actor].to_dict("records"):
-                events.append(
-                    {
-                        "name": row["kind"],
-                        "cat": experiment,
-                        "ph": "X",
-                        "pid": pid,
-                        "tid": tid,
-                        "ts": round(row["start_s"] * US, 3),
-                        "dur": round(max(0.0, row["end_s"] - row["start_s"]) * US, 3),
-                        "args": _args(row, _SPAN_BASE | set(keys)),
-                    }
-                )
-        if len(sa):
-            wide = sa.pivot_table(index="t_s", columns="series", values="busy_pct")
-            cores = sorted((c for c in wide.columns if str(c).startswith("cpu")), key=_natural)
-            for t, r in wide.iterrows():
-                ts = round(max(0.0, t) * US, 3)
-                main = {s: float(r[s]) for s in ("tree", "system") if s in r and math.isfinite(r[s])}
-                if main:
-                    events.append({"name": "CPU busy %", "ph": "C", "pid": pid, "tid": 0, "ts": ts, "args": main})
-                per_core = {c: float(r[c]) for c in cores if math.isfinite(r[c])}
-                if per_core:
-                    events.append(
-                        {"name": "per-core busy %", "ph": "C", "pid": pid, "tid": 0, "ts": ts, "args": per_core}
-                    )
+        events += _span_events(pid, _of_point(sp_all, point), experiment, _SPAN_BASE | set(keys))
+        events += _counter_events(pid, _of_point(sa_all, point))
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",

@@ -28,7 +28,10 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from analysis.spec import SPECS  # noqa: E402
+from analysis.tables import read_table  # noqa: E402
+from experiments import registry  # noqa: E402
+from experiments.declare import point_label  # noqa: E402
+from experiments.fileio import write_text  # noqa: E402
 
 TOLERANCE = 0.10
 
@@ -53,18 +56,18 @@ def run(label: str, cores: int) -> None:
 def compare(a: str, b: str) -> pd.DataFrame:
     """Per point: median and speedup of run ``a`` and ``b`` and their ratios (b / a)."""
     rows = []
-    for exp, spec in SPECS.items():
+    for exp, registered in registry.experiments().items():
         pa, pb = ROOT / "results" / a / exp / "summary.csv", ROOT / "results" / b / exp / "summary.csv"
         if not (pa.exists() and pb.exists()):
             continue
-        sa, sb = pd.read_csv(pa), pd.read_csv(pb)
-        keys = list(spec.keys)
+        sa, sb = read_table(pa, exp), read_table(pb, exp)
+        keys = list(registered.spec.keys)
         m = sa.merge(sb, on=keys, suffixes=("_1", "_2"))
         for _, r in m.iterrows():
             rows.append(
                 {
                     "experiment": exp,
-                    "point": " ".join(f"{k}={r[k]}" for k in keys),
+                    "point": point_label({k: r[k] for k in keys}),
                     "metric": r["metric_1"],
                     "median_1": r["median_1"],
                     "median_2": r["median_2"],
@@ -116,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     text = markdown(df, host)
     print(text)
     if args.markdown:
-        Path(args.markdown).write_text(text)
+        write_text(Path(args.markdown), text)
     return 0
 
 

@@ -1,70 +1,93 @@
 """Validate the workflow's configuration with Snakemake's ``validate`` and explain a failure in
 one line: the key path, the bad value and what is allowed.
 
+The configuration has two kinds of keys. Those that belong to no experiment (``host``,
+``experiments``, ``sample_hz`` ...) are described by ``schemas/config.schema.yaml``; every other
+top-level key is an experiment's section, described by that experiment package's own
+``experiments/<name>/schema.yaml``, which refers to shared definitions in ``schemas/defs.yaml``
+with a relative ``$ref``. :func:`validate_config` validates the base and then every section with
+``snakemake.utils.validate`` (which also fills in each schema's defaults), so adding an
+experiment adds its schema without an edit elsewhere.
+
 Snakemake's own message prints the whole schema fragment over several lines; users need to know
-which key to fix. The schema (``schemas/config.schema.yaml``) stays the single source of truth:
-the one-line explanation is derived from the same JSON Schema (jsonschema's ``best_match``).
+which key to fix. The schemas stay the single source of truth: the one-line explanation is
+derived from the same JSON Schema (jsonschema's ``best_match``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+
+import yaml
 
 
 class ConfigError(ValueError):
     """An invalid configuration: ``str()`` is one line naming key path, value and what is allowed."""
 
 
-def _allowed(schema: dict) -> str:
-    """What a schema fragment allows, in words."""
+def _allowed(schema: dict, resolve) -> str:
+    """What a schema fragment allows, in words (``resolve(ref)`` returns a referenced fragment)."""
+    if "$ref" in schema:
+        schema = {**resolve(schema["$ref"]), **{k: v for k, v in schema.items() if k != "$ref"}}
     if "enum" in schema:
         return "one of " + ", ".join(map(str, schema["enum"]))
     if "const" in schema:
         return repr(schema["const"])
-    parts = []
     kind = schema.get("type")
-    if kind:
-        parts.append(" or ".join(kind) if isinstance(kind, list) else str(kind))
-    if "minimum" in schema:
-        parts.append(f">= {schema['minimum']}")
-    if "exclusiveMinimum" in schema:
-        parts.append(f"> {schema['exclusiveMinimum']}")
-    if "maximum" in schema:
-        parts.append(f"<= {schema['maximum']}")
+    parts = [" or ".join(kind) if isinstance(kind, list) else str(kind)] if kind else []
+    for key, words in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<=")):
+        if key in schema:
+            parts.append(f"{words} {schema[key]}")
     if "minItems" in schema:
         parts.append(f"with at least {schema['minItems']} item{'s' if schema['minItems'] > 1 else ''}")
     if schema.get("uniqueItems"):
         parts.append("without duplicates")
-    if "items" in schema and isinstance(schema["items"], dict):
-        parts.append(f"of items: {_allowed(schema['items'])}")
+    if isinstance(schema.get("items"), dict):
+        parts.append(f"of items: {_allowed(schema['items'], resolve)}")
     if "pattern" in schema:
         parts.append(f"matching {schema['pattern']}")
     if "not" in schema and "const" in schema["not"]:
         parts.append(f"except {schema['not']['const']!r}")
     if "properties" in schema and schema.get("additionalProperties") is False:
         parts.append("with keys " + ", ".join(schema["properties"]))
-    if "$ref" in schema:
-        parts.append(f"as defined by {schema['$ref']}")
     return " ".join(parts) or "see the schema"
 
 
-def explain(config: dict, schema: dict) -> str | None:
-    """One line for the most relevant violation of ``schema`` by ``config``, or None if valid."""
+def _load_schema(path: Path) -> dict:
+    schema = yaml.safe_load(path.read_text(encoding="utf-8"))
+    schema["$id"] = path.resolve().as_uri()  # relative $refs resolve against the file, as in Snakemake
+    return schema
+
+
+def _validator(schema: dict):
+    """A Draft 2020-12 validator that resolves ``$ref`` to other local YAML files, and a
+    function that looks a ``$ref`` up relative to ``schema``."""
+    from urllib.parse import unquote, urlparse
+
     from jsonschema import Draft202012Validator
+    from referencing import Registry, Resource
+
+    def retrieve(uri: str):
+        target = _load_schema(Path(unquote(urlparse(uri).path)))
+        return Resource.from_contents(target)
+
+    registry = Registry(retrieve=retrieve).with_resource(schema["$id"], Resource.from_contents(schema))
+    resolver = registry.resolver(base_uri=schema["$id"])
+    return Draft202012Validator(schema, registry=registry), lambda ref: resolver.lookup(ref).contents
+
+
+def explain(config, schema_path: str | Path, prefix: str = "") -> str | None:
+    """One line for the most relevant violation of the schema at ``schema_path`` by ``config``,
+    or None if it is valid; key paths start with ``prefix`` (an experiment's section name)."""
     from jsonschema.exceptions import best_match
 
-    validator = Draft202012Validator(schema)
+    validator, resolve = _validator(_load_schema(Path(schema_path)))
     err = best_match(validator.iter_errors(config))
     if err is None:
         return None
-    path = ".".join(str(p) for p in err.absolute_path) or "(top level)"
+    path = ".".join([*([prefix] if prefix else []), *(str(p) for p in err.absolute_path)]) or "(top level)"
     sub = err.schema if isinstance(err.schema, dict) else {}
-    if "$ref" in sub:  # resolve local refs like #/$defs/repeats for the description
-        ref = sub["$ref"].lstrip("#/").split("/")
-        target = schema
-        for part in ref:
-            target = target.get(part, {})
-        sub = {**target, **{k: v for k, v in sub.items() if k != "$ref"}}
     if err.validator == "additionalProperties":
         extra = sorted(set(err.instance) - set(sub.get("properties", {})))
         return (
@@ -74,22 +97,47 @@ def explain(config: dict, schema: dict) -> str | None:
     value = repr(err.instance)
     if len(value) > 80:
         value = value[:77] + "..."
-    return f"config key {path}: {value} is not allowed ({err.message}); allowed: {_allowed(sub)}"
+    return f"config key {path}: {value} is not allowed ({err.message}); allowed: {_allowed(sub, resolve)}"
 
 
-def validate_config(config: dict, schema_path: str | Path) -> None:
-    """Validate ``config`` with ``snakemake.utils.validate`` (which also fills in the schema's
-    defaults) and turn a failure into a :class:`ConfigError` with one line.
-
-    Raises:
-        ConfigError: ``config key <path>: <value> is not allowed (<why>); allowed: <what>``.
-    """
-    import yaml
+def _snakemake_validate(data: dict, schema_path: Path, prefix: str = "") -> None:
     from snakemake.exceptions import WorkflowError
     from snakemake.utils import validate
 
     try:
-        validate(config, str(schema_path))
+        validate(data, str(schema_path))
     except WorkflowError:
-        schema = yaml.safe_load(Path(schema_path).read_text())
-        raise ConfigError(explain(config, schema) or "config does not match the schema") from None
+        raise ConfigError(explain(data, schema_path, prefix) or f"config does not match {schema_path}") from None
+
+
+def validate_config(config: dict, schema_path: str | Path, sections: Mapping[str, str | Path]) -> None:
+    """Validate ``config`` in place and fill in the schemas' defaults.
+
+    Args:
+        config: the workflow's configuration.
+        schema_path: ``schemas/config.schema.yaml``, the keys that belong to no experiment.
+        sections: experiment name -> its section's schema; every one is validated (an absent
+            section becomes ``{}`` with its defaults), and ``experiments`` defaults to all of them.
+
+    Raises:
+        ConfigError: ``config key <path>: <value> is not allowed (<why>); allowed: <what>``, or
+            ``config key (top level): unknown key <key>; allowed: ...``.
+    """
+    schema_path = Path(schema_path)
+    base = yaml.safe_load(schema_path.read_text(encoding="utf-8"))["properties"]
+    unknown = sorted(k for k in config if k not in base and k not in sections)
+    if unknown:
+        raise ConfigError(
+            f"config key (top level): unknown key{'s' if len(unknown) > 1 else ''} {', '.join(unknown)};"
+            f" allowed: {', '.join([*base, *sections])}"
+        )
+    _snakemake_validate(config, schema_path)
+    config.setdefault("experiments", list(sections))
+    for i, name in enumerate(config["experiments"]):
+        if name not in sections:
+            raise ConfigError(
+                f"config key experiments.{i}: {name!r} is not allowed (no package experiments/{name}/);"
+                f" allowed: one of {', '.join(sections)}"
+            )
+    for name, section_schema in sections.items():
+        _snakemake_validate(config.setdefault(name, {}), Path(section_schema), prefix=name)

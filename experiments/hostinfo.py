@@ -22,7 +22,8 @@ from pathlib import Path
 import psutil
 
 from experiments import SCHEMA_VERSION
-from experiments.common import available_cpus, cgroup_quota_cpus, default_host, sanitise_host, write_json
+from experiments.fileio import write_json
+from experiments.host import affinity, available_cpus, cgroup_quota_cpus, default_host, sanitise_host
 
 #: ISA flags that decide which PyTorch CPU kernels run (oneDNN, FBGEMM, inductor).
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
@@ -76,10 +77,8 @@ def _git_commit(repo: Path) -> str | None:
         return None
 
 
-def collect(host: str) -> dict:
-    """Collect the fingerprint of this machine (see the module docstring); never raises on
-    an unreadable field: it is ``None`` and ``unreadable[field]`` says why."""
-    unreadable: dict[str, str] = {}
+def _cpu(unreadable: dict[str, str]) -> dict:
+    """CPU model, counts, ISA flags, frequency and governor; unreadable ones noted."""
     info = _cpuinfo()
     flags = set(info.get("flags", "").split())
     freq = psutil.cpu_freq()
@@ -98,7 +97,23 @@ def collect(host: str) -> dict:
     physical = psutil.cpu_count(logical=False)
     if physical is None:
         unreadable["physical_cores"] = "psutil.cpu_count(logical=False) returned None"
-    gil = sys._is_gil_enabled() if hasattr(sys, "_is_gil_enabled") else True
+    return {
+        "cpu_model": info.get("model name") or platform.processor() or None,
+        "cpu_vendor": info.get("vendor_id"),
+        "logical_cpus": psutil.cpu_count(logical=True),
+        "physical_cores": physical,
+        "available_cpus": available_cpus(),
+        "affinity": affinity(),
+        "cgroup_quota_cpus": quota,
+        "isa": {f: (f in flags) for f in ISA_FLAGS},
+        "cpu_freq_mhz": round(freq.current, 1) if freq else None,
+        "cpu_freq_max_mhz": round(freq.max, 1) if freq and freq.max else None,
+        "governor": governor,
+    }
+
+
+def _software(unreadable: dict[str, str]) -> dict:
+    """Python, torch (with its parallel settings) and library versions, the git commit."""
     versions = {}
     for lib in LIBRARIES:
         try:
@@ -112,32 +127,31 @@ def collect(host: str) -> dict:
     if commit is None:
         unreadable["git_commit"] = "not a git checkout, or git not found"
     return {
-        "host": host,
-        "schema_version": SCHEMA_VERSION,
-        "hostname": platform.node(),
-        "collected_unix": time.time(),
-        "cpu_model": info.get("model name") or platform.processor() or None,
-        "cpu_vendor": info.get("vendor_id"),
-        "logical_cpus": psutil.cpu_count(logical=True),
-        "physical_cores": physical,
-        "available_cpus": available_cpus(),
-        "affinity": sorted(os.sched_getaffinity(0)),
-        "cgroup_quota_cpus": quota,
-        "isa": {f: (f in flags) for f in ISA_FLAGS},
-        "cpu_freq_mhz": round(freq.current, 1) if freq else None,
-        "cpu_freq_max_mhz": round(freq.max, 1) if freq and freq.max else None,
-        "governor": governor,
-        "memory_gib": round(psutil.virtual_memory().total / 2**30, 2),
-        "os": platform.platform(),
-        "kernel": platform.release(),
         "python_version": platform.python_version(),
         "python_implementation": platform.python_implementation(),
-        "gil_enabled": gil,
+        "gil_enabled": sys._is_gil_enabled() if hasattr(sys, "_is_gil_enabled") else True,
         "torch_version": torch.__version__,
         "torch_parallel": parse_parallel_info(parallel_info),
         "torch_parallel_info": parallel_info,
         "library_versions": versions,
         "git_commit": commit,
+    }
+
+
+def collect(host: str) -> dict:
+    """Collect the fingerprint of this machine (see the module docstring); never raises on
+    an unreadable field: it is ``None`` and ``unreadable[field]`` says why."""
+    unreadable: dict[str, str] = {}
+    return {
+        "host": host,
+        "schema_version": SCHEMA_VERSION,
+        "hostname": platform.node(),
+        "collected_unix": time.time(),
+        **_cpu(unreadable),
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 2),
+        "os": platform.platform(),
+        "kernel": platform.release(),
+        **_software(unreadable),
         "load_avg_1_5_15": list(os.getloadavg()),
         "unreadable": unreadable,
     }
@@ -151,8 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     host = sanitise_host(args.host) if args.host else default_host()
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_json(out, collect(host))
+    write_json(out, collect(host), sort_keys=True)
     return 0
 
 

@@ -18,7 +18,7 @@ rule host_info:
         measure=1,
         tmpdir=MEASURE_TMPDIR,
     shell:
-        "python -m experiments.hostinfo --host {wildcards.host} --out {output} > {log} 2>&1"
+        "python -m experiments.hostinfo --host {wildcards.host:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule selfcheck:
@@ -43,8 +43,8 @@ rule selfcheck:
         args=selfcheck_args,
         lock=MEASURE_LOCK,
     shell:
-        "python -m experiments.selfcheck {params.args} --host {wildcards.host}"
-        " --lock {params.lock} --out $(dirname {output.metrics}) > {log} 2>&1"
+        "python -m experiments.selfcheck {params.args} --host {wildcards.host:q}"
+        ' --lock {params.lock:q} --out "$(dirname {output.metrics:q})" > {log:q} 2>&1'
 
 
 rule measure:
@@ -70,7 +70,7 @@ rule measure:
         lock=MEASURE_LOCK,
         timeout=config["job_timeout_s"],
     shell:
-        "python -m experiments.supervise --timeout-s {params.timeout} --log {log}"
-        " --host {wildcards.host} --experiment {wildcards.experiment} --out $(dirname {output.metrics})"
-        " -- python -m experiments.{wildcards.experiment} {params.args} --host {wildcards.host}"
-        " --lock {params.lock} --out $(dirname {output.metrics}) > {log} 2>&1"
+        "python -m experiments.supervise --timeout-s {params.timeout} --log {log:q}"
+        ' --host {wildcards.host:q} --experiment {wildcards.experiment:q} --out "$(dirname {output.metrics:q})"'
+        " -- python -m experiments.{wildcards.experiment} {params.args} --host {wildcards.host:q}"
+        ' --lock {params.lock:q} --out "$(dirname {output.metrics:q})" > {log:q} 2>&1'

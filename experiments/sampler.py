@@ -17,7 +17,7 @@ available CPUs), ``tree`` (the target process tree's CPU time as % of its availa
 the sampler itself excluded).
 
 Usage: ``python -m experiments.sampler --pid PID --hz 10`` (started by
-:class:`experiments.common.CpuSampler`).
+:class:`experiments.window.CpuSampler`).
 """
 
 from __future__ import annotations
@@ -96,6 +96,44 @@ def tree_cpu_seconds(proc: psutil.Process, exclude: frozenset[int] = frozenset()
     return total
 
 
+class _Series:
+    """The samples of one window: per-core, system and tree busy %, taken every ``interval`` s."""
+
+    def __init__(self, target: psutil.Process, exclude: frozenset[int], cpus: list[int], ncpu: int, interval: float):
+        self.target, self.exclude, self.cpus, self.ncpu, self.interval = target, exclude, cpus, ncpu, interval
+        self.samples: list = []
+        self.last_t = self.last_tree = 0.0
+
+    def start(self) -> None:
+        psutil.cpu_percent(percpu=True)  # prime: the first call returns 0.0 by design
+        self.samples = []
+        self.last_t, self.last_tree = time.monotonic(), tree_cpu_seconds(self.target, self.exclude)
+
+    def sample(self, final: bool = False) -> None:
+        now = time.monotonic()
+        if final and now - self.last_t < self.interval / 2:
+            return  # too short to measure: CPU times tick at 10 ms
+        per_core = psutil.cpu_percent(percpu=True)
+        try:
+            tree = tree_cpu_seconds(self.target, self.exclude)
+        except psutil.NoSuchProcess:
+            return
+        used = [per_core[i] for i in self.cpus if i < len(per_core)]
+        self.samples += [[now, f"cpu{i}", per_core[i]] for i in self.cpus if i < len(per_core)]
+        self.samples.append([now, "system", sum(used) / max(len(used), 1)])
+        dt = now - self.last_t
+        if dt > 0:
+            # /proc CPU times tick at 10 ms, so an interval can show more CPU time than it
+            # could hold (3 ticks in 25 ms = 120% of one CPU). Clipping would drop the excess
+            # and bias the mean low (measured: 89% for a loop the kernel gave 97%); instead the
+            # excess is carried into the next interval, which keeps the series within 0-100%
+            # and its total equal to the tree's CPU time.
+            cpu_s = min(max(0.0, tree - self.last_tree), dt * self.ncpu)
+            self.samples.append([now, "tree", 100.0 * cpu_s / (dt * self.ncpu)])
+            self.last_tree += cpu_s
+        self.last_t = now
+
+
 def serve(pid: int, hz: float, ncpu: int | None = None, inp=sys.stdin, out=sys.stdout) -> None:
     """Answer ``start``/``stop``/``quit`` commands on ``inp`` (see the module docstring).
 
@@ -103,65 +141,29 @@ def serve(pid: int, hz: float, ncpu: int | None = None, inp=sys.stdin, out=sys.s
     series is a share of them. ``system`` is the mean busy % of the target's affinity CPUs.
     """
     target = psutil.Process(pid)
-    me = psutil.Process()
-    exclude = frozenset({me.pid})
     cpus = sorted(target.cpu_affinity())
-    ncpu = ncpu or len(cpus)
-    interval = 1.0 / hz
+    series = _Series(target, frozenset({os.getpid()}), cpus, ncpu or len(cpus), 1.0 / hz)
     fd = inp.fileno()
-    samples: list = []
-    sampling = False
-    last_t = last_tree = next_t = 0.0
-
-    def sample(final: bool = False) -> None:
-        nonlocal last_t, last_tree
-        now = time.monotonic()
-        if final and now - last_t < interval / 2:
-            return  # too short to measure: CPU times tick at 10 ms
-        per_core = psutil.cpu_percent(percpu=True)
-        try:
-            tree = tree_cpu_seconds(target, exclude)
-        except psutil.NoSuchProcess:
-            return
-        used = [per_core[i] for i in cpus if i < len(per_core)]
-        for i in cpus:
-            if i < len(per_core):
-                samples.append([now, f"cpu{i}", per_core[i]])
-        samples.append([now, "system", sum(used) / max(len(used), 1)])
-        dt = now - last_t
-        if dt > 0:
-            # /proc CPU times tick at 10 ms, so an interval can show more CPU time than it
-            # could hold (3 ticks in 25 ms = 120% of one CPU). Clipping would drop the excess
-            # and bias the mean low (measured: 89% for a loop the kernel gave 97%); instead the
-            # excess is carried into the next interval, which keeps the series within 0-100%
-            # and its total equal to the tree's CPU time.
-            cpu_s = min(max(0.0, tree - last_tree), dt * ncpu)
-            samples.append([now, "tree", 100.0 * cpu_s / (dt * ncpu)])
-            last_tree += cpu_s
-        last_t = now
-
+    sampling, next_t = False, 0.0
     while True:
         timeout = max(0.0, next_t - time.monotonic()) if sampling else None
         ready, _, _ = select.select([fd], [], [], timeout)
         if not ready:
-            sample()
-            next_t += interval
+            series.sample()
+            next_t += series.interval
             continue
         line = inp.readline()
         cmd = line.strip()
         if cmd == "start":
-            psutil.cpu_percent(percpu=True)  # prime: the first call returns 0.0 by design
-            samples = []
-            last_t, last_tree = time.monotonic(), tree_cpu_seconds(target, exclude)
-            next_t = last_t + interval
-            sampling = True
+            series.start()
+            next_t, sampling = series.last_t + series.interval, True
             out.write(f"ok {time.process_time()}\n")
             out.flush()
         elif cmd == "stop":
-            sample(final=True)
+            series.sample(final=True)
             sampling = False
             # process_time (CLOCK_PROCESS_CPUTIME_ID) has ns resolution; /proc ticks are 10 ms
-            out.write(json.dumps({"samples": samples, "sampler_cpu_s": time.process_time()}) + "\n")
+            out.write(json.dumps({"samples": series.samples, "sampler_cpu_s": time.process_time()}) + "\n")
             out.flush()
         elif cmd == "quit" or line == "":
             return

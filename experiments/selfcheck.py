@@ -20,7 +20,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-from experiments.common import Measured, RunResult, available_cpus, check_min, cli_main, interleave, measure
+from experiments.cli import cli_main
+from experiments.params import check_min
+from experiments.results import Measured, RunResult, interleave
+from experiments.window import Meter
 
 EXPERIMENT = "selfcheck"
 
@@ -47,12 +50,12 @@ class Params:
 class Runner:
     """Busy-loops or sleeps for one window."""
 
-    def __init__(self, params: Params) -> None:
-        self.params = params
+    def __init__(self, params: Params, meter: Meter) -> None:
+        self.params, self.meter = params, meter
 
     def once(self) -> Measured:
         p = self.params
-        with measure(p.sample_hz) as win:
+        with self.meter.window() as win:
             cpu0 = time.process_time()
             if p.load == "busy":
                 end = time.perf_counter() + p.duration_s
@@ -61,7 +64,7 @@ class Runner:
             else:
                 time.sleep(p.duration_s)
             cpu_s = time.process_time() - cpu0
-        ncpu = available_cpus()
+        ncpu = self.meter.ncpu
         tree = [v for _, s, v in win.samples if s == "tree"]
         row = {
             "sampler_tree_pct": sum(tree) / len(tree) if tree else float("nan"),

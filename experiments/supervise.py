@@ -7,7 +7,7 @@ Usage (the ``measure`` rule)::
 
 The experiment runs as a child process in its own session (process group), with
 ``PR_SET_PDEATHSIG`` so that it dies if the supervisor is killed; its worker processes
-(DataLoader workers, multiprocessing children) ask for the same (:func:`experiments.common.die_with_parent`).
+(DataLoader workers, multiprocessing children) ask for the same (:func:`experiments.host.die_with_parent`).
 
 * Child exits 0: its files are in ``DIR`` (written atomically, ``metrics.csv`` last); exit 0.
 * Child exits non-zero (a genuine crash: an exception, a worker that died, a thread-count
@@ -41,19 +41,16 @@ from pathlib import Path
 import psutil
 
 from experiments import JOB_START_UNIX
-from experiments.common import SAMPLE_COLUMNS, SPAN_COLUMNS, write_csv, write_json
+from experiments.fileio import write_csv, write_json
+from experiments.host import set_parent_death_signal
+from experiments.results import SAMPLE_COLUMNS, SPAN_COLUMNS
 
 #: Seconds between SIGTERM and SIGKILL when a process tree is stopped.
 GRACE_S = 3.0
 
 
 def _pdeathsig() -> None:  # runs in the child between fork and exec
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+    set_parent_death_signal(signal.SIGKILL)
 
 
 def kill_tree(proc: subprocess.Popen, grace_s: float = GRACE_S) -> list[int]:
@@ -127,6 +124,7 @@ def record_failure(out: Path, host: str, experiment: str, status: str, reason: s
             "status": status,
             "reason": reason,
         },
+        sort_keys=True,
     )
     row = {"host": host, "experiment": experiment, **point, "repeat": 0, "role": "point", "status": status}
     write_csv(out / "metrics.csv", [{**row, "reason": reason}])
@@ -155,6 +153,35 @@ def _clear_outputs(out: Path) -> None:
             tmp.unlink(missing_ok=True)
 
 
+def _timed_out(proc, out: Path, host: str, experiment: str, timeout_s: float, log: Path | None) -> int:
+    """Kill the tree of a job past its timeout and record the point as ``timeout``."""
+    killed = kill_tree(proc)
+    reason = f"exceeded the job timeout of {timeout_s:g} s; process tree killed"
+    if killed:
+        reason += f" ({len(killed)} process{'es' if len(killed) > 1 else ''} needed SIGKILL)"
+    if log is not None:
+        reason += f"; log: {log}"
+    _clear_outputs(out)
+    record_failure(out, host, experiment, "timeout", reason)
+    print(f"[supervise] timeout: {reason}", file=sys.stderr)
+    return 0
+
+
+def _exited(rc: int, out: Path, host: str, experiment: str, log: Path | None) -> int:
+    """Record what a finished child left: its own files (exit 0) or a failure record."""
+    if rc == 0:
+        if not (out / "metrics.csv").exists():
+            record_failure(out, host, experiment, "failed", "the experiment exited 0 without writing metrics.csv")
+        return 0
+    what = f"killed by {_signal_name(-rc)}" if rc < 0 else f"exit status {rc}"
+    err = last_error_line(log)
+    reason = f"crashed ({what})" + (f": {err}" if err else "") + (f"; log: {log}" if log else "")
+    _clear_outputs(out)
+    record_failure(out, host, experiment, "failed", reason)
+    print(f"[supervise] failed: {reason}", file=sys.stderr)
+    return 0
+
+
 def supervise(cmd: list[str], out: Path, host: str, experiment: str, timeout_s: float, log: Path | None) -> int:
     """Run ``cmd``; see the module docstring for what each outcome writes and returns.
 
@@ -181,42 +208,22 @@ def supervise(cmd: list[str], out: Path, host: str, experiment: str, timeout_s: 
         rc = proc.wait()
         signal.setitimer(signal.ITIMER_REAL, 0)
     except _Timeout:
-        killed = kill_tree(proc)
-        reason = f"exceeded the job timeout of {timeout_s:g} s; process tree killed"
-        if killed:
-            reason += f" ({len(killed)} process{'es' if len(killed) > 1 else ''} needed SIGKILL)"
-        if log is not None:
-            reason += f"; log: {log}"
-        _clear_outputs(out)
-        record_failure(out, host, experiment, "timeout", reason)
-        print(f"[supervise] timeout: {reason}", file=sys.stderr)
-        return 0
+        return _timed_out(proc, out, host, experiment, timeout_s, log)
     except _Interrupt:
         signal.setitimer(signal.ITIMER_REAL, 0)
         if proc is not None:
             kill_tree(proc)
-        signum = received[0]
-        print(f"[supervise] interrupted by {_signal_name(signum)}: job stopped, nothing recorded", file=sys.stderr)
-        return 128 + signum
+        print(f"[supervise] interrupted by {_signal_name(received[0])}: job stopped, nothing recorded", file=sys.stderr)
+        return 128 + received[0]
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-        for s, h in previous.items():
-            signal.signal(s, h)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     try:  # whatever is left in the child's process group goes with it
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-    if rc == 0:
-        if not (out / "metrics.csv").exists():
-            record_failure(out, host, experiment, "failed", "the experiment exited 0 without writing metrics.csv")
-        return 0
-    what = f"killed by {_signal_name(-rc)}" if rc < 0 else f"exit status {rc}"
-    err = last_error_line(log)
-    reason = f"crashed ({what})" + (f": {err}" if err else "") + (f"; log: {log}" if log else "")
-    _clear_outputs(out)
-    record_failure(out, host, experiment, "failed", reason)
-    print(f"[supervise] failed: {reason}", file=sys.stderr)
-    return 0
+    return _exited(rc, out, host, experiment, log)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,16 +6,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from experiments.fileio import write_text
 from report.build import build_context
 from report.compare import build_compare_context
 from report.render import render_html, render_markdown
-
-
-def _write(path: str, text: str) -> None:
-    p = Path(path)
-    tmp = p.with_name(f".{p.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(p)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,8 +27,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.experiments:
             p.error("--host-dir needs --experiments")
         ctx, template = build_context(args.host_dir, args.experiments), "report"
-    _write(args.html, render_html(ctx, template))
-    _write(args.md, render_markdown(ctx, template))
+    write_text(Path(args.html), render_html(ctx, template))
+    write_text(Path(args.md), render_markdown(ctx, template))
     return 0
 
 

@@ -3,7 +3,10 @@
 :func:`build_context` reads ``results/<host>/host.json`` and, per experiment,
 ``summary.csv`` and ``findings.json`` plus the figure PNGs and the presence of its Chrome
 trace, and ``fidelity.csv`` and ``run.json``, and returns a plain dict of
-already-formatted strings for the templates. It reads nothing else.
+already-formatted strings for the templates. It reads no other result. What an experiment's
+section says (title, question, what, why, figure captions and alt texts) and how its table is
+laid out (metric units, extra columns, flags) come from its package through
+:mod:`experiments.registry`; the report's own prose is ``report/sections.yaml``.
 """
 
 from __future__ import annotations
@@ -17,16 +20,21 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from analysis.spec import SPECS
+from analysis.tables import read_table
+from experiments import registry
+from experiments.declare import point_label
 
-SECTIONS = yaml.safe_load((Path(__file__).with_name("sections.yaml")).read_text())
+#: The report's own prose: captions of the figures of the whole run, the comparison's caption.
+SECTIONS = yaml.safe_load((Path(__file__).with_name("sections.yaml")).read_text(encoding="utf-8"))
 
-NUMERIC = ("measured", "ci_low", "ci_high")
-
-UNITS = {"tasks_per_s": "tasks/s", "samples_per_s": "samples/s", "gflop_per_s": "GFLOP/s"}
+#: Flags every summary carries, in the order the flags column lists them.
+COMMON_FLAGS = ("best", "noisy", "contended", "oversubscribed")
 
 
 def _fmt(v, digits: int = 3) -> str:
+    """A value as the tables show it: thousands separated, 3 significant digits, empty if missing."""
+    if hasattr(v, "item"):  # numpy scalar
+        v = v.item()
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return ""
     if isinstance(v, (bool,)):
@@ -40,10 +48,6 @@ def _fmt(v, digits: int = 3) -> str:
             return "< 0.001"
         return f"{v:.{digits}g}"
     return str(v)
-
-
-def _flag(v) -> bool:
-    return str(v) == "True" or v is True
 
 
 def environment_rows(host: dict) -> list[tuple[str, str]]:
@@ -75,57 +79,57 @@ def environment_rows(host: dict) -> list[tuple[str, str]]:
     ]
 
 
+def _columns(spec, multi_metric: bool, metric: str) -> list[str]:
+    cols = list(spec.keys) + (["unit"] if multi_metric else [])
+    unit = "" if multi_metric else f" ({spec.unit(metric)})"
+    cols += ["n", f"median{unit}", "IQR", "95% CI", "baseline, same job", "speedup (95% CI)"]
+    cols += ["efficiency"] if spec.parallel_units else []
+    cols += [c.header for c in spec.extra_columns if c.in_table]
+    return cols + ["CPU util %", "flags"]
+
+
+def _is_true(v) -> bool:
+    return v is not None and not pd.isna(v) and bool(v)
+
+
+def _flags(spec, r: pd.Series) -> str:
+    """The flags column of one point: the common flags, then the experiment's declared ones."""
+    flags = [name for name in COMMON_FLAGS if _is_true(r.get(name))]
+    for flag in spec.flags:
+        value = r.get(flag.column)
+        if value is None or pd.isna(value):
+            continue
+        if (flag.aggregate == "text" and str(value) != "") or (flag.aggregate == "all" and not bool(value)):
+            flags.append(flag.label)
+    return ", ".join(flags)
+
+
+def _measured_cells(spec, r: pd.Series) -> list[str]:
+    ci = f"{_fmt(r['ci_low'])} - {_fmt(r['ci_high'])}" if math.isfinite(r["ci_low"]) else ""
+    sp = _fmt(r["speedup"], 3) + "x" if math.isfinite(r["speedup"]) else ""
+    if math.isfinite(r.get("speedup_ci_low", float("nan"))):
+        sp += f" ({r['speedup_ci_low']:.2f}-{r['speedup_ci_high']:.2f})"
+    row = [str(int(r["n"])), _fmt(r["median"]), _fmt(r["iqr"]), ci, _fmt(r.get("baseline_median")), sp]
+    if spec.parallel_units:
+        row.append(f"{r['parallel_efficiency']:.0%}" if math.isfinite(r["parallel_efficiency"]) else "")
+    row += [_fmt(r[c.name]) for c in spec.extra_columns if c.in_table]
+    return row + [_fmt(r["cpu_util_pct"], 3), _flags(spec, r)]
+
+
 def summary_table(summary: pd.DataFrame, experiment: str) -> dict:
     """Columns and formatted rows of an experiment's summary table."""
-    spec = SPECS[experiment]
+    spec = registry.get(experiment).spec
     metric = summary["metric"].dropna().iloc[0] if summary["metric"].notna().any() else ""
     multi_metric = summary["metric"].nunique() > 1
-    cols = list(spec.keys)
-    if multi_metric:
-        cols.append("unit")
-    cols += [
-        "n",
-        f"median{'' if multi_metric else ' (' + UNITS.get(metric, metric) + ')'}",
-        "IQR",
-        "95% CI",
-        "baseline, same job",
-        "speedup (95% CI)",
-    ]
-    if spec.units:
-        cols.append("efficiency")
-    extra = {
-        "data_stall_pct": "data stall %",
-        "latency_ms": "latency ms",
-        "first_call_s": "first call s",
-        "setup_s": "setup s",
-    }
-    cols += [extra[c] for c in spec.extra_medians if c in extra]
-    cols += ["CPU util %", "flags"]
+    cols = _columns(spec, multi_metric, metric)
     rows = []
     for _, r in summary.iterrows():
-        row = [_fmt(r[k]) for k in spec.keys]
-        if multi_metric:
-            row.append(UNITS.get(r["metric"], r["metric"]))
+        row = [_fmt(r[k]) for k in spec.keys] + ([spec.unit(r["metric"])] if multi_metric else [])
         if r["status"] != "ok":
             # n = 0, the status where the median would be, the reason in the flags column
-            reason = "" if pd.isna(r.get("reason")) else str(r.get("reason"))
-            row += ["0", str(r["status"])] + [""] * (len(cols) - len(row) - 3) + [f"{r['status']}: {reason}"]
-            rows.append(row)
-            continue
-        ci = f"{_fmt(r['ci_low'])} - {_fmt(r['ci_high'])}" if math.isfinite(r["ci_low"]) else ""
-        sp = _fmt(r["speedup"], 3) + "x" if math.isfinite(r["speedup"]) else ""
-        if math.isfinite(r.get("speedup_ci_low", float("nan"))):
-            sp += f" ({r['speedup_ci_low']:.2f}-{r['speedup_ci_high']:.2f})"
-        row += [str(int(r["n"])), _fmt(r["median"]), _fmt(r["iqr"]), ci, _fmt(r.get("baseline_median")), sp]
-        if spec.units:
-            row.append(f"{r['parallel_efficiency']:.0%}" if math.isfinite(r["parallel_efficiency"]) else "")
-        row += [_fmt(r[c]) for c in spec.extra_medians if c in extra]
-        flags = [name for name in ("best", "noisy", "contended", "oversubscribed") if _flag(r.get(name))]
-        if str(r.get("worker_warning", "") or "") not in ("", "nan"):
-            flags.append("worker warning")
-        if "allclose" in r and str(r["allclose"]) == "False":
-            flags.append("output differs from eager")
-        row += [_fmt(r["cpu_util_pct"], 3), ", ".join(flags)]
+            row += ["0", str(r["status"])] + [""] * (len(cols) - len(row) - 3) + [f"{r['status']}: {r['reason']}"]
+        else:
+            row += _measured_cells(spec, r)
         rows.append(row)
     return {"columns": cols, "rows": rows}
 
@@ -164,22 +168,46 @@ def trust_context(fidelity: pd.DataFrame, run: dict, exps: list[dict], now_unix:
     }
 
 
-def figure(host_dir: Path, name: str) -> dict:
+def figure(host_dir: Path, name: str, text: dict) -> dict:
     """One figure for the templates: ``name``, ``file`` (relative to host_dir, for Markdown),
     ``data_uri`` (the PNG inlined, for the self-contained HTML), ``caption`` and ``alt``.
 
+    Args:
+        text: ``{"caption", "alt"}`` of the figure.
+
     Raises:
         FileNotFoundError: if the PNG is missing.
-        KeyError: if sections.yaml has no caption and alt text for ``name``.
     """
     path = host_dir / "figures" / f"{name}.png"
-    text = SECTIONS["figures"][name]
     return {
         "name": name,
         "file": f"figures/{name}.png",
         "data_uri": "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii"),
         "caption": text["caption"],
         "alt": text["alt"],
+    }
+
+
+def experiment_context(host_dir: Path, name: str) -> dict:
+    """One experiment's section: its prose, findings, extra tables, figures, trace and table."""
+    exp = registry.get(name)
+    summary = read_table(host_dir / name / "summary.csv", name)
+    found = json.loads((host_dir / name / "findings.json").read_text())
+    problems = [
+        {"point": point_label({k: r[k] for k in exp.spec.keys}), "status": str(r["status"]), "reason": r["reason"]}
+        for _, r in summary.iterrows()
+        if r["status"] != "ok"
+    ]
+    trace = host_dir / "traces" / f"{name}.json"
+    return {
+        "name": name,
+        "problems": problems,
+        **{k: exp.prose[k] for k in ("title", "question", "what", "why")},
+        "findings": found["findings"],
+        "tables": found.get("tables", []),
+        "table": summary_table(summary, name),
+        "figures": [figure(host_dir, fig, exp.prose["figures"][fig]) for fig in exp.spec.all_figures],
+        "trace": f"traces/{name}.json" if trace.exists() else None,
     }
 
 
@@ -191,70 +219,27 @@ def build_context(host_dir: str | Path, experiments: list[str]) -> dict:
         experiments: experiment names, in report order.
 
     Returns:
-        ``{"host", "environment", "parallel_info", "generated", "experiments": [...]}``, each
-        experiment with ``name, title, question, what, why, findings, seed_comparison, table,
-        figures, trace`` (``figures``: see :func:`figure`; ``trace``: path of its Chrome trace
-        relative to host_dir, or None); ``trust`` also has ``schedule`` (the job-schedule
+        ``{"host", "cpu_model", "available_cpus", "environment", "parallel_info", "generated",
+        "trust", "experiments": [...]}``, each experiment with ``name, title, question, what,
+        why, findings, tables, table, figures, trace, problems`` (``figures``: see
+        :func:`figure`; ``tables``: extra tables of its findings; ``trace``: path of its Chrome
+        trace relative to host_dir, or None); ``trust`` also has ``schedule`` (the job-schedule
         figure or None) and ``trace`` (``traces/jobs.json`` or None).
 
     Raises:
         FileNotFoundError: naming the missing analysis output.
+        ValueError: for an experiment that is not registered.
     """
     host_dir = Path(host_dir)
     host = json.loads((host_dir / "host.json").read_text())
-    exps = []
-    for name in experiments:
-        spec = SPECS[name]
-        summary = pd.read_csv(host_dir / name / "summary.csv")
-        found = json.loads((host_dir / name / "findings.json").read_text())
-        figures = [figure(host_dir, fig) for fig in spec.figures]
-        trace = host_dir / "traces" / f"{name}.json"
-        seed = [
-            {
-                "workload": r["workload"],
-                "seed": f"{r['seed_sequential_s']:.2f} s vs {r['seed_threads_s']:.2f} s = {r['seed_speedup']:.2f}x",
-                "here": f"{r['speedup']:.2f}x"
-                + (
-                    f" (95% CI {r['speedup_ci_low']:.2f}-{r['speedup_ci_high']:.2f})"
-                    if r["speedup_ci_low"] is not None and math.isfinite(r["speedup_ci_low"])
-                    else ""
-                ),
-                "workers": r["workers"],
-                "seed_machine": r["seed_machine"],
-            }
-            for r in found.get("seed_comparison", [])
-        ]
-        problems = [
-            {
-                "point": " ".join(f"{k}={r[k]}" for k in spec.keys),
-                "status": str(r["status"]),
-                "reason": "" if pd.isna(r.get("reason")) else str(r.get("reason")),
-            }
-            for _, r in summary.iterrows()
-            if r["status"] != "ok"
-        ]
-        exps.append(
-            {
-                "name": name,
-                "problems": problems,
-                "title": SECTIONS[name]["title"],
-                "question": spec.question,
-                "what": SECTIONS[name]["what"],
-                "why": SECTIONS[name]["why"],
-                "findings": found["findings"],
-                "seed_comparison": seed,
-                "table": summary_table(summary, name),
-                "figures": figures,
-                "trace": f"traces/{name}.json" if trace.exists() else None,
-            }
-        )
-    # keep the verdict "n/a" as text (pandas reads it as NaN by default)
-    fidelity = pd.read_csv(host_dir / "fidelity.csv", keep_default_na=False, na_values={c: [""] for c in NUMERIC})
+    exps = [experiment_context(host_dir, name) for name in experiments]
+    fidelity = read_table(host_dir / "fidelity.csv")
     run = json.loads((host_dir / "run.json").read_text())
     now = dt.datetime.now(dt.UTC)
     trust = trust_context(fidelity, run, exps, now.timestamp())
+    schedule = host_dir / "figures" / "job_schedule.png"
     trust["schedule"] = (
-        figure(host_dir, "job_schedule") if (host_dir / "figures" / "job_schedule.png").exists() else None
+        figure(host_dir, "job_schedule", SECTIONS["figures"]["job_schedule"]) if schedule.exists() else None
     )
     trust["trace"] = "traces/jobs.json" if (host_dir / "traces" / "jobs.json").exists() else None
     return {

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from report.build import SECTIONS, UNITS, _fmt
+from analysis.tables import read_table
+from experiments import registry
+from report.build import SECTIONS, _fmt
 
 
 def _ci(lo, hi, digits: int = 3) -> str:
@@ -57,7 +59,7 @@ def experiment_table(c: pd.DataFrame, hosts: list[str]) -> dict:
             if r.empty:
                 continue
             r = r.iloc[0]
-            unit = UNITS.get(str(r["metric"]), str(r["metric"])) if isinstance(r["metric"], str) else ""
+            unit = registry.get(r["experiment"]).spec.unit(r["metric"]) if r["metric"] else ""
             median = f"{_fmt(r['median'])} {unit}".strip() if math.isfinite(r["median"]) else ""
             if median and _ci(r["ci_low"], r["ci_high"]):
                 median += f" ({_ci(r['ci_low'], r['ci_high'])})"
@@ -70,7 +72,7 @@ def experiment_table(c: pd.DataFrame, hosts: list[str]) -> dict:
                 [
                     point,
                     host,
-                    _fmt(r["n"]) if math.isfinite(r["n"]) else "",
+                    "" if pd.isna(r["n"]) else _fmt(r["n"]),
                     median,
                     _fmt(r["median_per_cpu"]),
                     _x(r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"]),
@@ -83,6 +85,27 @@ def experiment_table(c: pd.DataFrame, hosts: list[str]) -> dict:
     missing = c[(c["point"].fillna("") == "") & (c["status"] == "not comparable")]
     notes = [f"{r['host']}: {r['reason']}" for _, r in missing.iterrows()]
     return {"columns": cols, "rows": rows, "notes": notes}
+
+
+def _experiment(d: Path, exp: str, c: pd.DataFrame, hosts: list[str], baseline: str) -> dict:
+    """One experiment's part of the comparison report: title, table, counts and figure."""
+    title = registry.get(exp).prose["title"]
+    fig = d / "figures" / f"compare_{exp}.png"
+    return {
+        "name": exp,
+        "title": title,
+        "table": experiment_table(c, hosts),
+        "compared": int((c["status"] == "compared").sum()),
+        "not_comparable": int((c["status"] == "not comparable").sum()),
+        "significant": int(c["verdict"].isin(["faster", "slower"]).sum()),
+        "figure": {
+            "file": f"figures/compare_{exp}.png",
+            "data_uri": "data:image/png;base64," + base64.b64encode(fig.read_bytes()).decode("ascii"),
+            "alt": f"{title}: each host's speedups and its throughput relative to "
+            f"{baseline}, point by point, with confidence intervals",
+            "caption": SECTIONS["compare_caption"],
+        },
+    }
 
 
 def build_compare_context(compare_dir: str | Path) -> dict:
@@ -99,39 +122,16 @@ def build_compare_context(compare_dir: str | Path) -> dict:
     d = Path(compare_dir)
     meta = json.loads((d / "hosts.json").read_text())
     hosts = [h["name"] for h in meta["hosts"]]
-    env = pd.read_csv(d / "environment.csv", keep_default_na=False)
-    comparison = pd.read_csv(d / "comparison.csv")
-    best = pd.read_csv(d / "best.csv")
-    exps = []
-    for exp in meta["experiments"]:
-        c = comparison[comparison["experiment"] == exp]
-        fig = d / "figures" / f"compare_{exp}.png"
-        exps.append(
-            {
-                "name": exp,
-                "title": SECTIONS[exp]["title"],
-                "table": experiment_table(c, hosts),
-                "compared": int((c["status"] == "compared").sum()),
-                "not_comparable": int((c["status"] == "not comparable").sum()),
-                "significant": int(c["verdict"].isin(["faster", "slower"]).sum()),
-                "figure": {
-                    "file": f"figures/compare_{exp}.png",
-                    "data_uri": "data:image/png;base64," + base64.b64encode(fig.read_bytes()).decode("ascii"),
-                    "alt": f"{SECTIONS[exp]['title']}: each host's speedups and its throughput relative to "
-                    f"{meta['baseline']}, point by point, with confidence intervals",
-                    "caption": SECTIONS["compare_caption"],
-                },
-            }
-        )
+    env = read_table(d / "environment.csv", types=dict.fromkeys(hosts, "str"))
+    comparison = read_table(d / "comparison.csv")
+    best = read_table(d / "best.csv", types={"best": "str", "group": "str"})
+    exps = [
+        _experiment(d, exp, comparison[comparison["experiment"] == exp], hosts, meta["baseline"])
+        for exp in meta["experiments"]
+    ]
     best_rows = [
-        [
-            r["experiment"],
-            r["group"],
-            r["host"],
-            r["best"],
-            _x(r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"]),
-            "yes" if str(r["shifts"]) == "True" else "",
-        ]
+        [r["experiment"], r["group"], r["host"], r["best"], _x(r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"])]
+        + ["yes" if r["shifts"] else ""]
         for _, r in best.iterrows()
     ]
     return {
@@ -143,7 +143,7 @@ def build_compare_context(compare_dir: str | Path) -> dict:
         "environment": {
             "columns": ["field", *hosts],
             "rows": [
-                {"cells": [r["field"], *[str(r[h]) for h in hosts]], "differs": str(r["differs"]) == "True"}
+                {"cells": [r["field"], *[str(r[h]) for h in hosts]], "differs": bool(r["differs"])}
                 for _, r in env.iterrows()
             ],
         },

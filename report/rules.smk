@@ -15,8 +15,8 @@ rule report:
     params:
         experiments=EXPERIMENTS,
     shell:
-        "python -m report --host-dir results/{wildcards.host} --experiments {params.experiments}"
-        " --html {output.html} --md {output.md} > {log} 2>&1"
+        "python -m report --host-dir results/{wildcards.host:q} --experiments {params.experiments:q}"
+        " --html {output.html:q} --md {output.md:q} > {log:q} 2>&1"
 
 
 rule point_status:
@@ -30,7 +30,7 @@ rule point_status:
     conda:
         "../environment.yml"
     shell:
-        "python -m analysis status --out {output} {input.summaries} > {log} 2>&1"
+        "python -m analysis status --out {output:q} {input.summaries:q} > {log:q} 2>&1"
 
 
 rule run_config:
@@ -43,7 +43,7 @@ rule run_config:
     params:
         config=config_json(),
     shell:
-        "python -m analysis config --json {params.config} --out {output} > {log} 2>&1"
+        "python -m analysis config --json {params.config} --out {output:q} > {log:q} 2>&1"
 
 
 rule compare_tables:
@@ -62,8 +62,8 @@ rule compare_tables:
         experiments=EXPERIMENTS,
         stamp=compare_stamp(),
     shell:
-        "python -m analysis compare --baseline {params.baseline} --experiments {params.experiments}"
-        " --out-dir results/compare {params.dirs} > {log} 2>&1"
+        "python -m analysis compare --baseline {params.baseline:q} --experiments {params.experiments:q}"
+        " --out-dir results/compare {params.dirs:q} > {log:q} 2>&1"
 
 
 rule compare_figure:
@@ -81,8 +81,8 @@ rule compare_figure:
     conda:
         "../environment.yml"
     shell:
-        "python -m analysis compare-figure {wildcards.experiment} --compare-dir results/compare"
-        " --out {output} > {log} 2>&1"
+        "python -m analysis compare-figure {wildcards.experiment:q} --compare-dir results/compare"
+        " --out {output:q} > {log:q} 2>&1"
 
 
 rule compare_report:
@@ -91,7 +91,11 @@ rule compare_report:
         figures=expand(
             "results/compare/figures/compare_{experiment}.png", experiment=EXPERIMENTS
         ),
-        text=["report/templates/compare.html.j2", "report/templates/compare.md.j2"],
+        text=[
+            "report/sections.yaml",
+            "report/templates/compare.html.j2",
+            "report/templates/compare.md.j2",
+        ],
     output:
         html="results/compare/report.html",
         md="results/compare/report.md",
@@ -100,7 +104,7 @@ rule compare_report:
     conda:
         "../environment.yml"
     shell:
-        "python -m report --compare-dir results/compare --html {output.html} --md {output.md} > {log} 2>&1"
+        "python -m report --compare-dir results/compare --html {output.html:q} --md {output.md:q} > {log:q} 2>&1"
 
 
 rule compare:

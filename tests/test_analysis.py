@@ -55,10 +55,12 @@ def test_findings_numbers_come_from_data(tmp_path):
     text = " ".join(f["findings"])
     assert "2 threads gave 1.00x" in text
     assert "2 processes gave 2.00x" in text
-    seed = {r["workload"]: r for r in f["seed_comparison"]}
-    assert seed["cpu"]["seed_speedup"] == pytest.approx(71.47 / 72.08)
-    assert seed["io"]["seed_speedup"] == pytest.approx(42.10 / 22.01)
-    assert seed["io"]["speedup"] == pytest.approx(2.0)
+    (seed,) = f["tables"]  # the seed article's timings beside this machine's ratios
+    assert seed["columns"][1] == "seed article (4-core Intel i5-4460, Python 3.5), 2 tasks"
+    rows = {r[0]: r for r in seed["rows"]}
+    assert rows["cpu"][1] == "71.47 s vs 72.08 s = 0.99x"  # 71.47 / 72.08
+    assert rows["io"][1] == "42.10 s vs 22.01 s = 1.91x"
+    assert rows["io"][2].startswith("2.00x")  # this fixture's io threads over sequential
 
 
 def test_dataloader_best_point_not_assumed_monotonic(tmp_path):
@@ -91,7 +93,7 @@ def test_intraop_metric_per_workload(tmp_path):
 
 
 def test_bf16_findings_and_a_skipped_workload_panel(tmp_path):
-    from analysis.figures import intraop_scaling
+    from experiments.intraop.analysis import intraop_scaling
 
     def point(workload, t, g, **extra):
         row = {"wall_s": 1, "gflop_per_s": g, "samples_per_s": "", **extra}
@@ -265,7 +267,7 @@ def test_fidelity_verdicts(tmp_path):
         + [{"load": "idle", "role": "baseline", "sampler_tree_pct": 0.1, "process_cpu_pct": 0, "sampler_cpu_pct": 0.4}]
         * 3
     )
-    t = checks(gil, intra, sc, ncpu=2, sample_hz=10).set_index("check")
+    t = checks({"gil": gil, "intraop": intra}, sc, ncpu=2, sample_hz=10).set_index("check")
     assert t.loc["CPU-bound Python: 2 threads over sequential", "verdict"] == "pass"
     assert t.loc["I/O-bound sleep loop: 2 threads over sequential", "verdict"] == "warn"  # 1.5 < 1.8
     assert t.loc["CPU-bound Python: 2 processes over sequential", "verdict"] == "pass"  # 1.9 >= 1.4
@@ -274,12 +276,20 @@ def test_fidelity_verdicts(tmp_path):
     assert t.loc["sampler's own cost at 10 Hz", "verdict"] == "pass"
     # a VM that gave the loop 54% of a CPU: the sampler is judged against the kernel's account
     stolen = sc.assign(sampler_tree_pct=[29.0] * 3 + [0.1] * 3, process_cpu_pct=[27.0] * 3 + [0.0] * 3)
-    row = checks(gil, intra, stolen, ncpu=2, sample_hz=10).set_index("check").loc["sampler: one busy-looping process"]
+    row = (
+        checks({"gil": gil, "intraop": intra}, stolen, ncpu=2, sample_hz=10)
+        .set_index("check")
+        .loc["sampler: one busy-looping process"]
+    )
     assert row["verdict"] == "pass" and "54% of a CPU" in row["reason"], row.to_dict()
     wrong = sc.assign(sampler_tree_pct=[38.0] * 3 + [0.1] * 3)  # 12 points off the kernel's 50%
-    row = checks(gil, intra, wrong, ncpu=2, sample_hz=10).set_index("check").loc["sampler: one busy-looping process"]
+    row = (
+        checks({"gil": gil, "intraop": intra}, wrong, ncpu=2, sample_hz=10)
+        .set_index("check")
+        .loc["sampler: one busy-looping process"]
+    )
     assert row["verdict"] == "warn" and row["measured"] == 38.0
-    none = checks(None, None, None, ncpu=2, sample_hz=10)
+    none = checks({}, None, ncpu=2, sample_hz=10)
     assert set(none["verdict"]) == {"n/a"}
 
 
@@ -354,7 +364,7 @@ def test_fidelity_explains_a_capacity_shortfall_from_utilisation():
         ]
     )
     row = (
-        checks(gil, None, None, ncpu=2, sample_hz=10)
+        checks({"gil": gil}, None, ncpu=2, sample_hz=10)
         .set_index("check")
         .loc["CPU-bound Python: 2 processes over sequential"]
     )

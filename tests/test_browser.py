@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 
-from analysis.spec import HOST_FIGURES, SPECS
+from analysis.figures import all_figures
 
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
 
@@ -77,7 +77,7 @@ def test_report_in_headless_chromium(quick_run, tmp_path):
     assert failed == []
     # the page itself is the only request: images are inlined, nothing comes from a network
     assert [r for r in requests if not r.startswith("data:")] == [report.as_uri()]
-    expected = len(HOST_FIGURES) + sum(len(SPECS[e].figures) for e in SPECS)
+    expected = len(all_figures())
     assert len(images) == expected
     for img in images:
         assert img["complete"] and img["width"] > 0, img["alt"]

@@ -1,4 +1,5 @@
-"""config.yaml and config.quick.yaml against the JSON Schema; bad configs are refused."""
+"""config.yaml and config.quick.yaml against the JSON Schemas (the base schema and each
+experiment package's section schema); bad configs are refused in one line."""
 
 from __future__ import annotations
 
@@ -6,10 +7,14 @@ import copy
 
 import pytest
 import yaml
-from snakemake.exceptions import WorkflowError
-from snakemake.utils import validate
 
-from analysis.spec import SPECS
+from experiments import registry
+from experiments.configcheck import ConfigError, validate_config
+
+
+def _validate(root, cfg: dict) -> dict:
+    validate_config(cfg, root / "schemas" / "config.schema.yaml", registry.schemas())
+    return cfg
 
 
 @pytest.fixture
@@ -25,30 +30,34 @@ def _merge(base: dict, over: dict) -> dict:
 
 
 def test_shipped_configs_are_valid(root, default_config):
-    schema = str(root / "schemas" / "config.schema.yaml")
-    validate(copy.deepcopy(default_config), schema)
+    _validate(root, copy.deepcopy(default_config))
     quick = _merge(default_config, yaml.safe_load((root / "config.quick.yaml").read_text()))
-    validate(quick, schema)
-    assert set(default_config["experiments"]) == set(SPECS)
+    _validate(root, quick)
+    assert default_config["experiments"] == list(registry.experiments())  # every package, in report order
+
+
+def _defaults_match(schema: dict, config: dict, where: str) -> None:
+    for key, sub in schema["properties"].items():
+        if "properties" in sub and "default" not in sub:
+            _defaults_match(sub, config[key], f"{where}{key}.")
+        elif "default" in sub:
+            assert sub["default"] == config[key], f"{where}{key}"
 
 
 def test_schema_defaults_match_config_yaml(root, default_config):
-    schema = yaml.safe_load((root / "schemas" / "config.schema.yaml").read_text())
-    for section, props in schema["properties"].items():
-        if "properties" in props:
-            for key, sub in props["properties"].items():
-                assert sub.get("default") == default_config[section][key], f"{section}.{key}"
-        else:
-            assert props.get("default") == default_config[section], section
+    base = yaml.safe_load((root / "schemas" / "config.schema.yaml").read_text())
+    _defaults_match(base, default_config, "")
+    for name, path in registry.schemas().items():
+        _defaults_match(yaml.safe_load(path.read_text()), default_config[name], f"{name}.")
+    # a missing section is filled with its schema's defaults
+    cfg = _validate(root, {k: v for k, v in copy.deepcopy(default_config).items() if k != "jit"})
+    assert cfg["jit"] == default_config["jit"]
 
 
 def test_sweep_keys_match_experiment_params(default_config):
-    import importlib
-
-    for name, spec in SPECS.items():
-        params = importlib.import_module(f"experiments.{name}").Params
-        fields = set(params.__dataclass_fields__)
-        assert set(spec.keys) <= fields, name
+    for name, exp in registry.experiments().items():
+        fields = set(exp.params_cls.__dataclass_fields__)
+        assert set(exp.spec.keys) <= fields, name
         assert set(default_config[name]) <= fields, f"config keys of {name} that Params lacks"
 
 
@@ -71,9 +80,8 @@ def test_sweep_keys_match_experiment_params(default_config):
     ],
 )
 def test_bad_config_is_refused(root, default_config, patch, key):
-    cfg = _merge(default_config, patch)
-    with pytest.raises(WorkflowError) as err:
-        validate(cfg, str(root / "schemas" / "config.schema.yaml"))
+    with pytest.raises(ConfigError) as err:
+        _validate(root, _merge(default_config, patch))
     assert key in str(err.value)
 
 
@@ -94,13 +102,14 @@ def test_bad_config_is_refused(root, default_config, patch, key):
         ({"host": "compare"}, "config key host: 'compare' is not allowed"),
         ({"intraop": {"bf16": "maybe"}}, "config key intraop.bf16: 'maybe' is not allowed"),
         ({"max_oversubscription": 0.5}, "config key max_oversubscription: 0.5 is not allowed"),
+        ({"gill": {"repeats": 2}}, "config key (top level): unknown key gill; allowed: host, experiments,"),
+        ({"gil": 5}, "config key gil: 5 is not allowed (5 is not of type 'object')"),
+        ({"experiments": ["gil", "nosuch"]}, "(no package experiments/nosuch/); allowed: one of gil, multiprocessing,"),
     ],
 )
 def test_bad_config_is_explained_in_one_line(root, default_config, patch, line):
-    from experiments.configcheck import ConfigError, validate_config
-
     with pytest.raises(ConfigError) as err:
-        validate_config(_merge(default_config, patch), root / "schemas" / "config.schema.yaml")
+        _validate(root, _merge(default_config, patch))
     msg = str(err.value)
     assert "\n" not in msg and line in msg
 

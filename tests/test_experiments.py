@@ -13,9 +13,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments import dataloader, gil, intraop, jit
-from experiments import multiprocessing as mp_exp
-from experiments.common import CONTENDED_PCT, available_cpus, measure, set_torch_threads
+from experiments.dataloader import measure as dataloader
+from experiments.gil import measure as gil
+from experiments.host import available_cpus
+from experiments.intraop import measure as intraop
+from experiments.jit import measure as jit
+from experiments.multiprocessing import measure as mp_exp
+from experiments.threads import set_torch_threads
+from experiments.window import CONTENDED_PCT, Meter
 
 NCPU = available_cpus()
 
@@ -32,7 +37,7 @@ def _busy(seconds: float) -> None:
 def test_measure_busy_loop_uses_one_cpu():
     windows = []
     for _attempt in range(3):  # a window that other processes competed in says so: measure again
-        with measure(20) as w:
+        with Meter(20) as meter, meter.window() as w:
             _busy(0.5)
         windows.append(w)
         if w.interference_pct <= CONTENDED_PCT:
@@ -59,7 +64,7 @@ def _busy_and_report(seconds: float, conn) -> None:
 def test_measure_counts_child_processes():
     ctx = multiprocessing.get_context("fork")
     recv, send = ctx.Pipe(duplex=False)
-    with measure(10) as w:
+    with Meter(10) as meter, meter.window() as w:
         p = ctx.Process(target=_busy_and_report, args=(0.4, send))
         p.start()
         child_cpu_s = recv.recv()
@@ -391,7 +396,7 @@ def test_thread_mismatch_fails_naming_both_values(monkeypatch):
 
 
 def test_baseline_override_is_validated_and_nan_refused():
-    from experiments.common import parse_overrides
+    from experiments.params import parse_overrides
 
     with pytest.raises(ValueError, match="mode must be one of"):
         parse_overrides(gil.Params, ["mode=bogus"])
@@ -463,7 +468,7 @@ def test_bf16_matmul_is_skipped_without_native_bf16_and_measured_on_request(monk
 
 
 def test_points_far_above_the_cpus_are_skipped_with_the_reason(tmp_path):
-    from experiments.common import oversubscription_skip
+    from experiments.params import oversubscription_skip
 
     mp = mp_exp
 

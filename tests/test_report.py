@@ -10,9 +10,15 @@ from helpers import gil_fixture, write_point
 from markupsafe import escape
 
 from analysis.__main__ import main as analysis_main
-from analysis.spec import FIGURES, SPECS
+from experiments import registry
 from report.__main__ import main as report_main
 from report.build import SECTIONS
+
+
+def _text(fig: str) -> dict:
+    """Caption and alt text of a figure: its experiment's report.yaml, or the report's own."""
+    owner = registry.figures().get(fig)
+    return registry.get(owner).prose["figures"][fig] if owner else SECTIONS["figures"][fig]
 
 
 def _host(tmp_path, label="fixture"):
@@ -88,7 +94,7 @@ def host_dir(tmp_path):
             )
             == 0
         )
-        for fig in SPECS[exp].figures:
+        for fig in registry.get(exp).spec.all_figures:
             assert analysis_main(["figure", fig, "--host-dir", str(d), "--out", str(d / "figures" / f"{fig}.png")]) == 0
     gil_summary = d / "gil" / "summary.csv"
     assert (
@@ -97,7 +103,6 @@ def host_dir(tmp_path):
                 "fidelity",
                 "--host-json",
                 str(host),
-                "--gil",
                 str(gil_summary),
                 "--sample-hz",
                 "10",
@@ -131,16 +136,16 @@ def test_report_renders_every_section(host_dir):
     for exp in ("gil", "jit"):
         assert f'<section id="{exp}">' in text
         assert f'href="#{exp}"' in text  # table of contents
-    figures = [*SPECS["gil"].figures, *SPECS["jit"].figures, "job_schedule"]
+    figures = [*registry.get("gil").spec.all_figures, *registry.get("jit").spec.all_figures, "job_schedule"]
     assert text.count("<img ") == len(figures) == 5
     assert all(src.startswith("data:image/png;base64,") for src in re.findall(r'<img src="([^"]+)"', text))
     assert not re.search(r'src="(https?:)?//', text), "the HTML must not load anything from the network"
     assert not re.search(r"<link[^>]+href=", text) and "@import" not in text
     # every figure has its own caption and alt text; timelines link their Chrome traces
     for fig in figures:
-        caption = escape(" ".join(SECTIONS["figures"][fig]["caption"].split()))
+        caption = escape(" ".join(_text(fig)["caption"].split()))
         assert f'<figure id="fig-{fig}">' in text and f"<figcaption>{caption}</figcaption>" in text, fig
-        assert f'alt="{escape(SECTIONS["figures"][fig]["alt"])}"' in text, fig
+        assert f'alt="{escape(_text(fig)["alt"])}"' in text, fig
     assert '<a href="traces/gil.json">' in text and '<a href="traces/jobs.json">' in text
     assert "traces/jit.json" not in text  # jit records no spans: no trace
     assert "2 threads gave 1.00x" in text  # a finding computed from the fixture data
@@ -155,8 +160,8 @@ def test_report_renders_every_section(host_dir):
 
 
 def test_every_figure_has_caption_and_alt_text():
-    for fig in FIGURES:
-        text = SECTIONS["figures"][fig]
+    for fig in [*registry.figures(), "job_schedule"]:
+        text = _text(fig)
         assert len(text["caption"]) > 40 and len(text["alt"]) > 30, fig
 
 

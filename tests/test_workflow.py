@@ -15,11 +15,15 @@ from pathlib import Path
 import pandas as pd
 import psutil
 import pytest
-from conftest import IGNORE
+from conftest import FIXTURE_FIGURES, IGNORE, QUICK_CONFIG, ROOT
 from helpers import snakemake_in, venv_env
 
-from analysis.spec import FIGURES, SPECS, TIMELINES
+from analysis.figures import all_figures
 from analysis.trace import validate_trace
+from experiments import registry
+
+SPECS = {name: e.spec for name, e in registry.experiments().items()}
+TIMELINES = [name for name, spec in SPECS.items() if spec.timeline]
 
 
 @pytest.mark.slow
@@ -35,7 +39,7 @@ def test_every_output_exists(quick_run):
         # what was not measured is a skip this machine explains (intraop matmul_bf16 without native bf16)
         assert set(summary.loc[~measured, "status"]) <= {"skipped"}, exp
         assert all(isinstance(r, str) and r for r in summary.loc[~measured, "reason"]), exp
-        for fig in spec.figures:
+        for fig in spec.all_figures:
             assert (host / "figures" / f"{fig}.png").stat().st_size > 10_000, fig
     for exp in SPECS:
         summary = pd.read_csv(host / exp / "summary.csv")
@@ -66,18 +70,56 @@ def test_every_output_exists(quick_run):
 
 
 @pytest.mark.slow
+def test_an_experiment_is_one_folder_and_a_config_section(quick_run):
+    """The fixture experiment (tests/fixtures/nap), added to the checkout as experiments/nap/
+    with a nap: config section and nothing else, ran to its CSVs, summary, figure, findings and
+    a report section with caption and alt text."""
+    added = {
+        str(p.relative_to(quick_run))
+        for p in quick_run.rglob("*")
+        if p.is_file() and not ({"results", "logs", ".snakemake", "__pycache__"} & set(p.relative_to(quick_run).parts))
+    } - {str(p.relative_to(ROOT)) for p in ROOT.rglob("*") if p.is_file()}
+    assert added == {f"experiments/nap/{f}" for f in os.listdir(ROOT / "tests" / "fixtures" / "nap")} | {"nap.yaml"}
+    host = quick_run / "results" / "e2e"
+    for n in (1, 2):
+        m = pd.read_csv(host / "nap" / f"sleepers~{n}" / "metrics.csv")
+        assert (m["status"] == "ok").all() and len(m[m["role"] == "point"]) == 3
+        assert set(m["role"]) == ({"point"} if n == 1 else {"point", "baseline"})  # interleaved baseline
+        assert (pd.read_csv(host / "nap" / f"sleepers~{n}" / "samples.csv")["series"] == "tree").any()
+    summary = pd.read_csv(host / "nap" / "summary.csv").set_index("sleepers")
+    assert summary.loc[2, "speedup_source"] == "interleaved"
+    assert 1.5 < summary.loc[2, "speedup"] < 2.3  # two sleepers overlap: about 2x
+    assert summary.loc[2, "parallel_efficiency"] == pytest.approx(summary.loc[2, "speedup"] / 2)
+    found = json.loads((host / "nap" / "findings.json").read_text())["findings"]
+    assert found == [f"2 sleeping threads gave {summary.loc[2, 'speedup']:.2f}x" + found[0].split("x", 1)[1]]
+    assert (host / "figures" / "nap_speedup.png").stat().st_size > 10_000
+    html = (host / "report.html").read_text()
+    section = html.split('<section id="nap">')[1].split("</section>")[0]
+    assert "Nap: sleeping threads (test fixture)" in section and found[0] in section
+    assert '<figure id="fig-nap_speedup">' in section
+    assert "<figcaption>Speedup of N sleeping threads over one" in section
+    assert 'alt="Line chart of the speedup of sleeping threads' in section
+    assert section.count("<tr>") == 3  # header and one row per point
+    md = (host / "report.md").read_text()
+    assert '<a id="nap"></a>' in md and "(figures/nap_speedup.png)" in md
+
+
+@pytest.mark.slow
 def test_measurement_jobs_never_overlap(quick_run):
     jobs = [json.loads(p.read_text()) for p in (quick_run / "results" / "e2e").rglob("job.json")]
     assert len(jobs) >= 20
-    from experiments.common import measurement_tmpdir
+    from experiments.host import NO_SPACES, measurement_tmpdir
 
     short_tmp = measurement_tmpdir(str(quick_run))
+    assert " " in str(quick_run) and not re.search(r"\s", short_tmp)
     for j in jobs:  # caches inside the pipeline's directory, TMPDIR in the short one it owns
         for var, path in j["env"].items():
             if var.endswith("_NUM_THREADS"):
                 continue
             if var == "TMPDIR":
                 assert path == short_tmp and len(path) < 50, path
+            elif var in NO_SPACES:  # the checkout's path has a space: g++ would split it
+                assert path == f"{short_tmp}/inductor", (var, path)
             else:
                 assert path and ".snakemake/lab" in path, (var, path)
     by_lock = sorted(jobs, key=lambda j: j["lock_acquired_unix"])
@@ -104,7 +146,7 @@ def test_threads_recorded_and_explicit(quick_run):
 
 @pytest.mark.slow
 def test_rerun_has_nothing_to_do(quick_run):
-    proc = snakemake_in(quick_run, "--cores", "4", "--configfile", "config.quick.yaml", "--config", "host=e2e", "-n")
+    proc = snakemake_in(quick_run, "--cores", "4", *QUICK_CONFIG, "--config", "host=e2e", "-n")
     assert proc.returncode == 0
     assert "Nothing to be done" in proc.stdout + proc.stderr
 
@@ -145,12 +187,10 @@ def test_snakemake_report_collects_every_figure(quick_run, tmp_path):
     import zipfile
 
     out = tmp_path / "report.zip"
-    proc = snakemake_in(
-        quick_run, "--cores", "4", "--configfile", "config.quick.yaml", "--config", "host=e2e", "--report", str(out)
-    )
+    proc = snakemake_in(quick_run, "--cores", "4", *QUICK_CONFIG, "--config", "host=e2e", "--report", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
     names = zipfile.ZipFile(out).namelist()
-    for fig in FIGURES:
+    for fig in [*all_figures(), *FIXTURE_FIGURES]:
         assert any(n.endswith(f"/{fig}.png") for n in names), fig
 
 
@@ -215,12 +255,13 @@ def test_run_writes_only_where_it_owns(quick_run):
     only results/, logs/ and .snakemake/ (caches live in .snakemake/lab/). Snakemake itself
     creates its empty source-cache directories under ~/.cache/snakemake before it reads the
     Snakefile; no job writes there."""
-    home = quick_run.parent / "home"
+    home = quick_run.parent.parent / "home"
     assert [p for p in home.rglob("*") if not p.is_dir()] == []
     assert {p.name for p in home.iterdir()} <= {".cache"}
     if (home / ".cache").exists():
         assert {p.name for p in (home / ".cache").iterdir()} == {"snakemake"}
-    written = (quick_run.parent / "written.txt").read_text().split()
+    written = (quick_run.parent.parent / "written.txt").read_text().splitlines()
+    written = [p for p in written if "__pycache__" not in p]
     outside = [p for p in written if p.split("/")[0] not in ("results", "logs", ".snakemake")]
     assert outside == []
     assert any(p.startswith(".snakemake/lab/tmp") for p in written) or (quick_run / ".snakemake/lab/tmp").is_dir()
@@ -230,9 +271,7 @@ def test_run_writes_only_where_it_owns(quick_run):
 def test_changing_one_sweep_value_reruns_only_what_depends_on_it(quick_run, tmp_path):
     extra = tmp_path / "more-workers.yaml"
     extra.write_text("gil:\n  workers: [2, 3]\n")
-    proc = snakemake_in(
-        quick_run, "-n", "--cores", "4", "--configfile", "config.quick.yaml", str(extra), "--config", "host=e2e"
-    )
+    proc = snakemake_in(quick_run, "-n", "--cores", "4", *QUICK_CONFIG, str(extra), "--config", "host=e2e")
     assert proc.returncode == 0, proc.stderr[-3000:]
     stats = proc.stdout.split("Job stats:")[1].split("\n\n")[0]
     counts = {line.split()[0]: int(line.split()[1]) for line in stats.splitlines()[3:] if line.strip()}

@@ -1,4 +1,4 @@
-"""GIL experiment: do threads speed up CPU-bound Python? I/O-bound Python? Do processes?
+"""GIL experiment, measurement: do threads speed up CPU-bound Python? I/O-bound Python? Processes?
 
 Reproduces the seed article's experiment (A: two pure-Python counting loops; B: loops that
 ``time.sleep(0.01)`` every iteration) and extends it to ``workers`` tasks run
@@ -29,9 +29,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-from experiments.common import Measured, RunResult, check_min, cli_main, die_with_parent, interleave, measure
-
-EXPERIMENT = "gil"
+from experiments.cli import cli_main
+from experiments.gil import EXPERIMENT
+from experiments.host import die_with_parent
+from experiments.params import check_min
+from experiments.results import Measured, RunResult, interleave
+from experiments.window import Meter
 
 
 @dataclass(frozen=True)
@@ -159,15 +162,15 @@ def run_once(params: Params, t0: float) -> list[dict]:
 class Runner:
     """One gil point made ready to measure (warm-up runs done on creation)."""
 
-    def __init__(self, params: Params) -> None:
-        self.params = params
+    def __init__(self, params: Params, meter: Meter) -> None:
+        self.params, self.meter = params, meter
         for _ in range(params.warmup):
             run_once(params, time.perf_counter())
 
     def once(self) -> Measured:
         """Run the point's tasks once inside a measured window."""
         p = self.params
-        with measure(p.sample_hz) as win:
+        with self.meter.window() as win:
             spans = run_once(p, win.t0)
         row = {"tasks_per_s": p.workers / win.wall_s, "start_method": "fork" if p.mode == "processes" else ""}
         return Measured(win, row, spans)
@@ -180,7 +183,7 @@ def run(params: Params, baseline: Params | None = None) -> RunResult:
     """Measure ``params.repeats`` rounds of a point, interleaved with ``baseline`` if given.
 
     Returns:
-        A :class:`~experiments.common.RunResult` with one row per repeat and role: ``wall_s``
+        A :class:`~experiments.results.RunResult` with one row per repeat and role: ``wall_s``
         (s), ``tasks_per_s`` (tasks/s), ``cpu_util_pct`` (0-100), ``start_method``; spans as
         described in the module docstring, with ``cpu_s`` (s of thread CPU time).
     """
@@ -189,7 +192,7 @@ def run(params: Params, baseline: Params | None = None) -> RunResult:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point: ``python -m experiments.gil --help``."""
-    return cli_main(EXPERIMENT, Params, run, __doc__.splitlines()[0], argv)
+    return cli_main(EXPERIMENT.name, Params, run, __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":

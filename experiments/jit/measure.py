@@ -26,9 +26,12 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Literal
 
-from experiments.common import Measured, RunResult, check_min, cli_main, interleave, measure, set_torch_threads
-
-EXPERIMENT = "jit"
+from experiments.cli import cli_main
+from experiments.jit import EXPERIMENT
+from experiments.params import check_min
+from experiments.results import Measured, RunResult, interleave
+from experiments.threads import set_torch_threads
+from experiments.window import Meter
 
 
 @dataclass(frozen=True)
@@ -107,10 +110,10 @@ def _silence_torchscript() -> None:
 class Runner:
     """The model in one mode, built, called once (first-call cost) and warmed up."""
 
-    def __init__(self, params: Params) -> None:
+    def __init__(self, params: Params, meter: Meter) -> None:
         import torch
 
-        self.params = params
+        self.params, self.meter = params, meter
         set_torch_threads(params.threads)
         model, self.x = make_model(params.model)
         with torch.no_grad(), warnings.catch_warnings():
@@ -135,7 +138,7 @@ class Runner:
         info = set_torch_threads(p.threads)
         with torch.no_grad(), warnings.catch_warnings():
             _silence_torchscript()
-            with measure(p.sample_hz) as win:
+            with self.meter.window() as win:
                 for _ in range(p.iterations):
                     self.fn(self.x)
         row = {
@@ -158,7 +161,7 @@ def run(params: Params, baseline: Params | None = None) -> RunResult:
     interleaved with ``baseline`` (eager) if given.
 
     Returns:
-        A :class:`~experiments.common.RunResult` with one row per repeat and role: ``wall_s``
+        A :class:`~experiments.results.RunResult` with one row per repeat and role: ``wall_s``
         (s), ``samples_per_s``, ``latency_ms`` (ms per call), ``setup_s``, ``first_call_s``,
         ``allclose``, ``max_abs_diff``, ``torch_threads``; or one row with status ``skipped``
         and the reason when the mode cannot run here.
@@ -174,7 +177,7 @@ def run(params: Params, baseline: Params | None = None) -> RunResult:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point: ``python -m experiments.jit --help``."""
-    return cli_main(EXPERIMENT, Params, run, __doc__.splitlines()[0], argv)
+    return cli_main(EXPERIMENT.name, Params, run, __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":

@@ -37,18 +37,12 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Literal
 
-from experiments.common import (
-    Measured,
-    RunResult,
-    available_cpus,
-    check_min,
-    cli_main,
-    interleave,
-    measure,
-    set_torch_threads,
-)
-
-EXPERIMENT = "dataloader"
+from experiments.cli import cli_main
+from experiments.dataloader import EXPERIMENT
+from experiments.params import check_min
+from experiments.results import Measured, RunResult, interleave
+from experiments.threads import set_torch_threads
+from experiments.window import Meter
 
 
 @dataclass(frozen=True)
@@ -182,11 +176,11 @@ def make_dataset(params: Params):
 class Runner:
     """A DataLoader (persistent workers started by the warm-up epochs), a model and an optimiser."""
 
-    def __init__(self, params: Params) -> None:
+    def __init__(self, params: Params, meter: Meter) -> None:
         import torch
         from torch.utils.data import DataLoader
 
-        self.params = params
+        self.params, self.meter = params, meter
         self.info = set_torch_threads(params.threads)
         torch.manual_seed(0)
         self.model = torch.nn.Linear(3, 1)
@@ -219,7 +213,7 @@ class Runner:
         self.info = set_torch_threads(p.threads)
         stall = 0.0
         marks = []
-        with measure(p.sample_hz) as win:
+        with self.meter.window() as win:
             it = iter(self.loader)
             while True:
                 t0 = time.perf_counter()
@@ -246,7 +240,7 @@ class Runner:
             "data_stall_pct": 100.0 * stall / win.wall_s,
             "first_epoch_s": self.first_epoch_s,
             "worker_warning": self.worker_warning,
-            "oversubscribed": p.cpus_requested() > available_cpus(),
+            "oversubscribed": p.cpus_requested() > self.meter.ncpu,
             **self.info,
         }
         return Measured(win, row, spans)
@@ -259,7 +253,7 @@ def run(params: Params, baseline: Params | None = None) -> RunResult:
     """Measure ``params.repeats`` epochs, interleaved with ``baseline``'s epochs if given.
 
     Returns:
-        A :class:`~experiments.common.RunResult` with one row per epoch and role: ``wall_s``
+        A :class:`~experiments.results.RunResult` with one row per epoch and role: ``wall_s``
         (s), ``samples_per_s``, ``batches_per_s``, ``data_stall_pct`` (0-100), ``cpu_util_pct``
         (0-100, workers included), ``first_epoch_s`` (the first warm-up epoch, worker start-up
         included), ``worker_warning``, ``oversubscribed`` (workers + main threads > available
@@ -272,7 +266,7 @@ def run(params: Params, baseline: Params | None = None) -> RunResult:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point: ``python -m experiments.dataloader --help``."""
-    return cli_main(EXPERIMENT, Params, run, __doc__.splitlines()[0], argv)
+    return cli_main(EXPERIMENT.name, Params, run, __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":

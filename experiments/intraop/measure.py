@@ -25,18 +25,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from experiments.common import (
-    Measured,
-    RunResult,
-    available_cpus,
-    check_min,
-    cli_main,
-    interleave,
-    measure,
-    set_torch_threads,
-)
-
-EXPERIMENT = "intraop"
+from experiments.cli import cli_main
+from experiments.intraop import EXPERIMENT
+from experiments.params import check_min
+from experiments.results import Measured, RunResult, interleave
+from experiments.threads import set_torch_threads
+from experiments.window import Meter
 
 
 @dataclass(frozen=True)
@@ -110,8 +104,8 @@ def make_workload(params: Params):
 class Runner:
     """A workload built once; every window first sets its thread count and warms up."""
 
-    def __init__(self, params: Params) -> None:
-        self.params = params
+    def __init__(self, params: Params, meter: Meter) -> None:
+        self.params, self.meter = params, meter
         set_torch_threads(params.threads, inter_op=1)
         self.fn, self.samples, self.flop = make_workload(params)
 
@@ -121,13 +115,13 @@ class Runner:
         info = set_torch_threads(p.threads, inter_op=1)
         for _ in range(p.warmup):  # untimed: lets a resized thread pool settle
             self.fn()
-        with measure(p.sample_hz) as win:
+        with self.meter.window() as win:
             for _ in range(p.iterations):
                 self.fn()
         row = {
             "gflop_per_s": self.flop * p.iterations / win.wall_s / 1e9 if self.flop else float("nan"),
             "samples_per_s": self.samples * p.iterations / win.wall_s if self.samples else float("nan"),
-            "oversubscribed": p.cpus_requested() > available_cpus(),
+            "oversubscribed": p.cpus_requested() > self.meter.ncpu,
             "dtype": "bfloat16" if p.workload == "matmul_bf16" else "float32",
             **info,
         }
@@ -142,7 +136,7 @@ def run(params: Params, baseline: Params | None = None) -> RunResult:
     ``baseline`` (typically 1 thread) if given.
 
     Returns:
-        A :class:`~experiments.common.RunResult` with one row per repeat and role: ``wall_s``
+        A :class:`~experiments.results.RunResult` with one row per repeat and role: ``wall_s``
         (s), ``gflop_per_s`` (matmul) or ``samples_per_s`` (mlp, tiny), ``cpu_util_pct``,
         ``torch_threads``/``interop_threads`` as torch reported them, ``omp_num_threads_env``,
         ``oversubscribed`` (threads > available CPUs) and ``dtype``; or, for ``matmul_bf16``
@@ -166,7 +160,7 @@ def run(params: Params, baseline: Params | None = None) -> RunResult:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point: ``python -m experiments.intraop --help``."""
-    return cli_main(EXPERIMENT, Params, run, __doc__.splitlines()[0], argv)
+    return cli_main(EXPERIMENT.name, Params, run, __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":

@@ -24,9 +24,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-from experiments.common import Measured, RunResult, available_cpus, check_min, cli_main, interleave, measure
-
-EXPERIMENT = "multiprocessing"
+from experiments.cli import cli_main
+from experiments.multiprocessing import EXPERIMENT
+from experiments.params import check_min
+from experiments.results import Measured, RunResult, interleave
+from experiments.window import Meter
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,8 @@ class Params:
 
 def _worker(rank: int, params: Params, barrier, q) -> None:
     try:
-        from experiments.common import die_with_parent, set_torch_threads
+        from experiments.host import die_with_parent
+        from experiments.threads import set_torch_threads
 
         die_with_parent()
         from experiments.models import classification_batch, mlp, train_step_fn
@@ -121,10 +124,10 @@ def _get(q, procs, timeout_s: float):
 class Runner:
     """P persistent worker processes, built and warmed up, waiting at a barrier."""
 
-    def __init__(self, params: Params) -> None:
+    def __init__(self, params: Params, meter: Meter) -> None:
         import torch.multiprocessing as mp
 
-        self.params = params
+        self.params, self.meter = params, meter
         ctx = mp.get_context(params.start_method)
         self.barrier = ctx.Barrier(params.processes + 1)
         self.q = ctx.Queue()
@@ -140,13 +143,13 @@ class Runner:
     def once(self) -> Measured:
         """Release all workers for one repeat of ``steps`` steps each; wait for every one."""
         p = self.params
-        with measure(p.sample_hz) as win:
+        with self.meter.window() as win:
             self.barrier.wait(timeout=p.timeout_s)
             msgs = [_get(self.q, self.procs, p.timeout_s) for _ in self.procs]
         row = {
             "samples_per_s": p.processes * p.steps * p.batch_size / win.wall_s,
             "torch_threads": self.threads_seen,
-            "oversubscribed": p.cpus_requested() > available_cpus(),
+            "oversubscribed": p.cpus_requested() > self.meter.ncpu,
         }
         spans = [
             {
@@ -175,7 +178,7 @@ def run(params: Params, baseline: Params | None = None) -> RunResult:
     ``baseline`` (its own worker processes) if given.
 
     Returns:
-        A :class:`~experiments.common.RunResult` with one row per repeat and role: ``wall_s``
+        A :class:`~experiments.results.RunResult` with one row per repeat and role: ``wall_s``
         (s), ``samples_per_s`` (training samples/s over all processes), ``cpu_util_pct``
         (0-100), ``torch_threads`` (intra-op threads torch reported in the workers) and
         ``oversubscribed``; spans per process per chunk of steps.
@@ -188,7 +191,7 @@ def run(params: Params, baseline: Params | None = None) -> RunResult:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point: ``python -m experiments.multiprocessing --help``."""
-    return cli_main(EXPERIMENT, Params, run, __doc__.splitlines()[0], argv)
+    return cli_main(EXPERIMENT.name, Params, run, __doc__.splitlines()[0], argv)
 
 
 if __name__ == "__main__":

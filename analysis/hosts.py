@@ -1,0 +1,176 @@
+"""Host directories: reading one, and the tables of the comparison that describe hosts.
+
+A host directory (``results/<host>/``) holds ``host.json`` and, per experiment, ``replicates.csv``
+and ``summary.csv`` (docs/csv-schema.md). :func:`load_host` reads one with typed columns
+(:func:`analysis.tables.read_table`); :func:`environment_table` puts the fingerprints side by
+side and :func:`best_table` each host's best configuration per group.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from analysis.tables import DataError, read_table
+from experiments import registry
+from experiments.declare import point_label
+
+
+@dataclass
+class HostResults:
+    """One host directory, loaded.
+
+    Attributes:
+        name: the host label (directory name).
+        path: the directory.
+        host: parsed host.json.
+        replicates: experiment -> replicates.csv (only experiments whose files exist).
+        summaries: experiment -> summary.csv.
+        missing: experiment -> why it is absent (no directory, no summary).
+    """
+
+    name: str
+    path: Path
+    host: dict
+    replicates: dict[str, pd.DataFrame] = field(default_factory=dict)
+    summaries: dict[str, pd.DataFrame] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def cpus(self) -> int:
+        """Available CPUs of the host (1 where host.json does not say)."""
+        return int(self.host.get("available_cpus") or 1)
+
+
+def point_key(values) -> tuple:
+    """A point's identity across hosts: its key values as text."""
+    return tuple(str(v) for v in values)
+
+
+def _read_host_json(path: Path) -> dict:
+    hj = path / "host.json"
+    if not hj.exists():
+        raise DataError(hj, "missing: every host directory needs its host.json (machine fingerprint)")
+    try:
+        host = json.loads(hj.read_text())
+    except json.JSONDecodeError as exc:
+        raise DataError(hj, f"not valid JSON ({exc})") from None
+    if not isinstance(host, dict) or "available_cpus" not in host:
+        raise DataError(hj, "no 'available_cpus' field: not a host fingerprint written by experiments.hostinfo")
+    return host
+
+
+def load_host(path: str | Path, experiments: list[str]) -> HostResults:
+    """Read ``host.json`` and every experiment's ``replicates.csv`` and ``summary.csv``.
+
+    An experiment with neither file is recorded in ``missing``; one with only one of them, or
+    with a file that cannot be read, is an error.
+
+    Raises:
+        DataError: naming the file: host.json missing or not JSON (or without
+            ``available_cpus``), a CSV that is empty, corrupt or lacks the experiment's key
+            columns, ``metric`` or ``value``, or one of the pair missing.
+    """
+    path = Path(path)
+    res = HostResults(name=path.name, path=path, host=_read_host_json(path))
+    for exp in experiments:
+        rep, summ = path / exp / "replicates.csv", path / exp / "summary.csv"
+        if not rep.exists() and not summ.exists():
+            res.missing[exp] = f"{exp} was not run on {res.name} (no {exp}/replicates.csv, no {exp}/summary.csv)"
+            continue
+        for f in (rep, summ):
+            if not f.exists():
+                raise DataError(f, "missing while its sibling exists: the host directory is incomplete")
+        reps, summary = read_table(rep, exp), read_table(summ, exp)
+        keys = registry.get(exp).spec.keys
+        for f, df, cols in ((rep, reps, ("metric", "value", "status", "role")), (summ, summary, ("median", "status"))):
+            for col in (*keys, *cols):
+                if col not in df.columns:
+                    raise DataError(f, f"missing column (have: {', '.join(map(str, df.columns))})", column=col)
+        res.replicates[exp], res.summaries[exp] = reps, summary
+    return res
+
+
+#: host.json fields of the environment table: (label, getter).
+ENVIRONMENT = [
+    ("CPU model", lambda h: h.get("cpu_model")),
+    ("CPU vendor", lambda h: h.get("cpu_vendor")),
+    ("logical CPUs", lambda h: h.get("logical_cpus")),
+    ("physical cores", lambda h: h.get("physical_cores")),
+    ("available CPUs", lambda h: h.get("available_cpus")),
+    ("affinity", lambda h: ",".join(map(str, h.get("affinity") or []))),
+    ("cgroup CPU quota", lambda h: h.get("cgroup_quota_cpus")),
+    ("ISA flags", lambda h: " ".join(k for k, v in (h.get("isa") or {}).items() if v)),
+    ("memory GiB", lambda h: h.get("memory_gib")),
+    ("kernel", lambda h: h.get("kernel")),
+    ("Python", lambda h: f"{h.get('python_implementation', '')} {h.get('python_version', '')}".strip()),
+    ("GIL enabled", lambda h: h.get("gil_enabled")),
+    ("torch", lambda h: h.get("torch_version")),
+    ("ATen parallel backend", lambda h: (h.get("torch_parallel") or {}).get("aten_parallel_backend")),
+    ("intra-op threads (default)", lambda h: (h.get("torch_parallel") or {}).get("at_num_threads")),
+    ("inter-op threads (default)", lambda h: (h.get("torch_parallel") or {}).get("at_num_interop_threads")),
+    ("OMP max threads", lambda h: (h.get("torch_parallel") or {}).get("omp_max_threads")),
+    ("MKL max threads", lambda h: (h.get("torch_parallel") or {}).get("mkl_max_threads")),
+    ("git commit", lambda h: (h.get("git_commit") or "")[:12] or None),
+    ("schema version", lambda h: h.get("schema_version")),
+]
+
+
+def environment_table(hosts: list[HostResults]) -> pd.DataFrame:
+    """One row per fingerprint field, one column per host, and ``differs``."""
+    rows = []
+    for label, get in ENVIRONMENT:
+        values = [get(h.host) for h in hosts]
+        rows.append(
+            {"field": label, **{h.name: v for h, v in zip(hosts, values)}, "differs": len({str(v) for v in values}) > 1}
+        )
+    return pd.DataFrame(rows)
+
+
+BEST_COLUMNS = ["experiment", "group", "host", "best", "speedup", "speedup_ci_low", "speedup_ci_high"]
+
+
+def _best_rows(exp: str, h: HostResults) -> list[dict]:
+    """One host's best configuration per group of ``exp``; ``none (<statuses>)`` for a group
+    without any measured point."""
+    spec = registry.get(exp).spec
+    s = h.summaries[exp]
+    rest = [k for k in spec.keys if k not in spec.group]
+    rows = []
+    for _, grp in s.groupby(list(spec.group), sort=False) if spec.group else [((), s)]:
+        group = point_label(dict(zip(spec.group, grp.iloc[0][list(spec.group)]))) if spec.group else "all points"
+        best = grp[grp["best"]]
+        if best.empty:  # nothing measured in the group
+            statuses = ", ".join(sorted(set(grp["status"].astype(str))))
+            rows.append({"experiment": exp, "group": group, "host": h.name, "best": f"none ({statuses})"})
+            continue
+        r = best.iloc[0]
+        rows.append(
+            {
+                "experiment": exp,
+                "group": group,
+                "host": h.name,
+                "best": point_label(dict(zip(rest, r[rest]))),
+                **{c: r.get(c) for c in ("speedup", "speedup_ci_low", "speedup_ci_high")},
+            }
+        )
+    return rows
+
+
+def best_table(hosts: list[HostResults], experiments: list[str]) -> pd.DataFrame:
+    """The best configuration per host and group (``best`` in each summary: the highest
+    speedup whose CI lies above 1, else the baseline), and whether it shifts between hosts.
+    A group without any measured point reads ``none (<statuses>)``, e.g. ``none (skipped)``."""
+    rows = [
+        r
+        for exp in experiments
+        for h in hosts
+        if exp in h.summaries and "best" in h.summaries[exp]
+        for r in _best_rows(exp, h)
+    ]
+    df = pd.DataFrame(rows, columns=BEST_COLUMNS)
+    df["shifts"] = df.groupby(["experiment", "group"])["best"].transform(lambda b: b.nunique() > 1)
+    return df

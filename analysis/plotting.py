@@ -1,0 +1,120 @@
+"""Shared chart style and helpers; every figure of every experiment is drawn with these.
+
+Every measured quantity is drawn with its uncertainty: error bars span the 95% bootstrap
+confidence interval of the median; points flagged noisy (IQR > 10% of the median) get a hollow
+marker or hatching. Colours are the Okabe-Ito colour-blind-safe palette. The backend is Agg
+(headless), set before pyplot is imported.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+# Okabe-Ito colour-blind-safe palette.
+PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
+
+#: The summary columns of a speedup and its 95% CI.
+SPEEDUP = ("speedup", "speedup_ci_low", "speedup_ci_high")
+
+plt.rcParams.update(
+    {
+        "figure.dpi": 110,
+        "savefig.dpi": 110,
+        "font.size": 10,
+        "axes.titlesize": 11,
+        "axes.spines.top": False,
+        "axes.spines.right": False,
+        "axes.grid": True,
+        "grid.alpha": 0.3,
+        "legend.frameon": False,
+    }
+)
+
+
+def cpus_text(n) -> str:
+    """``"1 CPU"``, ``"2 CPUs"``; ``"? CPUs"`` when ``n`` is unknown (None)."""
+    return f"{n} CPU" if n == 1 else f"{'?' if n is None else n} CPUs"
+
+
+def yerr(df: pd.DataFrame, centre: str = "median", low: str = "ci_low", high: str = "ci_high") -> np.ndarray:
+    """Error bar lengths (2 x n) from a centre and CI columns; missing values draw no bar."""
+    lo = (df[centre] - df[low]).clip(lower=0).fillna(0).to_numpy(dtype=float)
+    hi = (df[high] - df[centre]).clip(lower=0).fillna(0).to_numpy(dtype=float)
+    return np.vstack([lo, hi])
+
+
+def noisy_mask(sub: pd.DataFrame) -> np.ndarray:
+    """Boolean array: which rows are flagged noisy (missing counts as not noisy)."""
+    return sub["noisy"].fillna(False).astype(bool).to_numpy()
+
+
+def speedup_line(ax, x, sub: pd.DataFrame, colour: str, label: str | None = None) -> None:
+    """Speedup over the interleaved baseline with its 95% CI; noisy points drawn hollow."""
+    ax.errorbar(x, sub["speedup"], yerr=yerr(sub, *SPEEDUP), color=colour, marker="o", capsize=3, label=label)
+    noisy = noisy_mask(sub)
+    if noisy.any():
+        ax.scatter(
+            np.asarray(x)[noisy],
+            sub["speedup"].to_numpy()[noisy],
+            s=36,
+            facecolors="white",
+            edgecolors=colour,
+            linewidths=1.5,
+            zorder=4,
+        )
+
+
+def speedup_note(fig: Figure, extra: str = "") -> None:
+    """The footnote of a speedup chart: how speedups and their CIs were measured."""
+    fig.text(
+        0.01,
+        0.005,
+        "Speedup: median of per-round ratios to the baseline measured interleaved in the same job; "
+        "error bars: 95% bootstrap CI. Hollow: noisy (IQR > 10% of median)." + extra,
+        fontsize=7.5,
+        color="#555555",
+    )
+
+
+def note(fig: Figure, text: str) -> None:
+    """A footnote in small grey type at the bottom left."""
+    fig.text(0.01, 0.005, text, fontsize=7.5, color="#555555")
+
+
+def not_measured_panel(ax, title: str, sub: pd.DataFrame) -> None:
+    """An axis for a group without any measured point: its status and reason, wrapped."""
+    first = sub.iloc[0]
+    reason = str(first.get("reason") or "") if pd.notna(first.get("reason")) else ""
+    text = f"not measured: {first['status']}" + (f"\n\n{textwrap.fill(reason, 40)}" if reason else "")
+    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=9, transform=ax.transAxes, wrap=True)
+    ax.set_title(title, fontsize=10)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def baseline_text(sub: pd.DataFrame, unit: str) -> str:
+    """``baseline 1,234 samples/s``: the median of the interleaved baselines' medians."""
+    base = sub["baseline_median"].dropna()
+    return f"baseline {base.median():,.0f} {unit}" if len(base) else ""
+
+
+def ymax(sub: pd.DataFrame, floor: float) -> float:
+    """The largest speedup or CI upper bound of ``sub``, at least ``floor``."""
+    top = sub["speedup_ci_high"].fillna(sub["speedup"])
+    return max(float(np.nanmax(top)) if top.notna().any() else 0.0, floor)
+
+
+def circle_best(ax, x: float, y: float, label: str) -> None:
+    """Ring the best point of a line chart."""
+    ax.scatter(
+        [x], [y], marker="o", s=260, facecolors="none", edgecolors="#D55E00", linewidths=2, zorder=5, label=label
+    )

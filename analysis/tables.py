@@ -1,0 +1,170 @@
+"""One loader for every CSV the pipeline writes: each column with its real dtype.
+
+:func:`read_table` reads a CSV as text and converts every column it knows to its type, so no
+code compares ``"True"`` with a string: booleans become ``bool``, counts ``int64``, measurements
+``float64`` and text stays ``str`` with empty cells as ``""``. A column with missing cells keeps
+pandas' nullable type (``boolean``, ``Int64``). The types come from
+
+* the columns every experiment writes (:data:`KNOWN`: docs/csv-schema.md);
+* the experiment's ``Params`` dataclass for its parameter columns (an ``int`` field is an
+  integer column, a ``Literal`` of strings a text column), its metric and extra columns
+  (floats) and its flags (text or boolean), through :mod:`experiments.registry`;
+* for any other column, its content: only ``True``/``False`` is boolean, only whole numbers is
+  integer, numbers (``nan`` and empty cells allowed) is float, anything else text.
+
+A cell that does not fit its column's type raises :class:`DataError` naming the file, the row
+(1-based, header excluded) and the column.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from experiments import registry
+
+BOOL, INT, FLOAT, STR = "bool", "int", "float", "str"
+
+#: Columns whose type does not depend on the experiment (metrics, replicates, summaries, spans,
+#: samples, fidelity, jobs, comparison files).
+KNOWN = {
+    **dict.fromkeys(("host", "experiment", "role", "status", "reason", "metric", "source", "speedup_source"), STR),
+    **dict.fromkeys(("actor", "kind", "series", "check", "expected", "verdict", "job", "phase", "point"), STR),
+    **dict.fromkeys(("repeat", "available_cpus", "n", "samples"), INT),
+    **dict.fromkeys(("contended", "oversubscribed", "noisy", "best", "differs", "shifts"), BOOL),
+    **dict.fromkeys(
+        (
+            "wall_s",
+            "cpu_util_pct",
+            "interference_pct",
+            "sampler_cpu_pct",
+            "window_start_unix",
+            "window_end_unix",
+            "value",
+            "t_s",
+            "busy_pct",
+            "start_s",
+            "end_s",
+            "cpu_s",
+            "start_unix",
+            "end_unix",
+            "measured",
+        ),
+        FLOAT,
+    ),
+    **dict.fromkeys(("median", "q1", "q3", "iqr", "iqr_pct", "ci_low", "ci_high", "baseline_median"), FLOAT),
+    **dict.fromkeys(("speedup", "speedup_ci_low", "speedup_ci_high", "speedup_ratio_of_medians"), FLOAT),
+    **dict.fromkeys(("parallel_efficiency", "ratio", "ratio_ci_low", "ratio_ci_high", "ratio_per_cpu"), FLOAT),
+    **dict.fromkeys(("median_per_cpu", "mannwhitney_u", "p_value"), FLOAT),
+}
+
+_PY_TYPES = {bool: BOOL, int: INT, float: FLOAT, str: STR}
+_WHOLE = re.compile(r"^[+-]?\d+$")
+
+
+class DataError(ValueError):
+    """A file that cannot be analysed; the message names file, row and column."""
+
+    def __init__(self, path, message: str, row: int | None = None, column: str | None = None) -> None:
+        where = str(path)
+        if row is not None:
+            where += f", row {row}"
+        if column is not None:
+            where += f", column {column!r}"
+        super().__init__(f"{where}: {message}")
+        self.path, self.row, self.column = str(path), row, column
+
+
+def experiment_types(experiment: str) -> dict[str, str]:
+    """Column types an experiment adds to :data:`KNOWN`: its parameters, metrics, extra columns
+    (with their ``_ci_low``/``_ci_high``) and flags.
+
+    Raises:
+        ValueError: for an experiment that is not registered.
+    """
+    from experiments.params import field_types
+
+    exp = registry.get(experiment)
+    types = {name: _PY_TYPES.get(tp, STR) for name, tp in field_types(exp.params_cls).items()}
+    types |= dict.fromkeys(exp.spec.metrics, FLOAT)
+    for col in exp.spec.summarised_columns:
+        types |= dict.fromkeys((col, f"{col}_ci_low", f"{col}_ci_high"), FLOAT)
+    types |= {f.column: STR if f.aggregate == "text" else BOOL for f in exp.spec.flags}
+    return types
+
+
+def _bad(path, col: str, raw: pd.Series, bad: pd.Series, message: str) -> DataError:
+    i = int(np.flatnonzero(bad.to_numpy())[0])
+    return DataError(path, message.format(value=raw.iloc[i]), row=i + 1, column=col)
+
+
+def _numbers(raw: pd.Series, path, col: str) -> pd.Series:
+    blank = raw.str.strip().isin(["", "nan", "NaN"])
+    values = pd.to_numeric(raw.where(~blank, np.nan), errors="coerce")
+    bad = ~blank & values.isna()
+    if bad.any():
+        raise _bad(path, col, raw, bad, "non-numeric value {value!r}")
+    return values.astype(float)
+
+
+def _convert(raw: pd.Series, kind: str, path, col: str) -> pd.Series:
+    """``raw`` (text, empty cells ``""``) as ``kind``; see the module docstring."""
+    if kind == STR:
+        return raw
+    if kind == BOOL:
+        text = raw.str.strip().str.lower()
+        mapped = text.map({"true": True, "1": True, "false": False, "0": False})
+        bad = text.ne("") & mapped.isna()
+        if bad.any():
+            raise _bad(path, col, raw, bad, "expected True or False, got {value!r}")
+        return mapped.astype(bool) if mapped.notna().all() else mapped.astype("boolean")
+    values = _numbers(raw, path, col)
+    if kind == FLOAT:
+        return values
+    bad = values.notna() & (values != np.floor(values))
+    if bad.any():
+        raise _bad(path, col, raw, bad, f"{col} must be a whole number, got {{value!r}}")
+    return values.astype("int64") if values.notna().all() else values.astype("Int64")
+
+
+def infer(raw: pd.Series) -> str:
+    """The type of a column that no declaration names, from its non-empty cells."""
+    cells = raw[raw.str.strip().ne("")].str.strip()
+    if cells.empty:
+        return FLOAT
+    if cells.isin(["True", "False"]).all():
+        return BOOL
+    if cells.str.match(_WHOLE).all():
+        return INT
+    nan = cells.str.lower().eq("nan")
+    return FLOAT if (pd.to_numeric(cells.mask(nan), errors="coerce").notna() | nan).all() else STR
+
+
+def read_table(path: str | Path, experiment: str | None = None, types: dict[str, str] | None = None) -> pd.DataFrame:
+    """Read a CSV written by the pipeline with every column typed (see the module docstring).
+
+    Args:
+        path: the CSV file.
+        experiment: the experiment whose columns it holds, if any (adds
+            :func:`experiment_types`).
+        types: further column types, overriding the others (``bool``, ``int``, ``float``, ``str``).
+
+    Returns:
+        The table; a header-only file gives an empty table with its columns.
+
+    Raises:
+        DataError: an empty file (no header), an unreadable CSV, or a cell that does not fit its
+            column's type, naming file, row and column.
+    """
+    try:
+        raw = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except pd.errors.EmptyDataError:
+        raise DataError(path, "file is empty (no header, no rows)") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise DataError(path, f"not a readable CSV file ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
+    known = KNOWN | (experiment_types(experiment) if experiment else {}) | (types or {})
+    out = {col: _convert(raw[col], known.get(col) or infer(raw[col]), path, col) for col in raw.columns}
+    return pd.DataFrame(out, index=raw.index)

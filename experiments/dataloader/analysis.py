@@ -1,0 +1,130 @@
+"""DataLoader experiment, analysis: the best num_workers per dataset and what the training loop
+waited for data, the throughput and data-stall charts, and the points the timeline shows."""
+
+from __future__ import annotations
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from analysis.findings import best_row, fmt_x, in_order, measured, num, pick
+from analysis.plotting import (
+    PALETTE,
+    baseline_text,
+    circle_best,
+    cpus_text,
+    note,
+    plt,
+    speedup_line,
+    speedup_note,
+    yerr,
+)
+from analysis.timelines import point_of
+from experiments.dataloader import DATASETS
+
+KEYS = ("dataset", "num_workers")
+
+
+def _dataset_finding(dataset: str, sub: pd.DataFrame) -> str:
+    best = best_row(sub)
+    zero = pick(sub, num_workers=0)
+    label = DATASETS[dataset][0].upper() + DATASETS[dataset][1:]
+    s = f"{label}: best num_workers = {int(best['num_workers'])} at {num(best['median'], 'samples/s')}"
+    if zero is not None and int(best["num_workers"]) != 0:
+        s += f", {fmt_x(best)} over num_workers = 0"
+    s += f"; the training loop waited for data {best['data_stall_pct']:.0f}% of the time there."
+    if zero is not None and int(best["num_workers"]) == 0 and len(sub) > 1:
+        worst = sub.loc[sub["median"].idxmin()]
+        s += (
+            f" More workers were slower (num_workers = {int(worst['num_workers'])}: "
+            f"{worst['speedup']:.2f}x): passing batches between processes costs more than loading them."
+        )
+    return s
+
+
+def findings(summary: pd.DataFrame, host: dict) -> list[str]:
+    """Per dataset the best num_workers and the data stall there; PyTorch's worker warnings."""
+    out = []
+    for dataset in in_order(summary["dataset"], DATASETS):
+        sub = measured(summary[summary["dataset"] == dataset])
+        if len(sub):
+            out.append(_dataset_finding(dataset, sub))
+    warned = summary[summary["worker_warning"] != ""] if "worker_warning" in summary else summary.iloc[0:0]
+    if len(warned):
+        ws = ", ".join(sorted({str(int(w)) for w in warned["num_workers"]}))
+        out.append(
+            f"PyTorch warned about too many workers at num_workers = {ws} (more than it suggests for this machine)."
+        )
+    return out
+
+
+def dataloader_throughput(summary: pd.DataFrame, host: dict) -> Figure:
+    """Speedup over num_workers = 0 against num_workers, one panel per dataset, best circled."""
+    datasets = in_order(summary["dataset"], DATASETS)
+    fig, axes = plt.subplots(1, len(datasets), figsize=(4.3 * len(datasets), 4.2), squeeze=False)
+    for ax, ds, c in zip(axes[0], datasets, PALETTE):
+        sub = summary[summary["dataset"] == ds].sort_values("num_workers")
+        speedup_line(ax, sub["num_workers"], sub, c)
+        best = sub[sub["best"]]
+        if len(best):
+            b = best.iloc[0]
+            circle_best(ax, b["num_workers"], b["speedup"], f"best: num_workers={int(b['num_workers'])}")
+            ax.legend(loc="best", fontsize=9)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_xticks(sub["num_workers"])
+        ax.set_xlabel("num_workers")
+        ax.set_title(f"{DATASETS[ds]}\n({baseline_text(sub, 'samples/s')} at num_workers=0)", fontsize=10)
+        ax.set_ylim(bottom=0)
+    axes[0, 0].set_ylabel("speedup over num_workers = 0 (x)")
+    fig.suptitle(f"DataLoader num_workers on {cpus_text(host.get('available_cpus'))} available", fontsize=11)
+    speedup_note(fig)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    return fig
+
+
+def dataloader_stall(summary: pd.DataFrame, host: dict) -> Figure:
+    """Data-stall share (time the training loop waited inside ``next(iterator)``, % of the
+    epoch's wall time) against num_workers, one line per dataset, with 95% bootstrap CIs."""
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    for ds, c, marker in zip(DATASETS, PALETTE, ("o", "s", "^")):
+        sub = summary[(summary["dataset"] == ds) & (summary["status"] == "ok")].sort_values("num_workers")
+        if not len(sub):
+            continue
+        ax.errorbar(
+            sub["num_workers"],
+            sub["data_stall_pct"],
+            yerr=yerr(sub, "data_stall_pct", "data_stall_pct_ci_low", "data_stall_pct_ci_high"),
+            color=c,
+            marker=marker,
+            capsize=3,
+            label=DATASETS[ds],
+        )
+    ax.set_xticks(sorted(summary["num_workers"].unique()))
+    ax.set_xlabel("num_workers")
+    ax.set_ylabel("data stall (% of epoch wall time)")
+    ax.set_ylim(0, 105)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9)
+    ax.set_title(
+        f"DataLoader: share of the epoch the training loop waited for data\n"
+        f"({host.get('available_cpus', '?')} available CPUs; lower is better)",
+        fontsize=10,
+    )
+    note(fig, "Median over epochs; error bars: 95% bootstrap CI of the median.")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    return fig
+
+
+FIGURES = {"dataloader_throughput": dataloader_throughput, "dataloader_stall": dataloader_stall}
+
+
+def timeline_points(summary: pd.DataFrame) -> list[dict]:
+    """Per dataset, num_workers = 0 and the best num_workers > 0 (by speedup, else the largest)."""
+    ok = summary[summary["status"] == "ok"]
+    points = []
+    for ds in in_order(ok["dataset"], DATASETS):
+        sub = ok[ok["dataset"] == ds]
+        points += [point_of(r, KEYS) for _, r in sub[sub["num_workers"] == 0].head(1).iterrows()]
+        more = sub[sub["num_workers"] > 0]
+        if len(more):
+            pick_at = more["speedup"].idxmax() if more["speedup"].notna().any() else more["num_workers"].idxmax()
+            points.append(point_of(more.loc[pick_at], KEYS))
+    return points

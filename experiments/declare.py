@@ -1,0 +1,193 @@
+"""What an experiment declares about itself, light enough for the Snakefile to read at parse time.
+
+Each experiment package ``experiments/<name>/`` defines ``EXPERIMENT = Experiment(...)`` in its
+``__init__.py`` (plain Python: no torch, pandas or matplotlib). The workflow builds the path
+scheme ``results/<host>/<name>/<key>~<value>/.../metrics.csv`` from it (keys in the order of
+:attr:`Experiment.keys`), and the analysis and the report read its metric, baseline, units,
+extra columns, flags and timeline from it. What needs pandas or matplotlib (findings, figures,
+timeline point choice, theory checks) lives in the package's ``analysis.py``; the report's
+prose in its ``report.yaml``; its config schema in ``schema.yaml`` (docs/adding-an-experiment.md).
+
+Speedup always compares a higher-is-better throughput metric with the baseline of the point's
+group, measured interleaved in the point's own job (:mod:`analysis.stats`). Parallel efficiency
+is ``speedup / p`` (Amdahl's and Gustafson's textbook definition, e.g. Hennessy and Patterson,
+*Computer Architecture*), with ``p`` from :attr:`Experiment.parallel_units`; it is left empty
+where ``p`` has no meaning (DataLoader workers feed one training loop; JIT modes are not
+parallelism).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+#: Parameters that may differ between hosts for every experiment: the number of rounds and the
+#: sampler's rate change how precisely a point is known, not what it measures.
+FREE_PARAMS = frozenset({"repeats", "sample_hz"})
+
+
+@dataclass(frozen=True)
+class Column:
+    """An experiment-specific metrics column summarised per point: its median and 95% bootstrap
+    CI become summary columns ``<name>``, ``<name>_ci_low``, ``<name>_ci_high``.
+
+    Attributes:
+        name: the metrics column (its unit in the name, e.g. ``latency_ms``).
+        label: what the report's table calls it, e.g. ``latency``.
+        unit: its unit for the table header, e.g. ``ms`` (header ``latency ms``).
+        in_table: whether the report's per-point table shows it.
+    """
+
+    name: str
+    label: str
+    unit: str = ""
+    in_table: bool = True
+
+    @property
+    def header(self) -> str:
+        """The report table's column header: label and unit."""
+        return f"{self.label} {self.unit}".strip()
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A metrics column that flags a point in the report's ``flags`` column.
+
+    Attributes:
+        column: the metrics column; the summary carries one value per point.
+        label: the flag's text in the report, e.g. ``worker warning``.
+        aggregate: ``text``: the summary keeps the first non-empty text of the point's rows and
+            the flag shows when there is one; ``all``: the summary is True when every ok row is
+            true (a boolean column) and the flag shows when it is False.
+    """
+
+    column: str
+    label: str
+    aggregate: Literal["text", "all"] = "text"
+
+
+@dataclass(frozen=True)
+class SpanKind:
+    """One kind of work span (``spans.csv`` column ``kind``) and how timelines draw it."""
+
+    name: str
+    colour: str
+    label: str
+
+
+def one_thread(point: Mapping[str, Any]) -> int:
+    """Threads per timeline actor when every actor is one thread."""
+    return 1
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """The experiment records work spans: it gets a Gantt timeline, a per-core heatmap and a
+    Chrome trace (figures ``<name>_timeline``, ``<name>_cores``; ``traces/<name>.json``). Which
+    points the timeline shows is chosen by ``timeline_points(summary)`` in the package's
+    ``analysis.py``.
+
+    Attributes:
+        title: the timeline figure's title.
+        kinds: the span kinds the experiment records, in legend order.
+        on_cpu_share: spans carry ``cpu_s`` (CPU time inside the span): the light bar is the
+            span's wall time and the dark fill's height its on-CPU share.
+        threads_per_actor: threads of one actor at a point (the on-CPU share is per thread).
+    """
+
+    title: str
+    kinds: tuple[SpanKind, ...]
+    on_cpu_share: bool = False
+    threads_per_actor: Callable[[Mapping[str, Any]], int] = one_thread
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """How to run and read one experiment.
+
+    Attributes:
+        name: experiment name: the package, config section, path component and ``experiment``
+            column.
+        keys: swept parameters, in path order; together they identify a point.
+        metrics: throughput column(s), higher is better, and the unit of each, e.g.
+            ``{"samples_per_s": "samples/s"}``.
+        group: keys whose points share a baseline (speedups are computed within a group).
+        baseline: ``{key: value}`` picking the baseline point inside each group.
+        figures: names of the figures the package's ``analysis.FIGURES`` draws, in report
+            order (timeline figures are added after them, see :attr:`all_figures`).
+        metric_for: the metric column of a point (``{key: value}``); default: the one metric.
+        parallel_units: ``p`` of a point for parallel efficiency; None where it has no meaning.
+        extra_columns: other columns summarised per point (median and CI).
+        flags: columns that flag a point in the report.
+        free_params: parameters besides :data:`FREE_PARAMS` that may differ between hosts
+            without making their results incomparable (warm-up counts, time-outs).
+        resolve: per swept key, a function ``(config value, available CPUs) -> list of values``
+            that resolves a symbolic config value at parse time (e.g. ``threads: auto``).
+        timeline: set if the experiment records work spans.
+        order: position in the report (lower first; ties by name).
+    """
+
+    name: str
+    keys: tuple[str, ...]
+    metrics: Mapping[str, str]
+    group: tuple[str, ...]
+    baseline: Mapping[str, Any]
+    figures: tuple[str, ...] = ()
+    metric_for: Callable[[Mapping[str, Any]], str] | None = None
+    parallel_units: Callable[[Mapping[str, Any]], float] | None = None
+    extra_columns: tuple[Column, ...] = ()
+    flags: tuple[Flag, ...] = ()
+    free_params: frozenset[str] = frozenset()
+    resolve: Mapping[str, Callable[[Any, int], list]] = field(default_factory=dict)
+    timeline: Timeline | None = None
+    order: int = 100
+
+    def __post_init__(self) -> None:
+        if not self.keys:
+            raise ValueError(f"experiment {self.name!r}: keys must name at least one swept parameter")
+        if not self.metrics:
+            raise ValueError(f"experiment {self.name!r}: metrics must name at least one throughput column")
+        if len(self.metrics) > 1 and self.metric_for is None:
+            raise ValueError(f"experiment {self.name!r}: several metrics need metric_for to choose one per point")
+        unknown = [k for k in (*self.group, *self.baseline) if k not in self.keys]
+        if unknown:
+            raise ValueError(f"experiment {self.name!r}: group and baseline keys {unknown} are not in keys {self.keys}")
+
+    def metric(self, point: Mapping[str, Any]) -> str:
+        """The metric column of a point (``point`` maps keys to values)."""
+        return self.metric_for(point) if self.metric_for is not None else next(iter(self.metrics))
+
+    def unit(self, metric: str) -> str:
+        """The unit of a metric column (the column name itself if it is not declared)."""
+        return self.metrics.get(metric, metric)
+
+    def is_baseline(self, point: Mapping[str, Any]) -> bool:
+        """Whether ``point`` is its group's baseline (values compared as text)."""
+        return all(str(point[k]) == str(v) for k, v in self.baseline.items())
+
+    def units_of(self, point: Mapping[str, Any]) -> float:
+        """``p`` of a point for parallel efficiency (NaN where it has no meaning)."""
+        return float(self.parallel_units(point)) if self.parallel_units is not None else float("nan")
+
+    @property
+    def all_figures(self) -> tuple[str, ...]:
+        """Every figure of the experiment in report order: its own, then timeline and cores."""
+        extra = (f"{self.name}_timeline", f"{self.name}_cores") if self.timeline else ()
+        return (*self.figures, *extra)
+
+    @property
+    def summarised_columns(self) -> tuple[str, ...]:
+        """Names of :attr:`extra_columns`."""
+        return tuple(c.name for c in self.extra_columns)
+
+    def sweep_values(self, key: str, value, ncpu: int) -> list:
+        """The values swept for ``key`` given its config ``value`` (resolved at parse time)."""
+        if key in self.resolve:
+            return list(self.resolve[key](value, ncpu))
+        return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def point_label(point: Mapping[str, Any]) -> str:
+    """``key=value`` pairs of a point, space separated, e.g. ``mode=threads workers=2``."""
+    return " ".join(f"{k}={v}" for k, v in point.items())

@@ -1,0 +1,115 @@
+"""File output of the whole project: every file it writes is written atomically.
+
+A reader (Snakemake, the next job, a user, an interrupted run's next attempt) never sees a
+half-written file. :func:`atomic_write` writes to a hidden temporary file beside the target,
+``.<name>.tmp<pid>``, flushes and fsyncs it, then renames it over the target with
+``os.replace``, which POSIX makes atomic within one file system. If writing fails, or the
+process is interrupted, the temporary file is removed and the target is left as it was.
+(``experiments.supervise`` also clears ``.<name>.tmp*`` files of a job it had to kill.)
+
+The helpers below are the only ways the project writes files: CSV rows (:func:`write_csv`),
+pandas frames (:func:`write_frame`), JSON (:func:`write_json`), text (:func:`write_text`) and
+matplotlib figures as PNG (:func:`write_figure`). This module imports neither pandas nor
+matplotlib: measurement jobs use it too.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+
+def atomic_write(path: str | Path, write: Callable[[IO], None], *, binary: bool = False) -> Path:
+    """Write a file atomically: ``write(fh)`` fills a temporary file, which then replaces ``path``.
+
+    Args:
+        path: the target; its directory is created if missing.
+        write: called once with the open temporary file (text, UTF-8, ``newline=""``; or
+            binary with ``binary=True``).
+        binary: open the temporary file in binary mode.
+
+    Returns:
+        ``path`` as a :class:`~pathlib.Path`.
+
+    Raises:
+        OSError: if the directory cannot be created or the file cannot be written; the target
+            is then unchanged and the temporary file removed. Whatever ``write`` raises, too.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    mode = {"mode": "wb"} if binary else {"mode": "w", "newline": "", "encoding": "utf-8"}
+    try:
+        with open(tmp, **mode) as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` (UTF-8) atomically."""
+    return atomic_write(path, lambda fh: fh.write(text))
+
+
+def write_csv(path: str | Path, rows: list[dict], columns: list[str] | None = None) -> Path:
+    """Write dict ``rows`` as CSV atomically, with a header even when there are no rows.
+
+    Args:
+        columns: the header, in order; default: every key of ``rows`` in first-seen order.
+
+    Raises:
+        ValueError: if a row has a key that is not in ``columns``.
+    """
+    if columns is None:
+        columns = list(dict.fromkeys(k for row in rows for k in row))
+
+    def write(fh):
+        w = csv.DictWriter(fh, fieldnames=columns, extrasaction="raise")
+        w.writeheader()
+        w.writerows(rows)
+
+    return atomic_write(path, write)
+
+
+def write_frame(path: str | Path, frame) -> Path:
+    """Write a pandas DataFrame as CSV atomically, without its index."""
+    return atomic_write(path, lambda fh: frame.to_csv(fh, index=False))
+
+
+def finite(obj: Any) -> Any:
+    """``obj`` with NaN and infinities replaced by None (JSON has no NaN) and numpy scalars
+    turned into Python numbers, recursively through dicts, lists and tuples."""
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):  # numpy scalar
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def write_json(path: str | Path, data: Any, *, sort_keys: bool = False) -> Path:
+    """Write ``data`` as indented JSON atomically; NaN and infinities become null, and objects
+    JSON does not know (paths, for example) their ``str``."""
+    text = json.dumps(finite(data), indent=2, sort_keys=sort_keys, allow_nan=False, default=str)
+    return write_text(path, text + "\n")
+
+
+def write_figure(path: str | Path, fig) -> Path:
+    """Save a matplotlib Figure as PNG atomically, cropped to its content, with no
+    ``Software`` metadata (so the same figure gives the same bytes)."""
+    return atomic_write(
+        path, lambda fh: fig.savefig(fh, format="png", bbox_inches="tight", metadata={"Software": None}), binary=True
+    )

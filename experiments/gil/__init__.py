@@ -1,0 +1,40 @@
+"""GIL experiment: do threads speed up CPU-bound Python? I/O-bound Python? Do processes?
+
+The declaration; the measurement is in :mod:`experiments.gil.measure`, findings, figures and
+theory checks in :mod:`experiments.gil.analysis`, the report's prose in ``report.yaml`` and the
+config section's schema in ``schema.yaml``.
+"""
+
+from experiments.declare import Experiment, SpanKind, Timeline
+
+
+def parallel_units(point) -> float:
+    """``p`` for parallel efficiency: the tasks run at once (1 when sequential)."""
+    return 1.0 if point["mode"] == "sequential" else float(point["workers"])
+
+
+EXPERIMENT = Experiment(
+    name="gil",
+    keys=("workload", "mode", "workers"),
+    metrics={"tasks_per_s": "tasks/s"},
+    group=("workload", "workers"),
+    baseline={"mode": "sequential"},
+    parallel_units=parallel_units,
+    figures=("gil_speedup",),
+    free_params=frozenset({"warmup"}),
+    timeline=Timeline(
+        title="GIL timeline: work spans per thread or process, and CPU utilisation",
+        kinds=(
+            SpanKind("cpu", "#0072B2", "CPU-bound chunk (wall time)"),
+            SpanKind("io", "#56B4E9", "sleep-loop chunk (wall time)"),
+        ),
+        on_cpu_share=True,
+    ),
+    order=10,
+)
+
+#: Workloads in report order and what the report calls them.
+WORKLOADS = {"cpu": "CPU-bound Python (counting loop)", "io": "I/O-bound Python (sleep loop)"}
+
+#: Modes in report order.
+MODES = ("sequential", "threads", "processes")

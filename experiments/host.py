@@ -1,0 +1,180 @@
+"""This process on this host: the CPUs it may use, the directories the pipeline owns, its label.
+
+* :func:`available_cpus` -- the denominator of every utilisation figure: the affinity
+  (``os.sched_getaffinity``, which honours ``taskset`` and cpusets) capped by the cgroup CPU
+  quota (:func:`cgroup_quota_cpus`).
+* :func:`prepare_environment`, :func:`measurement_tmpdir` -- caches and temporary files in
+  directories the pipeline owns, never in ``$HOME`` or the system temp directory.
+* :func:`sanitise_host`, :func:`default_host` -- the host label of ``results/<host>/``.
+* :func:`die_with_parent` -- worker processes stop when the job that started them dies.
+
+Nothing here imports torch, pandas or matplotlib.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import re
+import signal
+import socket
+import tempfile
+from pathlib import Path
+
+
+def cgroup_quota_cpus() -> tuple[float | None, str]:
+    """CPUs granted by the cgroup CPU quota (``quota / period``).
+
+    Reads cgroup v2 ``/sys/fs/cgroup/cpu.max``, else v1 ``cpu.cfs_quota_us`` and
+    ``cpu.cfs_period_us``.
+
+    Returns:
+        ``(cpus, "")``; ``(None, "")`` when the cgroup sets no quota; ``(None, reason)`` when
+        neither file can be read.
+    """
+    try:
+        fields = Path("/sys/fs/cgroup/cpu.max").read_text().split()
+        if fields[0] == "max":
+            return None, ""
+        return int(fields[0]) / int(fields[1]), ""
+    except (OSError, IndexError, ValueError):
+        pass
+    try:
+        quota = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())
+        period = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text())
+        return (quota / period if quota > 0 else None), ""
+    except (OSError, ValueError):
+        return None, "no readable cgroup cpu.max or cpu.cfs_quota_us"
+
+
+def affinity() -> list[int]:
+    """Logical CPUs this process may run on (``os.sched_getaffinity``), sorted."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - non-Linux
+        return list(range(os.cpu_count() or 1))
+
+
+def available_cpus() -> int:
+    """CPUs this process can use: its affinity (unlike ``os.cpu_count()``), capped by the cgroup
+    CPU quota rounded up (a quota of 1.5 CPUs counts as 2).
+
+    This is the denominator of ``cpu_util_pct`` and the limit above which a point (its
+    Params' ``cpus_requested()``) is oversubscribed.
+    """
+    n = len(affinity())
+    quota, _ = cgroup_quota_cpus()
+    if quota is not None:
+        n = min(n, max(1, math.ceil(quota)))
+    return n
+
+
+#: Environment variables pointed at directories the pipeline owns, so that no job writes
+#: caches into $HOME or the system temp directory.
+OWNED_DIRS = {
+    "TMPDIR": "tmp",
+    "MPLCONFIGDIR": "matplotlib",
+    "TORCHINDUCTOR_CACHE_DIR": "inductor",
+    "XDG_CACHE_HOME": "xdg-cache",
+    "XDG_CONFIG_HOME": "xdg-config",
+}
+
+
+#: Variables whose paths reach a command line unquoted: Snakemake's scheduler (it runs the
+#: CBC solver on a file under TMPDIR) and inductor's g++ calls (sources under TMPDIR and the cache
+#: directory) split them at spaces. Measured under a checkout in ``lab résultats/``: Snakemake
+#: printed "Failed to solve scheduling problem with ILP solver" and fell back to its greedy
+#: scheduler, and torch.compile failed with "g++: fatal error: input file '/tmp/sp' is the same
+#: as output file".
+NO_SPACES = ("TMPDIR", "TORCHINDUCTOR_CACHE_DIR")
+
+
+def prepare_environment(code_dir: str, owned_dir: str, short_dir: str | None = None) -> dict[str, str]:
+    """Set the environment every job inherits (called by the Snakefile at parse time).
+
+    Points each variable of :data:`OWNED_DIRS` at a subdirectory of ``owned_dir`` (created),
+    sets ``MPLBACKEND=Agg`` (headless) and puts ``code_dir`` first on ``PYTHONPATH`` so that
+    ``python -m experiments.<name>`` works from any working directory.
+
+    Args:
+        short_dir: a directory the pipeline owns whose path has no whitespace (e.g.
+            :func:`measurement_tmpdir`): the variables of :data:`NO_SPACES` go to a
+            subdirectory of it when their place under ``owned_dir`` has whitespace in its path.
+
+    Returns:
+        The variables that were set, with their values.
+    """
+    root = Path(owned_dir).resolve()
+    env = {}
+    for var, sub in OWNED_DIRS.items():
+        path = root / sub
+        path.mkdir(parents=True, exist_ok=True)
+        if short_dir is not None and var in NO_SPACES and re.search(r"\s", str(path)):
+            path = Path(short_dir) / sub
+            path.mkdir(parents=True, exist_ok=True)
+        env[var] = str(path)
+    env["MPLBACKEND"] = "Agg"
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (code_dir, os.environ.get("PYTHONPATH")) if p)
+    os.environ.update(env)
+    return env
+
+
+def measurement_tmpdir(checkout: str) -> str:
+    """A short temporary directory the pipeline owns, for the TMPDIR of measurement jobs.
+
+    Python 3.11's multiprocessing puts AF_UNIX sockets under TMPDIR
+    (``<TMPDIR>/pymp-XXXXXXXX/listener-XXXXXXXX``; DataLoader workers use them to pass tensors'
+    file descriptors), and AF_UNIX paths are limited to 107 bytes. Under a deep checkout
+    ``.snakemake/lab/tmp`` is too long: measured here, a worker failed with "AF_UNIX path too long"
+    and its DataLoader waited forever. So measurement jobs get ``/tmp/cpulab-<uid>-<hash of the
+    checkout path>`` (mode 700; the system temp directory where /tmp does not exist).
+
+    Returns:
+        The directory's path (created).
+    """
+    base = "/tmp" if os.path.isdir("/tmp") and os.access("/tmp", os.W_OK) else tempfile.gettempdir()
+    digest = hashlib.sha1(str(Path(checkout).resolve()).encode()).hexdigest()[:10]
+    path = Path(base) / f"cpulab-{os.getuid()}-{digest}"
+    path.mkdir(mode=0o700, exist_ok=True)
+    return str(path)
+
+
+def sanitise_host(name: str) -> str:
+    """Turn a host name into a label safe for paths: ``[A-Za-z0-9._-]``, no leading dot.
+
+    Raises:
+        ValueError: if nothing usable is left.
+    """
+    label = re.sub(r"[^A-Za-z0-9._-]+", "-", name or "").strip("-.")
+    if not label:
+        raise ValueError(f"host label {name!r} has no usable characters (allowed: A-Z a-z 0-9 . _ -)")
+    return label
+
+
+def default_host() -> str:
+    """The sanitised short hostname of this machine (up to its first dot), the default label."""
+    return sanitise_host(socket.gethostname().split(".")[0])
+
+
+def set_parent_death_signal(signum: int) -> bool:
+    """Ask Linux to send ``signum`` to this process when its parent dies
+    (``prctl(PR_SET_PDEATHSIG)``); return whether the call was available."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signum)  # 1 = PR_SET_PDEATHSIG
+        return True
+    except (OSError, AttributeError):
+        return False
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGTERM this process when its parent dies.
+
+    Called first thing in worker processes, so that killing a job (timeout, Ctrl-C, SIGTERM
+    from Snakemake) never leaves its workers running as orphans. A no-op where prctl is absent.
+    """
+    set_parent_death_signal(signal.SIGTERM)
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        os._exit(1)

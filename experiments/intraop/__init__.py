@@ -1,0 +1,52 @@
+"""Intra-op threads experiment: throughput against ``torch.set_num_threads``.
+
+The declaration; the measurement is in :mod:`experiments.intraop.measure`, findings, figures
+and theory checks in :mod:`experiments.intraop.analysis`, the report's prose in ``report.yaml``
+and the config section's schema in ``schema.yaml``.
+"""
+
+from experiments.declare import Experiment
+
+#: Workloads whose metric is GFLOP/s (2 n^3 flop per call); the others report samples/s.
+MATMULS = ("matmul", "matmul_bf16")
+
+
+def metric_for(point) -> str:
+    """GFLOP/s for the matrix multiplies, training samples/s for the training steps."""
+    return "gflop_per_s" if point["workload"] in MATMULS else "samples_per_s"
+
+
+def parallel_units(point) -> float:
+    """``p`` for parallel efficiency: the intra-op threads."""
+    return float(point["threads"])
+
+
+def resolve_threads(value, ncpu: int) -> list[int]:
+    """``threads: auto`` is 1 .. available CPUs plus 2 x available CPUs (oversubscribed); a
+    list is taken as it is."""
+    if value == "auto":
+        return [*range(1, ncpu + 1), 2 * ncpu]
+    return list(value)
+
+
+EXPERIMENT = Experiment(
+    name="intraop",
+    keys=("workload", "threads"),
+    metrics={"gflop_per_s": "GFLOP/s", "samples_per_s": "samples/s"},
+    metric_for=metric_for,
+    group=("workload",),
+    baseline={"threads": 1},
+    parallel_units=parallel_units,
+    figures=("intraop_scaling",),
+    free_params=frozenset({"warmup"}),
+    resolve={"threads": resolve_threads},
+    order=40,
+)
+
+#: Workloads in report order and what the figures call them.
+WORKLOADS = {
+    "matmul": "n x n matmul, float32",
+    "matmul_bf16": "n x n matmul, bfloat16",
+    "mlp": "MLP training step",
+    "tiny": "Linear(100,100), batch 4",
+}

@@ -1,0 +1,112 @@
+"""Intra-op threads experiment, analysis: the best thread count per workload, bfloat16 against
+float32, the scaling chart, and the theory check that dense matmul scales with the CPUs."""
+
+from __future__ import annotations
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from analysis.fidelity import capacity_reason, speedup_check
+from analysis.findings import best_row, fmt_x, measured, num, pick, plural
+from analysis.plotting import PALETTE, baseline_text, cpus_text, not_measured_panel, plt, speedup_line, speedup_note
+from analysis.plotting import ymax as speedup_top
+from experiments.intraop import EXPERIMENT, WORKLOADS
+
+
+def _workload_finding(workload: str, sub: pd.DataFrame, ncpu) -> str:
+    best = best_row(sub)
+    unit = EXPERIMENT.unit(best["metric"])
+    s = f"{workload}: best at {plural(int(best['threads']), 'thread')}, {num(best['median'], unit)}"
+    s += f", {fmt_x(best)} over 1 thread"
+    at_n = pick(sub, threads=ncpu) if ncpu else None
+    if at_n is not None and ncpu > 1:
+        s += f"; at {ncpu} threads (all available CPUs) parallel efficiency {at_n['parallel_efficiency']:.0%}"
+    over = sub[sub["oversubscribed"]]
+    if len(over):
+        o = over.iloc[-1]
+        s += f"; oversubscribed at {int(o['threads'])} threads: {o['speedup']:.2f}x"
+    return s + "."
+
+
+def _bf16_finding(summary: pd.DataFrame) -> list[str]:
+    fp32, bf16 = (measured(summary[summary["workload"] == w]) for w in ("matmul", "matmul_bf16"))
+    if not (len(fp32) and len(bf16)):
+        return []
+    a, b = best_row(fp32), best_row(bf16)
+    return [
+        f"bfloat16 over float32 matmul, each at its best thread count: {b['median'] / a['median']:.2f}x "
+        f"({num(b['median'], 'GFLOP/s')} against {num(a['median'], 'GFLOP/s')}; medians of separate jobs, "
+        "not interleaved)" + ("." if b["median"] > a["median"] else ": on this CPU bfloat16 matmul does not pay off.")
+    ]
+
+
+def findings(summary: pd.DataFrame, host: dict) -> list[str]:
+    """Per workload the best thread count and the efficiency at all CPUs (or why it was not
+    measured); bfloat16 against float32 where both were measured."""
+    out = []
+    ncpu = host.get("available_cpus")
+    for workload in summary["workload"].unique():
+        sub = measured(summary[summary["workload"] == workload])
+        if sub.empty:
+            first = summary[summary["workload"] == workload].iloc[0]
+            why = f": {first['reason']}" if first["reason"] else ""
+            out.append(f"{workload}: not measured ({first['status']}){why}.")
+        else:
+            out.append(_workload_finding(workload, sub, ncpu))
+    return out + _bf16_finding(summary)
+
+
+def _scaling_panel(ax, sub: pd.DataFrame, colour: str, title: str, ncpu) -> None:
+    unit = EXPERIMENT.unit(sub["metric"].iloc[0])
+    speedup_line(ax, sub["threads"], sub, colour, label="measured")
+    if ncpu:
+        ax.plot([1, ncpu], [1, ncpu], ":", color="#444444", label="ideal (linear)")
+        label = f"{cpus_text(ncpu)} available"
+        ax.axvline(ncpu, color="#D55E00", linestyle="--", linewidth=1, alpha=0.5, zorder=0, label=label)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(sub["threads"])
+    ax.set_xlabel("intra-op threads (torch.set_num_threads)")
+    ax.set_ylabel("speedup over 1 thread (x)")
+    ax.set_ylim(0, speedup_top(sub, ncpu or 1) * 1.15)
+    ax.set_title(f"{title}\n({baseline_text(sub, unit)} at 1 thread)", fontsize=10)
+    ax.legend(loc="lower right", fontsize=8)
+
+
+def intraop_scaling(summary: pd.DataFrame, host: dict) -> Figure:
+    """Speedup over 1 intra-op thread against threads per workload, with ideal linear scaling.
+
+    A workload without any measured point (e.g. ``matmul_bf16`` skipped on a CPU without
+    native bf16) gets a panel that says so and why, instead of an empty axis."""
+    workloads = list(summary["workload"].unique())
+    ncpu = host.get("available_cpus")
+    fig, axes = plt.subplots(1, len(workloads), figsize=(4.5 * len(workloads), 4.2), squeeze=False)
+    for ax, wl, c in zip(axes[0], workloads, PALETTE):
+        sub = summary[summary["workload"] == wl].sort_values("threads")
+        if not sub["speedup"].notna().any():
+            not_measured_panel(ax, WORKLOADS.get(wl, wl), sub)
+        else:
+            _scaling_panel(ax, sub, c, WORKLOADS.get(wl, wl), ncpu)
+    fig.suptitle("Intra-op threads", fontsize=11)
+    speedup_note(fig)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    return fig
+
+
+FIGURES = {"intraop_scaling": intraop_scaling}
+
+
+def fidelity(summary: pd.DataFrame | None, ncpu: int) -> list[dict]:
+    """Theory check: 1024^2 matmul GFLOP/s with threads = available CPUs over 1 thread, at least
+    0.75 x available CPUs (dense matmul is compute-bound and splits evenly over cores)."""
+    generic = "matmul did not scale with cores: SMT siblings, memory bandwidth, or a CPU quota"
+    return [
+        speedup_check(
+            summary if ncpu > 1 else None,
+            {"workload": "matmul", "threads": ncpu},
+            f"matmul GFLOP/s: {plural(ncpu, 'thread')} over 1",
+            f">= {0.75 * ncpu:.2f}x",
+            lambda s: s >= 0.75 * ncpu,
+            "dense matmul splits evenly over cores",
+            lambda r, s: capacity_reason(r, s, ncpu, generic),
+        )
+    ]

@@ -1,0 +1,86 @@
+"""JIT experiment, analysis: steady-state speedup of each mode over eager, what it costs up
+front and after how many calls it pays off, and the latency chart."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from analysis.findings import fmt_x, in_order, pick
+from analysis.plotting import PALETTE, SPEEDUP, plt, speedup_note, yerr
+from experiments.jit import MODES
+
+
+def _mode_part(r: pd.Series, eager: pd.Series | None) -> str:
+    """One mode's clause: speedup, up-front cost, and after how many calls it pays off."""
+    if r["status"] != "ok":
+        return f"{r['mode']} {r['status']} ({r['reason']})"
+    part = f"{r['mode']} {fmt_x(r)} at steady state, first call {r['first_call_s'] * 1000:.0f} ms"
+    part += f" + setup {r['setup_s'] * 1000:.0f} ms"
+    if eager is not None and np.isfinite(r["speedup"]):
+        # eager latency measured interleaved in this job = latency x speedup
+        saved_ms = r["latency_ms"] * (r["speedup"] - 1)
+        upfront_ms = (r["setup_s"] + r["first_call_s"] - eager["first_call_s"]) * 1000
+        if saved_ms > 0:
+            part += f", pays off after {math.ceil(max(upfront_ms, 0) / saved_ms):,} calls"
+        else:
+            part += ", never pays off here"
+    same = r.get("allclose")
+    if same is not None and not pd.isna(same) and not bool(same):
+        part += ", OUTPUT DIFFERS from eager"
+    return part
+
+
+def findings(summary: pd.DataFrame, host: dict) -> list[str]:
+    """Per model, eager's latency and every other mode's speedup and up-front cost."""
+    out = []
+    for model in summary["model"].unique():
+        sub = summary[summary["model"] == model]
+        eager = pick(sub, mode="eager")
+        parts = [_mode_part(r, eager) for _, r in sub.iterrows() if r["mode"] != "eager"]
+        if eager is not None and parts:
+            out.append(f"{model} (eager {eager['latency_ms']:.3f} ms per batch): " + "; ".join(parts) + ".")
+    return out
+
+
+def jit_latency(summary: pd.DataFrame, host: dict) -> Figure:
+    """Steady-state speedup over eager per mode (left; eager measured interleaved in the same
+    job) and up-front cost, setup plus first call (right, log scale)."""
+    models = list(summary["model"].unique())
+    modes = in_order(summary["mode"], MODES)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4.2))
+    width = 0.8 / len(modes)
+    x = np.arange(len(models))
+    for j, mode in enumerate(modes):
+        m = summary[summary["mode"] == mode].set_index("model").reindex(models)
+        ok = m["status"] == "ok"
+        pos = x + (j - (len(modes) - 1) / 2) * width
+        style = {"color": PALETTE[j], "label": mode, "edgecolor": "black", "linewidth": 0.5}
+        ax1.bar(pos, m["speedup"].where(ok, 0), width, yerr=yerr(m, *SPEEDUP), capsize=3, **style)
+        up = (m["setup_s"] + m["first_call_s"]) * 1000
+        ax2.bar(pos, up.where(ok, np.nan), width, **style)
+        for p, is_ok, st in zip(pos, ok, m["status"]):
+            if not is_ok:
+                for ax in (ax1, ax2):
+                    ax.annotate(
+                        str(st), (p, 0), xytext=(0, 4), textcoords="offset points", rotation=90, ha="center", fontsize=8
+                    )
+    for ax in (ax1, ax2):
+        ax.set_xticks(x, models)
+    ax1.axhline(1.0, color="black", linewidth=0.8)
+    ax1.set_ylabel("steady-state speedup over eager (x)")
+    ax1.set_title("Steady state (after warm-up), eager interleaved")
+    ax1.legend(fontsize=8)
+    ax2.set_yscale("log")
+    ax2.set_ylabel("setup + first call (ms, log scale)")
+    ax2.set_title("Up-front cost")
+    fig.suptitle("Inference: eager vs TorchScript (script, trace) vs torch.compile", fontsize=11)
+    speedup_note(fig)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    return fig
+
+
+FIGURES = {"jit_latency": jit_latency}

@@ -1,0 +1,37 @@
+"""Multiprocessing experiment: training throughput with P processes x T intra-op threads.
+
+The declaration; the measurement is in :mod:`experiments.multiprocessing.measure`, findings
+and figures in :mod:`experiments.multiprocessing.analysis`, the report's prose in
+``report.yaml`` and the config section's schema in ``schema.yaml``.
+"""
+
+from experiments.declare import Experiment, SpanKind, Timeline
+
+
+def parallel_units(point) -> float:
+    """``p`` for parallel efficiency: processes x intra-op threads per process."""
+    return float(point["processes"]) * float(point["threads"])
+
+
+def threads_per_process(point) -> int:
+    """Intra-op threads of one training process (a timeline actor)."""
+    return int(point["threads"])
+
+
+EXPERIMENT = Experiment(
+    name="multiprocessing",
+    keys=("processes", "threads"),
+    metrics={"samples_per_s": "samples/s"},
+    group=(),
+    baseline={"processes": 1, "threads": 1},
+    parallel_units=parallel_units,
+    figures=("multiprocessing_throughput",),
+    free_params=frozenset({"warmup_steps", "timeout_s"}),
+    timeline=Timeline(
+        title="Training processes: work spans per process, and CPU utilisation",
+        kinds=(SpanKind("train", "#009E73", "training steps (wall time)"),),
+        on_cpu_share=True,
+        threads_per_actor=threads_per_process,
+    ),
+    order=20,
+)

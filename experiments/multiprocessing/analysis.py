@@ -1,0 +1,95 @@
+"""Multiprocessing experiment, analysis: the best split of processes x threads, what
+oversubscription cost, the throughput chart and the points the timeline shows."""
+
+from __future__ import annotations
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from analysis.findings import best_row, fmt_x, measured, num, plural
+from analysis.plotting import PALETTE, baseline_text, cpus_text, plt, speedup_line, speedup_note
+from analysis.timelines import point_of
+
+KEYS = ("processes", "threads")
+
+
+def findings(summary: pd.DataFrame, host: dict) -> list[str]:
+    """The best split and, if any point was oversubscribed, the worst of those against it."""
+    ok = measured(summary)
+    if ok.empty:
+        return []
+    best = best_row(ok)
+    ncpu = host.get("available_cpus")
+    out = [
+        f"Best split: {plural(int(best['processes']), 'process', 'processes')} x "
+        f"{plural(int(best['threads']), 'thread')} at "
+        f"{num(best['median'], 'samples/s')}, {fmt_x(best)} over 1 x 1 "
+        f"(parallel efficiency {best['parallel_efficiency']:.0%})."
+    ]
+    over = ok[ok["oversubscribed"]]
+    if len(over):
+        worst = over.loc[over["median"].idxmin()]
+        p, t = int(worst["processes"]), int(worst["threads"])
+        out.append(
+            f"Oversubscribed ({p} x {t} = {p * t} threads on {ncpu} available CPU{'s' if ncpu != 1 else ''}): "
+            f"{worst['speedup']:.2f}x of 1 x 1 where the best split gave {best['speedup']:.2f}x."
+        )
+    return out
+
+
+def multiprocessing_throughput(summary: pd.DataFrame, host: dict) -> Figure:
+    """Speedup of total training samples/s over 1 process x 1 thread, against processes, one
+    line per threads-per-process; oversubscribed points marked."""
+    fig, ax = plt.subplots(figsize=(9.5, 4.4))
+    ncpu = host.get("available_cpus")
+    for j, (threads, sub) in enumerate(summary.groupby("threads")):
+        sub = sub.sort_values("processes")
+        speedup_line(
+            ax, sub["processes"], sub, PALETTE[j % len(PALETTE)], label=f"{plural(threads, 'thread')} per process"
+        )
+        over = sub[sub["oversubscribed"].astype(bool)]
+        if len(over):
+            ax.scatter(
+                over["processes"],
+                over["speedup"],
+                s=110,
+                marker="s",
+                facecolors="none",
+                edgecolors="#D55E00",
+                linewidths=1.5,
+                zorder=5,
+                label="oversubscribed (P x T > available CPUs)",
+            )
+    if ncpu:
+        label = f"{'the' if ncpu == 1 else 'all'} {cpus_text(ncpu)} busy (ideal)"
+        ax.axhline(ncpu, color="#444444", linestyle=":", linewidth=1, label=label)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    handles, labels = ax.get_legend_handles_labels()
+    uniq = dict(zip(labels, handles))
+    ax.legend(uniq.values(), uniq.keys(), loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9)
+    ax.set_xticks(sorted(summary["processes"].unique()))
+    ax.set_xlabel("training processes (P)")
+    ax.set_ylabel("speedup of total samples/s over 1 x 1 (x)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(
+        f"torch.multiprocessing: P processes x T threads on {cpus_text(ncpu)} available\n"
+        f"({baseline_text(summary, 'samples/s')} at 1 x 1)",
+        fontsize=10,
+    )
+    speedup_note(fig, " Orange square: oversubscribed.")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    return fig
+
+
+FIGURES = {"multiprocessing_throughput": multiprocessing_throughput}
+
+
+def timeline_points(summary: pd.DataFrame) -> list[dict]:
+    """1 x 1, the best point and the point with the most threads in all (P x T)."""
+    ok = summary[summary["status"] == "ok"]
+    if ok.empty:
+        return []
+    base = ok[(ok["processes"] == 1) & (ok["threads"] == 1)]
+    best = ok[ok["best"]]
+    most = ok.loc[[(ok["processes"] * ok["threads"]).idxmax()]]
+    return [point_of(r, KEYS) for part in (base, best, most) for _, r in part.head(1).iterrows()]

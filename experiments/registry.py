@@ -1,0 +1,183 @@
+"""The experiments of this checkout, found by looking, never listed by hand.
+
+Every package ``experiments/<name>/`` (a directory with an ``__init__.py``) is an experiment.
+It must define ``EXPERIMENT`` (an :class:`experiments.declare.Experiment` whose ``name`` is the
+directory's name) and hold the files of :data:`PACKAGE_FILES` (docs/adding-an-experiment.md).
+The workflow (``common.smk``), ``analysis/`` and ``report/`` loop over :func:`experiments` and
+import an experiment's modules only through :class:`Registered`; none of them names one.
+
+Importing this module and calling :func:`experiments` is light (the declarations, the report
+prose and the ``Params`` dataclasses: no torch, pandas or matplotlib), so the Snakefile does it at
+parse time. An experiment's ``analysis`` module (pandas, matplotlib) is imported on first use.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import yaml
+
+from experiments.declare import Experiment
+from experiments.params import parse_value
+
+#: Where the experiment packages live.
+ROOT = Path(__file__).resolve().parent
+
+#: The files every experiment package holds, and what each is for.
+PACKAGE_FILES = {
+    "__init__.py": "the declaration: EXPERIMENT = Experiment(...)",
+    "__main__.py": "python -m experiments.<name>: runs measure.main()",
+    "measure.py": "frozen Params, pure run(params, baseline), main(argv); no pandas, matplotlib or jinja2",
+    "analysis.py": "findings(summary, host), FIGURES; timeline_points(summary) with a timeline; optional fidelity",
+    "report.yaml": "title, question, what, why; caption and alt per figure",
+    "schema.yaml": "JSON Schema of the experiment's config section",
+}
+
+#: Keys of report.yaml.
+PROSE_KEYS = ("title", "question", "what", "why", "figures")
+
+
+class RegistryError(ValueError):
+    """An experiment package that is incomplete or inconsistent; the message names the file."""
+
+
+@dataclass(frozen=True)
+class Registered:
+    """One experiment package found in ``experiments/``.
+
+    Attributes:
+        spec: its declaration.
+        path: the package directory.
+    """
+
+    spec: Experiment
+    path: Path
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def package(self) -> str:
+        """The package's module name, ``experiments.<name>``."""
+        return f"experiments.{self.name}"
+
+    @property
+    def schema_path(self) -> Path:
+        """The JSON Schema of its config section."""
+        return self.path / "schema.yaml"
+
+    def measurement(self) -> ModuleType:
+        """Its measurement module (``Params``, ``run``, ``main``)."""
+        return importlib.import_module(f"{self.package}.measure")
+
+    def analysis(self) -> ModuleType:
+        """Its analysis module (findings, figures, timeline points, theory checks)."""
+        return importlib.import_module(f"{self.package}.analysis")
+
+    @property
+    def params_cls(self) -> type:
+        """Its ``Params`` dataclass."""
+        return self.measurement().Params
+
+    @functools.cached_property
+    def prose(self) -> dict:
+        """``report.yaml``: title, question, what, why and ``figures: {name: {caption, alt}}``."""
+        return yaml.safe_load((self.path / "report.yaml").read_text(encoding="utf-8"))
+
+    def parse_point(self, point: Mapping[str, str]) -> dict[str, Any]:
+        """A point read from a path (``{"workers": "2"}``) with its values typed as in ``Params``,
+        keys in declaration order.
+
+        Raises:
+            ValueError: a key missing, or a value that is not of its field's type.
+        """
+        missing = [k for k in self.spec.keys if k not in point]
+        if missing:
+            raise ValueError(f"{self.name}: point {dict(point)} lacks the keys {missing}")
+        return {k: parse_value(self.params_cls, k, str(point[k])) for k in self.spec.keys}
+
+
+def _load(directory: Path) -> Registered:
+    """Import and check one package (see the module docstring)."""
+    module = importlib.import_module(f"experiments.{directory.name}")
+    spec = getattr(module, "EXPERIMENT", None)
+    if not isinstance(spec, Experiment):
+        raise RegistryError(f"{directory / '__init__.py'}: defines no EXPERIMENT = Experiment(...)")
+    if spec.name != directory.name:
+        raise RegistryError(f"{directory / '__init__.py'}: EXPERIMENT.name is {spec.name!r}, not {directory.name!r}")
+    missing = [f for f in PACKAGE_FILES if not (directory / f).exists()]
+    if missing:
+        raise RegistryError(
+            f"{directory}: missing {', '.join(missing)} ("
+            + "; ".join(f"{f}: {PACKAGE_FILES[f]}" for f in missing)
+            + ")"
+        )
+    found = Registered(spec, directory)
+    _check_prose(found)
+    _check_params(found)
+    return found
+
+
+def _check_prose(exp: Registered) -> None:
+    where = exp.path / "report.yaml"
+    prose = exp.prose
+    if not isinstance(prose, dict) or any(k not in prose for k in PROSE_KEYS):
+        raise RegistryError(f"{where}: needs the keys {', '.join(PROSE_KEYS)}")
+    for fig in exp.spec.all_figures:
+        text = (prose["figures"] or {}).get(fig) or {}
+        if not text.get("caption") or not text.get("alt"):
+            raise RegistryError(f"{where}: figure {fig!r} needs a caption and an alt text")
+
+
+def _check_params(exp: Registered) -> None:
+    names = {f.name for f in fields(exp.params_cls)}
+    missing = [k for k in exp.spec.keys if k not in names]
+    if missing:
+        raise RegistryError(f"{exp.path / 'measure.py'}: Params has no fields {missing} (swept keys of {exp.name})")
+    if "repeats" not in names or "sample_hz" not in names:
+        raise RegistryError(f"{exp.path / 'measure.py'}: Params needs the fields repeats and sample_hz")
+
+
+def discover(root: Path = ROOT) -> dict[str, Registered]:
+    """Every experiment package under ``root``, in report order (``order``, then name).
+
+    Raises:
+        RegistryError: naming the file of a package that is incomplete or inconsistent.
+    """
+    found = [_load(d) for d in sorted(root.iterdir()) if d.is_dir() and (d / "__init__.py").exists()]
+    return {e.name: e for e in sorted(found, key=lambda e: (e.spec.order, e.name))}
+
+
+@functools.cache
+def experiments() -> dict[str, Registered]:
+    """The experiments of this checkout (discovered once per process)."""
+    return discover()
+
+
+def get(name: str) -> Registered:
+    """The experiment called ``name``.
+
+    Raises:
+        ValueError: if there is none, naming the experiments there are.
+    """
+    try:
+        return experiments()[name]
+    except KeyError:
+        raise ValueError(f"unknown experiment {name!r}; known: {', '.join(experiments())}") from None
+
+
+def figures() -> dict[str, str]:
+    """Every experiment figure name -> the experiment that draws it."""
+    return {fig: e.name for e in experiments().values() for fig in e.spec.all_figures}
+
+
+def schemas() -> dict[str, Path]:
+    """Every experiment's config section schema, by name."""
+    return {name: e.schema_path for name, e in experiments().items()}

@@ -1,0 +1,147 @@
+"""Interleaved measurement and what a measurement returns: raw rows, samples and spans.
+
+An experiment's ``run(params, baseline)`` returns a :class:`RunResult`, usually through
+:func:`interleave`, which measures a point and its baseline in alternating order within one
+job. Nothing here aggregates: every row is one measured window (one replicate).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Callable
+
+from experiments.window import Meter, Window
+
+#: Columns every metrics row carries. In metrics.csv the order is host, experiment, then the
+#: experiment's parameters (Params fields), then the rest of these, then experiment-specific ones.
+COMMON_COLUMNS = (
+    "host",
+    "experiment",
+    "repeat",
+    "role",
+    "status",
+    "reason",
+    "wall_s",
+    "cpu_util_pct",
+    "available_cpus",
+    "interference_pct",
+    "contended",
+    "sampler_cpu_pct",
+    "window_start_unix",
+    "window_end_unix",
+)
+
+#: Leading columns of samples.csv and spans.csv (docs/csv-schema.md).
+SAMPLE_COLUMNS = ["repeat", "role", "t_s", "series", "busy_pct"]
+SPAN_COLUMNS = ["repeat", "role", "actor", "kind", "start_s", "end_s"]
+
+
+@dataclasses.dataclass
+class RunResult:
+    """What an experiment's ``run(params)`` returns: raw data, no aggregates.
+
+    Attributes:
+        rows: one dict per replicate (metrics; the CLI adds ``host`` and ``experiment``).
+        samples: CPU samples, dicts with ``repeat, role, t_s, series, busy_pct``.
+        spans: work spans, dicts with ``repeat, role, actor, kind, start_s, end_s`` (seconds
+            from the start of the measured window) plus kind-specific fields.
+    """
+
+    rows: list[dict] = dataclasses.field(default_factory=list)
+    samples: list[dict] = dataclasses.field(default_factory=list)
+    spans: list[dict] = dataclasses.field(default_factory=list)
+
+    @classmethod
+    def skipped(cls, reason: str, **row) -> RunResult:
+        """A point that was not measured: one ``point`` row with status ``skipped``, the
+        ``reason`` and any extra columns in ``row`` (e.g. the thread settings seen)."""
+        return cls(rows=[{"repeat": 0, "role": "point", "status": "skipped", "reason": reason, **row}])
+
+    def add_window(self, repeat: int, win: Window, role: str = "point", params=None, **row) -> dict:
+        """Append a metrics row built from ``win`` plus ``row`` and keep its samples.
+
+        ``role`` is ``point`` or ``baseline``; ``params`` (a Params object) overrides the
+        job's parameters in this row's parameter columns (baseline rows).
+        """
+        full = {"repeat": repeat, "role": role, "status": "ok", "reason": "", **win.columns(), **row}
+        if params is not None:
+            full["_params"] = dataclasses.asdict(params)
+        self.rows.append(full)
+        self.samples.extend(
+            {"repeat": repeat, "role": role, "t_s": t, "series": s, "busy_pct": round(v, 3)} for t, s, v in win.samples
+        )
+        return full
+
+
+@dataclasses.dataclass
+class Measured:
+    """One measured window of a :class:`Runner`.
+
+    Attributes:
+        win: the window (wall time, CPU, samples).
+        row: experiment-specific metrics columns (throughput with its unit in the name ...).
+        spans: work spans with ``actor, kind, start_s, end_s`` in seconds from ``win.t0``.
+    """
+
+    win: Window
+    row: dict
+    spans: list[dict] = dataclasses.field(default_factory=list)
+
+
+class Runner(typing.Protocol):
+    """A configuration point made ready to measure: set-up and warm-up happen when it is
+    created (``Runner(params, meter)``), ``once()`` measures one window with the meter,
+    ``close()`` releases processes."""
+
+    def once(self) -> Measured: ...
+
+    def close(self) -> None: ...
+
+
+def interleave(make_runner: Callable[[typing.Any, Meter], Runner], params, baseline=None) -> RunResult:
+    """Measure ``params.repeats`` rounds of a point and, interleaved, its baseline.
+
+    Both are set up (and warmed up) first, with one :class:`~experiments.window.Meter` at
+    ``params.sample_hz``. In round ``r`` the point and the baseline are each measured once, in
+    the order point, baseline for even ``r`` and baseline, point for odd ``r`` (A B B A ...),
+    so that slow drift of a shared machine (timings here move by up to 30% between runs)
+    affects both alike and cancels out of their ratio, as in asv's rounds and pyperf's worker
+    processes. Without a baseline, or when the point is its own baseline, only the point is
+    measured.
+
+    Returns:
+        A :class:`RunResult`; rows have ``role`` ``point`` or ``baseline``.
+    """
+    with Meter(params.sample_hz) as meter:
+        runners = [("point", params, make_runner(params, meter))]
+        try:
+            if baseline is not None and baseline != params:
+                runners.append(("baseline", baseline, make_runner(baseline, meter)))
+            result = RunResult()
+            for r in range(params.repeats):
+                for role, p, runner in runners if r % 2 == 0 else runners[::-1]:
+                    m = runner.once()
+                    result.add_window(r, m.win, role=role, params=p if role == "baseline" else None, **m.row)
+                    result.spans.extend({"repeat": r, "role": role, **s} for s in m.spans)
+            return result
+        finally:
+            for _, _, runner in runners:
+                runner.close()
+
+
+def metrics_rows(result: RunResult, host: str, experiment: str, params) -> tuple[list[dict], list[str]]:
+    """The rows of ``metrics.csv`` and its column order (docs/csv-schema.md): ``host``,
+    ``experiment``, the parameter columns (a baseline row's own parameters), then every other
+    column in first-seen order."""
+    param_cols = dataclasses.asdict(params)
+    rows = [
+        {"host": host, "experiment": experiment, **(r.pop("_params", None) or param_cols), **r} for r in result.rows
+    ]
+    columns = list(dict.fromkeys([*COMMON_COLUMNS[:2], *param_cols, *(k for r in rows for k in r)]))
+    return rows, columns
+
+
+def span_columns(spans: list[dict]) -> list[str]:
+    """spans.csv's columns: :data:`SPAN_COLUMNS`, then kind-specific ones in first-seen order."""
+    return list(dict.fromkeys([*SPAN_COLUMNS, *(k for s in spans for k in s)]))

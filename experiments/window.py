@@ -1,0 +1,236 @@
+"""The measured window and the client of the CPU sampler process.
+
+* :class:`CpuSampler` -- talks to ``python -m experiments.sampler``, a separate process that
+  samples, with psutil, the busy share of every core, of the whole system and of our own process
+  tree (children included: DataLoader workers and ``multiprocessing`` children count).
+* :class:`Meter` -- what a job measures with: it owns one sampler and times windows. Its
+  :meth:`Meter.window` context manager times one measured window (wall clock
+  ``time.perf_counter``) and reports the process tree's CPU utilisation
+  ``cpu_util_pct = tree CPU seconds / (wall seconds * available CPUs) * 100`` (0-100).
+
+There is no module-level state: a job creates its :class:`Meter` and hands it to whatever
+measures (see :func:`experiments.results.interleave`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psutil
+
+from experiments import sampler as sampler_mod
+from experiments.host import affinity, available_cpus
+
+#: A window whose interference averages more than this (% of one CPU) is flagged contended.
+CONTENDED_PCT = 10.0
+
+
+class CpuSampler:
+    """Samples CPU utilisation during measured windows, from a separate process.
+
+    The sampling runs in ``python -m experiments.sampler`` (see that module for why a thread
+    would starve under the GIL). Every ``1 / hz`` seconds it records
+
+    * ``cpu<i>``: busy % of logical CPU ``i`` (``psutil.cpu_percent(percpu=True)``, 0-100);
+    * ``system``: busy % of the whole machine over the affinity CPUs (0-100);
+    * ``tree``: our process tree's CPU time over the interval, as % of ``ncpu`` CPUs (0-100),
+      children included, the sampler excluded.
+
+    One sampler process serves all windows of a job; between windows it sleeps on its input.
+
+    Args:
+        hz: sampling rate in samples per second (> 0).
+        ncpu: CPUs available to the tree (the ``tree`` series' denominator).
+
+    Raises:
+        ValueError: if ``hz <= 0``.
+    """
+
+    def __init__(self, hz: float, ncpu: int) -> None:
+        if hz <= 0:
+            raise ValueError(f"sample_hz must be > 0, got {hz}")
+        self.hz = hz
+        env = dict(os.environ)
+        code_dir = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (code_dir, env.get("PYTHONPATH")) if p)
+        cmd = [sys.executable, "-m", "experiments.sampler", "--pid", str(os.getpid()), "--hz", str(hz)]
+        self._proc = subprocess.Popen(
+            [*cmd, "--ncpu", str(ncpu)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+        )
+        self.pid = self._proc.pid
+        self.sampler_cpu_s = 0.0
+        self._cpu_at_start = 0.0
+
+    def alive(self) -> bool:
+        """Whether the sampler process is still running."""
+        return self._proc.poll() is None
+
+    def _ask(self, cmd: str) -> str:
+        self._proc.stdin.write(cmd + "\n")
+        self._proc.stdin.flush()
+        line = self._proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"CPU sampler (pid {self.pid}) exited with code {self._proc.poll()}")
+        return line
+
+    def start(self) -> None:
+        """Begin a window (primes ``psutil.cpu_percent``, whose first call returns 0.0)."""
+        self._cpu_at_start = float(self._ask("start").split()[1])
+
+    def stop(self) -> list[tuple[float, str, float]]:
+        """End the window; return ``[(t_monotonic_s, series, busy_pct)]``.
+
+        Afterwards ``sampler_cpu_s`` holds the sampler's own CPU seconds during the window.
+        """
+        reply = json.loads(self._ask("stop"))
+        self.sampler_cpu_s = reply["sampler_cpu_s"] - self._cpu_at_start
+        return [tuple(x) for x in reply["samples"]]
+
+    def close(self) -> None:
+        """Ask the sampler to quit and wait for it (at most 5 s)."""
+        if self._proc.poll() is None:
+            try:
+                self._proc.stdin.write("quit\n")
+                self._proc.stdin.close()
+            except (BrokenPipeError, ValueError):
+                pass
+            self._proc.wait(timeout=5)
+
+
+@dataclasses.dataclass
+class Window:
+    """One measured window: wall time, tree CPU time and the CPU samples taken in it.
+
+    Attributes:
+        wall_s: wall-clock duration (s) from ``perf_counter``.
+        cpu_s: CPU seconds of the process tree in the window.
+        cpu_util_pct: ``cpu_s / (wall_s * available CPUs) * 100``, clipped to 0-100.
+        interference_pct: CPU used by everything else on the machine during the window, in %
+            of one CPU: mean(system busy) - mean(our tree), both in % of all available CPUs,
+            times the available CPUs, minus the sampler's own share; clipped at 0.
+        sampler_cpu_pct: the sampler process's own CPU time over the window, % of one CPU.
+        start_unix, end_unix: the window's bounds as Unix time (s), to check overlaps.
+        t0: ``perf_counter`` value at the start; spans are reported relative to it.
+        ncpu: the available CPUs the window was measured against.
+        samples: ``[(t_s, series, busy_pct)]`` from :class:`CpuSampler`, ``t_s`` in seconds
+            from the window's start.
+    """
+
+    wall_s: float = float("nan")
+    cpu_s: float = float("nan")
+    cpu_util_pct: float = float("nan")
+    interference_pct: float = float("nan")
+    sampler_cpu_pct: float = float("nan")
+    start_unix: float = float("nan")
+    end_unix: float = float("nan")
+    t0: float = 0.0
+    ncpu: int = 1
+    samples: list[tuple[float, str, float]] = dataclasses.field(default_factory=list)
+
+    def columns(self) -> dict:
+        """The metrics columns every experiment takes from a window (docs/csv-schema.md)."""
+        return {
+            "wall_s": self.wall_s,
+            "cpu_util_pct": self.cpu_util_pct,
+            "available_cpus": self.ncpu,
+            "interference_pct": self.interference_pct,
+            "contended": bool(self.interference_pct > CONTENDED_PCT),
+            "sampler_cpu_pct": self.sampler_cpu_pct,
+            "window_start_unix": self.start_unix,
+            "window_end_unix": self.end_unix,
+        }
+
+
+class Meter:
+    """Measures the windows of one job; owns its CPU sampler process (started on first use).
+
+    Usage::
+
+        with Meter(sample_hz=10) as meter:
+            with meter.window() as w:
+                work()
+        w.wall_s, w.cpu_util_pct, w.samples
+
+    Args:
+        sample_hz: the sampler's rate (samples/s, > 0).
+        ncpu: available CPUs (default :func:`experiments.host.available_cpus`).
+    """
+
+    def __init__(self, sample_hz: float = 10.0, ncpu: int | None = None) -> None:
+        if sample_hz <= 0:
+            raise ValueError(f"sample_hz must be > 0, got {sample_hz}")
+        self.sample_hz = sample_hz
+        self.ncpu = ncpu or available_cpus()
+        self._sampler: CpuSampler | None = None
+
+    def __enter__(self) -> Meter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def sampler(self) -> CpuSampler:
+        """The job's sampler, (re)started if it is not running."""
+        if self._sampler is None or not self._sampler.alive():
+            self._sampler = CpuSampler(self.sample_hz, self.ncpu)
+        return self._sampler
+
+    def tree_cpu_seconds(self) -> float:
+        """CPU seconds (user + system) used so far by this process and all its descendants,
+        this meter's sampler excluded; differences over a window give the tree's CPU time."""
+        exclude = frozenset({self._sampler.pid}) if self._sampler is not None else frozenset()
+        return sampler_mod.tree_cpu_seconds(psutil.Process(), exclude)
+
+    @contextmanager
+    def window(self) -> Iterator[Window]:
+        """Time one measured window and sample CPU utilisation during it.
+
+        The body should contain only the work being measured: set-up and warm-up go before.
+        """
+        win = Window(ncpu=self.ncpu)
+        sampler = self.sampler()
+        sampler.start()
+        cpu0 = self.tree_cpu_seconds()
+        win.start_unix = time.time()
+        win.t0 = time.perf_counter()
+        try:
+            yield win
+        finally:
+            wall = time.perf_counter() - win.t0
+            win.end_unix = time.time()
+            cpu_s = self.tree_cpu_seconds() - cpu0
+            # perf_counter is CLOCK_MONOTONIC on Linux, the sampler's clock: make times relative
+            samples = [(round(t - win.t0, 6), s, v) for t, s, v in sampler.stop()]
+            _finish(win, wall, cpu_s, samples, sampler.sampler_cpu_s)
+
+    def close(self) -> None:
+        """Stop the sampler process."""
+        if self._sampler is not None:
+            self._sampler.close()
+            self._sampler = None
+
+
+def _mean(samples: list, series: str) -> float | None:
+    values = [v for _, s, v in samples if s == series]
+    return sum(values) / len(values) if values else None
+
+
+def _finish(win: Window, wall_s: float, cpu_s: float, samples: list, sampler_cpu_s: float) -> None:
+    """Fill ``win``'s derived fields (see :class:`Window`)."""
+    win.wall_s, win.cpu_s, win.samples = wall_s, cpu_s, samples
+    denom = wall_s * win.ncpu
+    win.cpu_util_pct = max(0.0, min(100.0, 100.0 * cpu_s / denom)) if denom > 0 else float("nan")
+    win.sampler_cpu_pct = 100.0 * sampler_cpu_s / wall_s if wall_s > 0 else float("nan")
+    system, tree = _mean(samples, "system"), _mean(samples, "tree")
+    if system is not None and tree is not None:
+        # system is a share of the affinity CPUs, tree of the available ones
+        other = system * len(affinity()) - tree * win.ncpu - win.sampler_cpu_pct
+        win.interference_pct = max(0.0, other)

@@ -1,0 +1,128 @@
+"""The house rules of docs/architecture.md, checked on the code itself.
+
+* The core (``analysis/``, ``report/``, ``common.smk``, the Snakefile and the rule files) names no
+  experiment and imports none: it loops over the registry.
+* An experiment's measurement module imports no analysis, report, pandas, matplotlib or jinja2.
+* One atomic writer (``experiments/fileio.py``) writes every file.
+* No function is over 60 lines and no module over 400 (tests excluded).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from experiments import registry
+
+ROOT = Path(__file__).resolve().parent.parent
+NAMES = list(registry.experiments())
+#: The files of the core: everything outside the experiment packages but the harness.
+CORE = sorted([*(ROOT / "analysis").rglob("*"), *(ROOT / "report").rglob("*")]) + [
+    ROOT / "common.smk",
+    ROOT / "Snakefile",
+    ROOT / "experiments" / "rules.smk",
+]
+SOURCES = [
+    p
+    for p in ROOT.rglob("*.py")
+    if not ({".venv", "tests", "__pycache__", "results", ".snakemake"} & set(p.relative_to(ROOT).parts))
+]
+
+
+def _core_files() -> list[Path]:
+    return [
+        p
+        for p in CORE
+        if p.is_file() and p.suffix in {".py", ".smk", ".j2", ".yaml", ""} and "__pycache__" not in p.parts
+    ]
+
+
+def test_the_core_names_no_experiment():
+    """The issue's own check: grep -rnE "[\"'](gil|multiprocessing|...)[\"']" prints nothing."""
+    quoted = re.compile(r"[\"'](" + "|".join(map(re.escape, NAMES)) + r")[\"']")
+    hits = [
+        f"{p.relative_to(ROOT)}:{i}: {line.strip()}"
+        for p in _core_files()
+        for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1)
+        if quoted.search(line)
+    ]
+    assert hits == []
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+            out |= {f"{node.module}.{a.name}" for a in node.names}
+    return out
+
+
+def test_the_core_imports_no_experiment():
+    python = [p for p in _core_files() if p.suffix == ".py"]
+    specific = {f"experiments.{n}" for n in NAMES}
+    bad = {
+        str(p.relative_to(ROOT)): sorted(m for m in _imports(p) if m in specific or m.rsplit(".", 1)[0] in specific)
+        for p in python
+    }
+    assert {p: m for p, m in bad.items() if m} == {}
+    # the workflow files reach experiments through the registry only
+    for smk in (ROOT / "Snakefile", ROOT / "common.smk"):
+        text = smk.read_text()
+        assert not re.search(r"from experiments\.(" + "|".join(NAMES) + r")\b", text), smk
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_measurement_modules_import_no_analysis_report_pandas_or_matplotlib(name):
+    forbidden = ("analysis", "report", "pandas", "matplotlib", "jinja2")
+    static = {m for m in _imports(ROOT / "experiments" / name / "measure.py") if m.split(".")[0] in forbidden}
+    assert static == set()
+    # and nothing it imports pulls them in
+    code = f"import sys, experiments.{name}.measure; print(sorted({{m.split('.')[0] for m in sys.modules}}))"
+    loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert not set(forbidden) & set(ast.literal_eval(loaded.stdout)), loaded.stdout
+
+
+def test_every_package_is_complete_and_consistent():
+    for name, exp in registry.experiments().items():
+        module = exp.analysis()
+        assert callable(module.findings), name
+        assert set(module.FIGURES) == set(exp.spec.figures), name
+        if exp.spec.timeline:
+            assert callable(module.timeline_points), name
+        main = (exp.path / "__main__.py").read_text()
+        assert f"from experiments.{name}.measure import main" in main, name
+
+
+def test_one_atomic_writer():
+    """Only experiments/fileio.py renames temporary files or opens files for writing."""
+    writers = re.compile(r"os\.replace|\.rename\(|\.to_csv\(|\.savefig\(|\.write_text\(|open\([^)]*[\"'][wa]b?[\"']")
+    hits = [
+        f"{p.relative_to(ROOT)}:{i}"
+        for p in SOURCES
+        if p.name != "fileio.py"
+        for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), start=1)
+        # the measurement lock is opened for appending to flock it, never written
+        if writers.search(line) and "open(lock_path" not in line
+    ]
+    assert hits == []
+
+
+def test_no_function_over_60_lines_and_no_module_over_400():
+    long_functions, long_modules = [], []
+    for p in SOURCES:
+        text = p.read_text(encoding="utf-8")
+        if len(text.splitlines()) > 400:
+            long_modules.append((str(p.relative_to(ROOT)), len(text.splitlines())))
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 60:
+                long_functions.append((str(p.relative_to(ROOT)), node.name, node.end_lineno - node.lineno + 1))
+    assert long_functions == [] and long_modules == []
