@@ -1,4 +1,9 @@
-"""Experiments of the CPU-utilisation lab: one module per family, each ``python -m``-runnable."""
+"""Experiments of the CPU-utilisation lab and the machinery they share.
+
+Every subpackage ``experiments/<name>/`` is one experiment (found by :mod:`experiments.registry`;
+``python -m experiments.<name>`` measures one point); the modules beside them are the shared
+measurement machinery (docs/architecture.md).
+"""
 
 import time as _time
 

@@ -13,6 +13,7 @@ parse time. An experiment's ``analysis`` module (pandas, matplotlib) is imported
 
 from __future__ import annotations
 
+import ast
 import functools
 import importlib
 from collections.abc import Mapping
@@ -122,6 +123,7 @@ def _load(directory: Path) -> Registered:
     found = Registered(spec, directory)
     _check_prose(found)
     _check_params(found)
+    _check_analysis(found)
     return found
 
 
@@ -143,6 +145,32 @@ def _check_params(exp: Registered) -> None:
         raise RegistryError(f"{exp.path / 'measure.py'}: Params has no fields {missing} (swept keys of {exp.name})")
     if "repeats" not in names or "sample_hz" not in names:
         raise RegistryError(f"{exp.path / 'measure.py'}: Params needs the fields repeats and sample_hz")
+
+
+def _check_analysis(exp: Registered) -> None:
+    """What ``analysis.py`` must define, read from its source (importing it would load pandas and
+    matplotlib at parse time): ``findings``, ``timeline_points`` with a timeline, and a
+    ``FIGURES`` dict with exactly the declared figures (when it is written as a literal)."""
+    where = exp.path / "analysis.py"
+    tree = ast.parse(where.read_text(encoding="utf-8"))
+    defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    needed = ["findings"] + (["timeline_points"] if exp.spec.timeline else [])
+    missing = [f"def {n}(...)" for n in needed if n not in defined]
+    figures = [
+        n.value
+        for n in tree.body
+        if isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "FIGURES" for t in n.targets)
+    ]
+    if not figures:
+        missing.append("FIGURES = {...}")
+    if missing:
+        raise RegistryError(f"{where}: needs {', '.join(missing)}")
+    if isinstance(figures[0], ast.Dict) and all(isinstance(k, ast.Constant) for k in figures[0].keys):
+        drawn = {k.value for k in figures[0].keys}
+        if drawn != set(exp.spec.figures):
+            raise RegistryError(
+                f"{where}: FIGURES draws {sorted(drawn)} but {exp.path / '__init__.py'} declares {sorted(exp.spec.figures)}"
+            )
 
 
 def discover(root: Path = ROOT) -> dict[str, Registered]:

@@ -75,22 +75,27 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
-_PROCS: dict[int, psutil.Process] = {}
-
-
-def tree_cpu_seconds(proc: psutil.Process, exclude: frozenset[int] = frozenset()) -> float:
+def tree_cpu_seconds(
+    proc: psutil.Process, exclude: frozenset[int] = frozenset(), known: dict[int, psutil.Process] | None = None
+) -> float:
     """CPU seconds (user + system) of ``proc``, its reaped children and live descendants,
-    skipping the pids in ``exclude`` and descendants that vanish while being read."""
+    skipping the pids in ``exclude`` and descendants that vanish while being read.
+
+    Args:
+        known: the caller's cache of ``psutil.Process`` objects by pid (filled and pruned here),
+            so a descendant is not looked up again on every call; None: no cache.
+    """
+    known = {} if known is None else known
     t = proc.cpu_times()
     total = t.user + t.system + t.children_user + t.children_system
     for pid in descendants(proc.pid):
         if pid in exclude:
             continue
         try:
-            child = _PROCS.get(pid) or _PROCS.setdefault(pid, psutil.Process(pid))
+            child = known.get(pid) or known.setdefault(pid, psutil.Process(pid))
             ct = child.cpu_times()
         except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
-            _PROCS.pop(pid, None)
+            known.pop(pid, None)
             continue
         total += ct.user + ct.system
     return total
@@ -103,11 +108,15 @@ class _Series:
         self.target, self.exclude, self.cpus, self.ncpu, self.interval = target, exclude, cpus, ncpu, interval
         self.samples: list = []
         self.last_t = self.last_tree = 0.0
+        self.known: dict[int, psutil.Process] = {}  # the tree's processes, by pid
+
+    def tree_cpu_s(self) -> float:
+        return tree_cpu_seconds(self.target, self.exclude, self.known)
 
     def start(self) -> None:
         psutil.cpu_percent(percpu=True)  # prime: the first call returns 0.0 by design
         self.samples = []
-        self.last_t, self.last_tree = time.monotonic(), tree_cpu_seconds(self.target, self.exclude)
+        self.last_t, self.last_tree = time.monotonic(), self.tree_cpu_s()
 
     def sample(self, final: bool = False) -> None:
         now = time.monotonic()
@@ -115,7 +124,7 @@ class _Series:
             return  # too short to measure: CPU times tick at 10 ms
         per_core = psutil.cpu_percent(percpu=True)
         try:
-            tree = tree_cpu_seconds(self.target, self.exclude)
+            tree = self.tree_cpu_s()
         except psutil.NoSuchProcess:
             return
         used = [per_core[i] for i in self.cpus if i < len(per_core)]

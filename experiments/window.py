@@ -170,6 +170,7 @@ class Meter:
         self.sample_hz = sample_hz
         self.ncpu = ncpu or available_cpus()
         self._sampler: CpuSampler | None = None
+        self._tree: dict[int, psutil.Process] = {}  # this job's processes, by pid
 
     def __enter__(self) -> Meter:
         return self
@@ -187,7 +188,7 @@ class Meter:
         """CPU seconds (user + system) used so far by this process and all its descendants,
         this meter's sampler excluded; differences over a window give the tree's CPU time."""
         exclude = frozenset({self._sampler.pid}) if self._sampler is not None else frozenset()
-        return sampler_mod.tree_cpu_seconds(psutil.Process(), exclude)
+        return sampler_mod.tree_cpu_seconds(psutil.Process(), exclude, self._tree)
 
     @contextmanager
     def window(self) -> Iterator[Window]:

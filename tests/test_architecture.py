@@ -126,3 +126,65 @@ def test_no_function_over_60_lines_and_no_module_over_400():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 60:
                 long_functions.append((str(p.relative_to(ROOT)), node.name, node.end_lineno - node.lineno + 1))
     assert long_functions == [] and long_modules == []
+
+
+def _broken(tmp_path, monkeypatch, name: str, edit) -> str:
+    """The nap fixture as package ``experiments.<name>`` under ``tmp_path``, changed by ``edit``;
+    returns what discovering it says."""
+    import shutil
+
+    import experiments
+
+    pkg = tmp_path / name
+    shutil.copytree(ROOT / "tests" / "fixtures" / "nap", pkg)
+    for f in pkg.glob("*.py"):  # the copy is its own package
+        f.write_text(
+            f.read_text().replace("experiments.nap", f"experiments.{name}").replace('name="nap"', f'name="{name}"')
+        )
+    edit(pkg)
+    monkeypatch.setattr(experiments, "__path__", [*experiments.__path__, str(tmp_path)])
+    with pytest.raises(registry.RegistryError) as err:
+        registry.discover(tmp_path)
+    return str(err.value)
+
+
+def _replace(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+
+
+@pytest.mark.parametrize(
+    "name, edit, message",
+    [
+        ("nap_a", lambda p: (p / "report.yaml").unlink(), "nap_a: missing report.yaml (report.yaml: title, question"),
+        (
+            "nap_b",
+            lambda p: _replace(p / "report.yaml", "    alt: >-", "    alt_text: >-"),
+            "figure 'nap_speedup' needs a caption and an alt text",
+        ),
+        (
+            "nap_c",
+            lambda p: _replace(p / "analysis.py", '{"nap_speedup": nap_speedup}', '{"speedup": nap_speedup}'),
+            "FIGURES draws ['speedup'] but",
+        ),
+        (
+            "nap_d",
+            lambda p: _replace(p / "analysis.py", "def findings(", "def find("),
+            "analysis.py: needs def findings(...)",
+        ),
+        (
+            "nap_e",
+            lambda p: _replace(p / "measure.py", "    sleepers: int", "    threads: int"),
+            "Params has no fields ['sleepers']",
+        ),
+        (
+            "nap_f",
+            lambda p: _replace(p / "__init__.py", 'name="nap_f"', 'name="nap"'),
+            "EXPERIMENT.name is 'nap', not 'nap_f'",
+        ),
+    ],
+)
+def test_an_incomplete_package_is_refused_naming_the_file(tmp_path, monkeypatch, name, edit, message):
+    said = _broken(tmp_path, monkeypatch, name, edit)
+    assert message in said and str(tmp_path / name) in said

@@ -268,6 +268,3 @@ def main(argv: list[str] | None = None) -> int:
     """Command-line entry point: ``python -m experiments.dataloader --help``."""
     return cli_main(EXPERIMENT.name, Params, run, __doc__.splitlines()[0], argv)
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())
