@@ -168,9 +168,8 @@ def _check_analysis(exp: Registered) -> None:
     if isinstance(figures[0], ast.Dict) and all(isinstance(k, ast.Constant) for k in figures[0].keys):
         drawn = {k.value for k in figures[0].keys}
         if drawn != set(exp.spec.figures):
-            raise RegistryError(
-                f"{where}: FIGURES draws {sorted(drawn)} but {exp.path / '__init__.py'} declares {sorted(exp.spec.figures)}"
-            )
+            declared = f"{exp.path / '__init__.py'} declares {sorted(exp.spec.figures)}"
+            raise RegistryError(f"{where}: FIGURES draws {sorted(drawn)} but {declared}")
 
 
 def discover(root: Path = ROOT) -> dict[str, Registered]:

@@ -192,4 +192,3 @@ def run(params: Params, baseline: Params | None = None) -> RunResult:
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point: ``python -m experiments.multiprocessing --help``."""
     return cli_main(EXPERIMENT.name, Params, run, __doc__.splitlines()[0], argv)
-
