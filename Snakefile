@@ -37,12 +37,12 @@ from experiments import registry
 from experiments.configcheck import ConfigError, validate_config
 
 try:
-    SECTIONS = registry.schemas()
+    SCHEMAS = registry.schemas()
 except registry.RegistryError as exc:
     sys.exit(f"Invalid experiment package: {exc}")
 # Snakemake's validate (JSON Schema), failures explained in one line naming the key.
 try:
-    validate_config(config, f"{workflow.basedir}/schemas/config.schema.yaml", SECTIONS)
+    validate_config(config, f"{workflow.basedir}/schemas/config.schema.yaml", SCHEMAS)
 except ConfigError as exc:
     sys.exit(f"Invalid configuration: {exc}")
 

@@ -12,6 +12,7 @@ import os
 import shutil
 
 import pytest
+from conftest import FIXTURE_FIGURES
 
 from analysis.figures import all_figures
 
@@ -77,7 +78,7 @@ def test_report_in_headless_chromium(quick_run, tmp_path):
     assert failed == []
     # the page itself is the only request: images are inlined, nothing comes from a network
     assert [r for r in requests if not r.startswith("data:")] == [report.as_uri()]
-    expected = len(all_figures())
+    expected = len(all_figures()) + len(FIXTURE_FIGURES)  # the run adds the fixture experiment
     assert len(images) == expected
     for img in images:
         assert img["complete"] and img["width"] > 0, img["alt"]
