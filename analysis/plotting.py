@@ -73,13 +73,14 @@ def speedup_line(ax, x, sub: pd.DataFrame, colour: str, label: str | None = None
         )
 
 
-def speedup_note(fig: Figure, extra: str = "") -> None:
-    """The footnote of a speedup chart: how speedups and their CIs were measured."""
+def speedup_note(fig: Figure, extra: str = "", noisy: str = "Hollow") -> None:
+    """The footnote of a speedup chart: how speedups and their CIs were measured, and how noisy
+    points are marked (``noisy``: ``Hollow`` for line charts, ``Hatched`` for bar charts)."""
     fig.text(
         0.01,
         0.005,
         "Speedup: median of per-round ratios to the baseline measured interleaved in the same job; "
-        "error bars: 95% bootstrap CI. Hollow: noisy (IQR > 10% of median)." + extra,
+        f"error bars: 95% bootstrap CI. {noisy}: noisy (IQR > 10% of median)." + extra,
         fontsize=7.5,
         color="#555555",
     )

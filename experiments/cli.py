@@ -76,7 +76,7 @@ def build_parser(params_cls, description: str, prog: str | None = None) -> argpa
         type=float,
         default=None,
         metavar="FACTOR",
-        help="skip the point if it asks for more than FACTOR x the available CPUs (default: no limit)",
+        help="skip the point if it asks for more than FACTOR x the available CPUs (None: no limit)",
     )
     p.add_argument(
         "--baseline",

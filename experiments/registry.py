@@ -105,25 +105,55 @@ class Registered:
         return {k: parse_value(self.params_cls, k, str(point[k])) for k in self.spec.keys}
 
 
+#: Modules a package's declaration and measurement module never import (docs/architecture.md):
+#: the declaration is read at parse time, the measurement runs without the analysis stack.
+FORBIDDEN = {"__init__.py": ("torch", "pandas", "matplotlib", "jinja2", "analysis", "report")}
+FORBIDDEN["measure.py"] = FORBIDDEN["__init__.py"][1:]  # torch: inside functions only, see below
+
+
+def _imported(tree: ast.Module, top_level_only: bool) -> set[str]:
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    names = set()
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def _check_imports(directory: Path) -> None:
+    """The declaration imports no torch (at module level), pandas, matplotlib, jinja2, analysis
+    or report; the measurement module none of these but torch (which it imports in functions)."""
+    for name, forbidden in FORBIDDEN.items():
+        tree = ast.parse((directory / name).read_text(encoding="utf-8"))
+        found = sorted(set(forbidden) & _imported(tree, top_level_only=name == "__init__.py"))
+        if name == "measure.py":
+            found += sorted({"torch"} & _imported(tree, top_level_only=True))
+        if found:
+            raise RegistryError(f"{directory / name}: imports {', '.join(found)} (docs/architecture.md, house rules)")
+
+
 def _load(directory: Path) -> Registered:
     """Import and check one package (see the module docstring)."""
-    module = importlib.import_module(f"experiments.{directory.name}")
+    missing = [f for f in PACKAGE_FILES if not (directory / f).exists()]
+    if missing:
+        what = "; ".join(f"{f}: {PACKAGE_FILES[f]}" for f in missing)
+        raise RegistryError(f"{directory}: missing {', '.join(missing)} ({what})")
+    _check_imports(directory)
+    try:
+        module = importlib.import_module(f"experiments.{directory.name}")
+    except (ImportError, ValueError, TypeError, SyntaxError) as exc:
+        raise RegistryError(f"{directory / '__init__.py'}: {type(exc).__name__}: {exc}") from None
     spec = getattr(module, "EXPERIMENT", None)
     if not isinstance(spec, Experiment):
         raise RegistryError(f"{directory / '__init__.py'}: defines no EXPERIMENT = Experiment(...)")
     if spec.name != directory.name:
         raise RegistryError(f"{directory / '__init__.py'}: EXPERIMENT.name is {spec.name!r}, not {directory.name!r}")
-    missing = [f for f in PACKAGE_FILES if not (directory / f).exists()]
-    if missing:
-        raise RegistryError(
-            f"{directory}: missing {', '.join(missing)} ("
-            + "; ".join(f"{f}: {PACKAGE_FILES[f]}" for f in missing)
-            + ")"
-        )
     found = Registered(spec, directory)
+    _check_analysis(found)
     _check_prose(found)
     _check_params(found)
-    _check_analysis(found)
     return found
 
 
@@ -139,12 +169,22 @@ def _check_prose(exp: Registered) -> None:
 
 
 def _check_params(exp: Registered) -> None:
+    """``Params`` has the swept keys, ``repeats`` and ``sample_hz``; every key of ``schema.yaml``
+    is a ``Params`` field (it becomes a command-line option) and has a default."""
     names = {f.name for f in fields(exp.params_cls)}
     missing = [k for k in exp.spec.keys if k not in names]
     if missing:
         raise RegistryError(f"{exp.path / 'measure.py'}: Params has no fields {missing} (swept keys of {exp.name})")
     if "repeats" not in names or "sample_hz" not in names:
         raise RegistryError(f"{exp.path / 'measure.py'}: Params needs the fields repeats and sample_hz")
+    schema = yaml.safe_load(exp.schema_path.read_text(encoding="utf-8")) or {}
+    keys = schema.get("properties") or {}
+    unknown = [k for k in keys if k not in names]
+    if unknown:
+        raise RegistryError(f"{exp.schema_path}: keys {unknown} are not fields of Params in {exp.path / 'measure.py'}")
+    no_default = [k for k, v in keys.items() if "default" not in v]
+    if no_default:
+        raise RegistryError(f"{exp.schema_path}: keys {no_default} need a default")
 
 
 def _check_analysis(exp: Registered) -> None:

@@ -92,10 +92,14 @@ def test_measurement_modules_import_no_analysis_report_pandas_or_matplotlib(name
 
 
 def test_every_package_is_complete_and_consistent():
+    import inspect
+
     for name, exp in registry.experiments().items():
         module = exp.analysis()
         assert callable(module.findings), name
         assert set(module.FIGURES) == set(exp.spec.figures), name
+        for fig, draw in module.FIGURES.items():  # what a drawing function may ask for, by name
+            assert set(inspect.signature(draw).parameters) <= {"summary", "spans", "samples", "replicates", "host"}, fig
         if exp.spec.timeline:
             assert callable(module.timeline_points), name
         main = (exp.path / "__main__.py").read_text()
@@ -182,6 +186,31 @@ def _replace(path: Path, old: str, new: str) -> None:
             "nap_f",
             lambda p: _replace(p / "__init__.py", 'name="nap_f"', 'name="nap"'),
             "EXPERIMENT.name is 'nap', not 'nap_f'",
+        ),
+        (
+            "nap_g",
+            lambda p: _replace(p / "__init__.py", 'keys=("sleepers",)', 'keys=("sleeper",)'),
+            "group and baseline keys",
+        ),
+        (
+            "nap_h",
+            lambda p: _replace(p / "__init__.py", "from experiments", "import pandas\nfrom experiments"),
+            "imports pandas",
+        ),
+        (
+            "nap_i",
+            lambda p: _replace(p / "measure.py", "import time\n", "import time\n\nimport torch\n"),
+            "imports torch",
+        ),
+        (
+            "nap_j",
+            lambda p: _replace(p / "schema.yaml", "  repeats:", "  salt: {type: integer, default: 0}\n  repeats:"),
+            "keys ['salt'] are not fields of Params",
+        ),
+        (
+            "nap_k",
+            lambda p: _replace(p / "schema.yaml", "minimum: 0, default: 0.01}", "minimum: 0}"),
+            "keys ['nap_s'] need a default",
         ),
     ],
 )

@@ -25,8 +25,8 @@ EXPERIMENT = Experiment(
     timeline=Timeline(
         title="GIL timeline: work spans per thread or process, and CPU utilisation",
         kinds=(
-            SpanKind("cpu", "#0072B2", "CPU-bound chunk (wall time)"),
-            SpanKind("io", "#56B4E9", "sleep-loop chunk (wall time)"),
+            SpanKind("cpu", "#0072B2", "CPU-bound chunk"),
+            SpanKind("io", "#56B4E9", "sleep-loop chunk"),
         ),
         on_cpu_share=True,
     ),

@@ -10,7 +10,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.findings import fmt_x, in_order, pick
-from analysis.plotting import PALETTE, SPEEDUP, plt, speedup_note, yerr
+from analysis.plotting import PALETTE, SPEEDUP, noisy_mask, plt, speedup_note, yerr
 from experiments.jit import MODES
 
 
@@ -59,7 +59,10 @@ def jit_latency(summary: pd.DataFrame, host: dict) -> Figure:
         ok = m["status"] == "ok"
         pos = x + (j - (len(modes) - 1) / 2) * width
         style = {"color": PALETTE[j], "label": mode, "edgecolor": "black", "linewidth": 0.5}
-        ax1.bar(pos, m["speedup"].where(ok, 0), width, yerr=yerr(m, *SPEEDUP), capsize=3, **style)
+        bars = ax1.bar(pos, m["speedup"].where(ok, 0), width, yerr=yerr(m, *SPEEDUP), capsize=3, **style)
+        for b, noisy in zip(bars, noisy_mask(m)):
+            if noisy:
+                b.set_hatch("//")
         up = (m["setup_s"] + m["first_call_s"]) * 1000
         ax2.bar(pos, up.where(ok, np.nan), width, **style)
         for p, is_ok, st in zip(pos, ok, m["status"]):
@@ -78,7 +81,7 @@ def jit_latency(summary: pd.DataFrame, host: dict) -> Figure:
     ax2.set_ylabel("setup + first call (ms, log scale)")
     ax2.set_title("Up-front cost")
     fig.suptitle("Inference: eager vs TorchScript (script, trace) vs torch.compile", fontsize=11)
-    speedup_note(fig)
+    speedup_note(fig, noisy="Hatched")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     return fig
 

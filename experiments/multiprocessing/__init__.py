@@ -29,7 +29,7 @@ EXPERIMENT = Experiment(
     free_params=frozenset({"warmup_steps", "timeout_s"}),
     timeline=Timeline(
         title="Training processes: work spans per process, and CPU utilisation",
-        kinds=(SpanKind("train", "#009E73", "training steps (wall time)"),),
+        kinds=(SpanKind("train", "#009E73", "chunk of training steps"),),
         on_cpu_share=True,
         threads_per_actor=threads_per_process,
     ),
