@@ -36,9 +36,11 @@ def cmd_summarise(args) -> int:
     reps = load_experiment(args.metrics, args.experiment)
     summary = summarise(reps, args.experiment)
     host = json.loads(Path(args.host_json).read_text()) if args.host_json else {}
-    host.setdefault("available_cpus", int(reps["available_cpus"].max()) if "available_cpus" in reps else None)
-    write_frame(out / "spans.csv", load_sidecars(args.metrics, "spans.csv", args.experiment))
-    write_frame(out / "samples.csv", load_sidecars(args.metrics, "samples.csv", args.experiment))
+    if "available_cpus" not in host:  # no host.json: the CPUs the windows were measured against
+        cpus = pd.to_numeric(reps.get("available_cpus", pd.Series(dtype=float)), errors="coerce").max()
+        host["available_cpus"] = int(cpus) if pd.notna(cpus) else None
+    write_frame(out / "spans.csv", load_sidecars(args.metrics, "spans.csv", args.experiment, reps))
+    write_frame(out / "samples.csv", load_sidecars(args.metrics, "samples.csv", args.experiment, reps))
     write_frame(out / "replicates.csv", reps)
     write_frame(out / "summary.csv", summary)
     result = findings(args.experiment, summary, host)

@@ -124,17 +124,18 @@ def load_experiment(paths: list[str | Path], experiment: str) -> pd.DataFrame:
     return out
 
 
-def load_sidecars(metrics_paths: list[str | Path], name: str, experiment: str) -> pd.DataFrame:
+def load_sidecars(
+    metrics_paths: list[str | Path], name: str, experiment: str, replicates: pd.DataFrame
+) -> pd.DataFrame:
     """Concatenate ``name`` (``samples.csv`` or ``spans.csv``) beside each metrics file, with the
-    point's swept key values (typed, read from its ``<key>~<value>`` directories) as leading
-    columns. Missing or empty files contribute nothing.
+    point's swept key values as leading columns, typed as in ``replicates`` (from
+    :func:`load_experiment` of the same files: the point rows of each ``source``). Missing or
+    empty files contribute nothing.
 
     Raises:
         DataError: for a file that cannot be read.
-        ValueError: for a point directory whose key values do not fit the experiment's Params.
     """
-    exp = registry.get(experiment)
-    keys = list(exp.spec.keys)
+    keys = list(registry.get(experiment).spec.keys)
     frames = []
     for path in metrics_paths:
         side = Path(path).with_name(name)
@@ -143,8 +144,8 @@ def load_sidecars(metrics_paths: list[str | Path], name: str, experiment: str) -
         df = read_table(side, experiment)
         if df.empty:
             continue
-        dirs = Path(path).parent.parts[-len(keys) :]
-        point = exp.parse_point(dict(p.split("~", 1) for p in dirs if "~" in p))
+        own = replicates[(replicates["source"] == str(path)) & (replicates["role"] == "point")]
+        point = own[keys].iloc[0]
         for k in reversed(keys):
             df.insert(0, k, point[k])
         frames.append(df)

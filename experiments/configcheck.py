@@ -131,6 +131,13 @@ def validate_config(config: dict, schema_path: str | Path, sections: Mapping[str
             f"config key (top level): unknown key{'s' if len(unknown) > 1 else ''} {', '.join(unknown)};"
             f" allowed: {', '.join([*base, *sections])}"
         )
+    for name, section_schema in sections.items():
+        if name in config and not isinstance(config[name], dict):
+            keys = yaml.safe_load(Path(section_schema).read_text(encoding="utf-8")).get("properties", {})
+            raise ConfigError(
+                f"config key {name}: {config[name]!r} is not allowed (a section is a mapping);"
+                f" allowed: object with keys {', '.join(keys)}"
+            )
     _snakemake_validate(config, schema_path)
     config.setdefault("experiments", list(sections))
     for i, name in enumerate(config["experiments"]):

@@ -370,3 +370,23 @@ def test_fidelity_explains_a_capacity_shortfall_from_utilisation():
     )
     assert row["verdict"] == "warn"
     assert "75% busy" in row["reason"] and "about 46% of a full core" in row["reason"]
+
+
+def test_points_outside_key_directories_are_summarised_with_their_spans(tmp_path):
+    """Metrics files anywhere (no <key>~<value> directories): the spans take the point's keys
+    from its metrics rows."""
+    import shutil
+
+    paths = []
+    for i, p in enumerate(gil_fixture(tmp_path / "keyed")):
+        flat = tmp_path / "flat" / f"p{i}"
+        flat.mkdir(parents=True)
+        shutil.copy(p, flat / "metrics.csv")
+        (flat / "spans.csv").write_text("repeat,role,actor,kind,start_s,end_s\n0,point,main,cpu,0.0,0.1\n")
+        paths.append(flat / "metrics.csv")
+    out = tmp_path / "out"
+    assert analysis_main(["summarise", "--experiment", "gil", "--out-dir", str(out), *map(str, paths)]) == 0
+    spans = pd.read_csv(out / "spans.csv")
+    assert len(spans) == 6 and set(zip(spans["workload"], spans["mode"])) == {
+        (w, m) for w in ("cpu", "io") for m in ("sequential", "threads", "processes")
+    }

@@ -107,7 +107,7 @@ def test_bad_config_is_refused(root, default_config, patch, key):
         ({"intraop": {"bf16": "maybe"}}, "config key intraop.bf16: 'maybe' is not allowed"),
         ({"max_oversubscription": 0.5}, "config key max_oversubscription: 0.5 is not allowed"),
         ({"gill": {"repeats": 2}}, "config key (top level): unknown key gill; allowed: host, experiments,"),
-        ({"gil": 5}, "config key gil: 5 is not allowed (5 is not of type 'object')"),
+        ({"gil": 5}, "config key gil: 5 is not allowed (a section is a mapping); allowed: object with keys workload,"),
         ({"experiments": ["gil", "nosuch"]}, "(no package experiments/nosuch/); allowed: one of gil, multiprocessing,"),
     ],
 )

@@ -73,7 +73,10 @@ def seed_comparison(summary: pd.DataFrame) -> list[dict]:
         if sub.empty:
             continue
         r = sub.sort_values("workers").iloc[0]
-        here = f"{r['speedup']:.2f}x"
+        if not np.isfinite(r["speedup"]):
+            here = f"not measured ({r['status']})"
+        else:
+            here = f"{r['speedup']:.2f}x"
         if np.isfinite(r["speedup_ci_low"]):
             here += f" (95% CI {r['speedup_ci_low']:.2f}-{r['speedup_ci_high']:.2f})"
         speedup = seed["sequential_s"] / seed["threads_s"]
