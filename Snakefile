@@ -57,6 +57,7 @@ wildcard_constraints:
     point=r"[^/~]+~[^/~]+(/[^/~]+~[^/~]+)*",
     figure="|".join(FIGURES),
     trace="|".join([*TIMELINES, "jobs"]),
+    artefact="|".join(re.escape(a) for a in ARTEFACTS) or "(?!)",
 
 
 include: "experiments/rules.smk"

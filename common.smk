@@ -15,6 +15,7 @@ sys.path.insert(0, workflow.basedir)
 
 from analysis.runinfo import RUN_FIGURES
 from experiments import registry
+from experiments.userenv import capture as capture_user_env
 from experiments.host import (
     available_cpus,
     default_host,
@@ -23,6 +24,8 @@ from experiments.host import (
     sanitise_host,
 )
 
+#: The thread variables of the user's shell, before any job's environment is set.
+USER_ENV = capture_user_env()
 REGISTRY = registry.experiments()
 HOST = sanitise_host(config["host"]) if config.get("host") else default_host()
 if HOST == "compare":
@@ -32,6 +35,8 @@ if HOST == "compare":
 EXPERIMENTS = list(config["experiments"])
 #: Experiments that record work spans: each gets a timeline, a heatmap and a Chrome trace.
 TIMELINES = [name for name, e in REGISTRY.items() if e.spec.timeline]
+#: Files the experiments' analysis writes beside their summaries (e.g. recommended.json).
+ARTEFACTS = sorted({a for e in REGISTRY.values() for a in e.spec.artefacts})
 #: Every figure name -> its experiment; figures of the whole run map to None.
 FIGURES = registry.figures() | dict.fromkeys(RUN_FIGURES)
 # One lock file per checkout, outside results/ (which holds only host directories): two host
@@ -63,28 +68,78 @@ def metrics_files(experiment, host=HOST, name="metrics.csv"):
     return [f"results/{host}/{experiment}/{p}/{name}" for p in points(experiment)]
 
 
+def point_of(wildcards):
+    """`{key: value}` (text) of the point in a job's `{point}` wildcard."""
+    return dict(part.split("~", 1) for part in wildcards.point.split("/"))
+
+
+def _arg_value(spec, key, value, point):
+    """A config value as one command-line word: the path's value for a swept key, a mapping's
+    value for the point's first key, a list (a tuple-typed parameter) comma separated."""
+    if key in point:
+        return point[key]
+    if key in spec.resolve:
+        value = spec.resolve[key](value, available_cpus())
+    if isinstance(value, dict):
+        value = value[point[spec.keys[0]]]
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return value
+
+
 def point_args(wildcards):
     """Command-line flags of one point: swept values from the path, the rest from config."""
     spec = REGISTRY[wildcards.experiment].spec
-    point = dict(part.split("~", 1) for part in wildcards.point.split("/"))
-    first = point[spec.keys[0]]
+    point = point_of(wildcards)
     args = {"sample_hz": config["sample_hz"]}
     for key, value in config[wildcards.experiment].items():
-        if key in point:
-            value = point[key]
-        elif isinstance(value, dict):
-            value = value[first]
-        args[key] = value
+        args[key] = _arg_value(spec, key, value, point)
     args["max_oversubscription"] = config["max_oversubscription"]
     text = " ".join(
         f"--{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in args.items()
     )
     # The group's baseline is measured in the same job, interleaved with the point.
-    if not spec.is_baseline(point):
+    if spec.baseline and not spec.is_baseline(point):
         text += " --baseline " + " ".join(
             shlex.quote(f"{k}={v}") for k, v in spec.baseline.items()
         )
+    needs = point_dirs(wildcards)
+    if needs:
+        text += " --after " + " ".join(shlex.quote(d) for d in needs)
+    if spec.host_files:
+        text += " --host-file " + " ".join(shlex.quote(f) for f in host_files(wildcards))
     return text
+
+
+def point_dirs(wildcards):
+    """Directories of the points this point's job depends on (`Experiment.depends`)."""
+    spec = REGISTRY[wildcards.experiment].spec
+    base = f"results/{wildcards.host}/{wildcards.experiment}"
+    return [
+        base + "/" + "/".join(f"{k}~{p[k]}" for k in spec.keys)
+        for p in spec.needs(point_of(wildcards))
+    ]
+
+
+def host_files(wildcards):
+    """The host-level files (results/<host>/...) the experiment's jobs read (`Experiment.host_files`)."""
+    names = REGISTRY[wildcards.experiment].spec.host_files
+    return [f"results/{wildcards.host}/{name}" for name in names]
+
+
+def measure_inputs(wildcards):
+    """host.json, the host files the experiment reads, and the job.json of every point this
+    point depends on."""
+    return {
+        "host": f"results/{wildcards.host}/host.json",
+        "host_files": host_files(wildcards),
+        "after": [f"{d}/job.json" for d in point_dirs(wildcards)],
+    }
+
+
+def user_env_json():
+    """The user's thread variables (USER_ENV) as one quoted shell word."""
+    return shlex.quote(json.dumps(USER_ENV, sort_keys=True))
 
 
 def selfcheck_args(wildcards):
@@ -99,9 +154,11 @@ def analysis_inputs(wildcards):
     exp = wildcards.experiment
     return {
         "host": f"results/{wildcards.host}/host.json",
+        "user_env": f"results/{wildcards.host}/user_env.json",
         "metrics": metrics_files(exp, wildcards.host),
         "samples": metrics_files(exp, wildcards.host, "samples.csv"),
         "spans": metrics_files(exp, wildcards.host, "spans.csv"),
+        "jobs": metrics_files(exp, wildcards.host, "job.json"),
     }
 
 
@@ -112,6 +169,8 @@ def figure_inputs(wildcards):
         return {"jobs": f"{host}/jobs.csv", "host": f"{host}/host.json"}
     return {
         "summary": f"{host}/{exp}/summary.csv",
+        "replicates": f"{host}/{exp}/replicates.csv",
+        "findings": f"{host}/{exp}/findings.json",
         "spans": f"{host}/{exp}/spans.csv",
         "samples": f"{host}/{exp}/samples.csv",
         "host": f"{host}/host.json",
@@ -162,6 +221,7 @@ def report_inputs(wildcards):
     host = wildcards.host
     files = {
         "host": f"results/{host}/host.json",
+        "user_env": f"results/{host}/user_env.json",
         "config": f"results/{host}/config.yaml",
         "fidelity": f"results/{host}/fidelity.csv",
         "run": f"results/{host}/run.json",
@@ -180,6 +240,9 @@ def report_inputs(wildcards):
         ]
         if exp in TIMELINES:
             files["traces"].append(f"results/{host}/traces/{exp}.json")
+        files["artefacts"] = files.get("artefacts", []) + [
+            f"results/{host}/{exp}/{a}" for a in REGISTRY[exp].spec.artefacts
+        ]
     return files
 
 
@@ -232,7 +295,7 @@ def compare_stamp():
         names = ["host.json"] + [
             f"{exp}/{n}"
             for exp in EXPERIMENTS
-            for n in ("replicates.csv", "summary.csv")
+            for n in ("replicates.csv", "summary.csv", "findings.json")
         ]
         for name in names:
             f = Path(d, name)

@@ -34,8 +34,12 @@ from experiments.fileio import write_frame, write_json, write_text
 def cmd_summarise(args) -> int:
     out = Path(args.out_dir)
     reps = load_experiment(args.metrics, args.experiment)
-    summary = summarise(reps, args.experiment)
+    module = registry.get(args.experiment).analysis()
+    summary = module.summarise(reps) if hasattr(module, "summarise") else summarise(reps, args.experiment)
+    jobs = [json.loads(p.read_text()) for p in (Path(m).with_name("job.json") for m in args.metrics) if p.exists()]
     host = json.loads(Path(args.host_json).read_text()) if args.host_json else {}
+    if args.user_env:  # the user's shell (experiments/userenv.py), for findings about it
+        host["user_environment"] = json.loads(Path(args.user_env).read_text())
     if "available_cpus" not in host:  # no host.json: the CPUs the windows were measured against
         cpus = pd.to_numeric(reps.get("available_cpus", pd.Series(dtype=float)), errors="coerce").max()
         host["available_cpus"] = int(cpus) if pd.notna(cpus) else None
@@ -43,7 +47,7 @@ def cmd_summarise(args) -> int:
     write_frame(out / "samples.csv", load_sidecars(args.metrics, "samples.csv", args.experiment, reps))
     write_frame(out / "replicates.csv", reps)
     write_frame(out / "summary.csv", summary)
-    result = findings(args.experiment, summary, host)
+    result = findings(args.experiment, summary, host, reps, jobs)
     write_json(out / "findings.json", result)
     for line in result["findings"]:
         print(line, file=sys.stderr)
@@ -62,6 +66,8 @@ def _figure_data(name: str, host_dir: Path) -> dict:
     for key in inspect.signature(drawing(name)).parameters:
         if key == "host":
             data["host"] = json.loads((host_dir / "host.json").read_text())
+        elif key == "findings" and experiment:
+            data["findings"] = json.loads((host_dir / experiment / "findings.json").read_text())
         elif key in files:
             data[key] = read_table(files[key], experiment)
         else:
@@ -143,14 +149,25 @@ def cmd_config(args) -> int:
     return 0
 
 
+def cmd_artefact(args) -> int:
+    """Write one of an experiment's artefacts (``Experiment.artefacts``) from its findings' data."""
+    exp = registry.get(args.experiment)
+    if args.name not in exp.spec.artefacts:
+        raise ValueError(f"{args.experiment} declares no artefact {args.name!r}; it has {list(exp.spec.artefacts)}")
+    found = json.loads(Path(args.findings).read_text())
+    write_text(Path(args.out), exp.analysis().ARTEFACTS[args.name](found.get("data") or {}))
+    return 0
+
+
 def cmd_compare(args) -> int:
-    from analysis.compare import compare_hosts, load_host
+    from analysis.compare import compare_hosts, load_host, package_tables
 
     hosts = [load_host(d, args.experiments) for d in args.host_dirs]
     tables = compare_hosts(hosts, args.baseline, args.experiments)
     out = Path(args.out_dir)
     for name, df in tables.items():
         write_frame(out / f"{name}.csv", df)
+    write_json(out / "tables.json", package_tables(hosts, args.experiments))
     meta = {
         "baseline": args.baseline,
         "experiments": args.experiments,
@@ -214,6 +231,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--experiment", required=True, choices=names)
     s.add_argument("--out-dir", required=True)
     s.add_argument("--host-json", default=None)
+    s.add_argument("--user-env", default=None, help="user_env.json (the user's shell thread settings)")
     s.add_argument("metrics", nargs="+", help="per-point metrics.csv files")
     f = sub.add_parser("figure", help="draw one figure")
     f.add_argument("name", help="a figure name (an experiment's declared figures, or job_schedule)")
@@ -241,6 +259,11 @@ def _parser() -> argparse.ArgumentParser:
     cfg = sub.add_parser("config", help="write the run's configuration (JSON) as YAML")
     cfg.add_argument("--json", required=True, help="the configuration as a JSON object")
     cfg.add_argument("--out", required=True)
+    a = sub.add_parser("artefact", help="write one of an experiment's artefacts (e.g. recommended.json)")
+    a.add_argument("experiment", choices=names)
+    a.add_argument("name", help="the artefact's file name, as the experiment declares it")
+    a.add_argument("--findings", required=True, help="the experiment's findings.json")
+    a.add_argument("--out", required=True)
     c = sub.add_parser("compare", help="compare host directories against a baseline host")
     c.add_argument("--baseline", required=True, help="name (directory name) of the baseline host")
     c.add_argument("--experiments", nargs="+", required=True, choices=names)
@@ -261,6 +284,7 @@ COMMANDS = {
     "runinfo": cmd_runinfo,
     "config": cmd_config,
     "status": cmd_status,
+    "artefact": cmd_artefact,
     "compare": cmd_compare,
     "compare-figure": cmd_compare_figure,
 }

@@ -37,7 +37,7 @@ from analysis.stats import ratio_ci
 from experiments import registry
 from experiments.declare import FREE_PARAMS, point_label
 
-__all__ = ["ALPHA", "COLUMNS", "compare_experiment", "compare_hosts", "compare_values", "load_host"]
+__all__ = ["ALPHA", "COLUMNS", "compare_experiment", "compare_hosts", "compare_values", "load_host", "package_tables"]
 
 ALPHA = 0.05
 
@@ -247,3 +247,14 @@ def compare_hosts(hosts: list[HostResults], baseline: str, experiments: list[str
     base = hosts[names.index(baseline)]
     comparison = pd.concat([compare_experiment(e, hosts, base) for e in experiments], ignore_index=True)
     return {"environment": environment_table(hosts), "comparison": comparison, "best": best_table(hosts, experiments)}
+
+
+def package_tables(hosts: list[HostResults], experiments: list[str]) -> dict[str, list[dict]]:
+    """Each experiment's own comparison tables (its analysis ``compare_tables(hosts)``, where it
+    has one): experiment -> ``[{"caption", "columns", "rows"}]`` of text."""
+    out = {}
+    for exp in experiments:
+        module = registry.get(exp).analysis()
+        if hasattr(module, "compare_tables"):
+            out[exp] = module.compare_tables([h for h in hosts if exp in h.findings])
+    return out

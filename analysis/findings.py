@@ -66,12 +66,30 @@ def in_order(values, order) -> list:
     return [v for v in order if v in present]
 
 
-def findings(experiment: str, summary: pd.DataFrame, host: dict) -> dict:
-    """``{"experiment", "findings": [sentences], "tables": [{"caption", "columns", "rows"}]}``.
+def call(fn, **available):
+    """Call a package's hook with the arguments it names (``summary``, ``host``, ``replicates``,
+    ``jobs`` ...), as figures are called."""
+    import inspect
+
+    wanted = inspect.signature(fn).parameters
+    return fn(**{k: v for k, v in available.items() if k in wanted})
+
+
+def findings(
+    experiment: str, summary: pd.DataFrame, host: dict, replicates: pd.DataFrame | None = None, jobs=None
+) -> dict:
+    """``{"experiment", "findings": [sentences], "tables": [{"caption", "columns", "rows"}],
+    "headlines": [{"question", "answer"}], "data": {...}}``: the package's ``findings`` and, where
+    it has them, ``tables``, ``headlines`` (the report's first screen) and ``data`` (what its
+    artefacts and the comparison of hosts read). Hooks take any of ``summary``, ``host``,
+    ``replicates`` and ``jobs`` (the points' job.json) by name.
 
     Raises:
         ValueError: for an experiment that is not registered.
     """
     module = registry.get(experiment).analysis()
-    tables = module.tables(summary, host) if hasattr(module, "tables") else []
-    return {"experiment": experiment, "findings": module.findings(summary, host), "tables": tables}
+    args = {"summary": summary, "host": host, "replicates": replicates, "jobs": jobs or []}
+    out = {"experiment": experiment, "findings": call(module.findings, **args)}
+    for name, empty in (("tables", []), ("headlines", []), ("data", {})):
+        out[name] = call(getattr(module, name), **args) if hasattr(module, name) else empty
+    return out

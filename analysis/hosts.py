@@ -29,6 +29,7 @@ class HostResults:
         host: parsed host.json.
         replicates: experiment -> replicates.csv (only experiments whose files exist).
         summaries: experiment -> summary.csv.
+        findings: experiment -> findings.json (where it exists).
         missing: experiment -> why it is absent (no directory, no summary).
     """
 
@@ -37,6 +38,7 @@ class HostResults:
     host: dict
     replicates: dict[str, pd.DataFrame] = field(default_factory=dict)
     summaries: dict[str, pd.DataFrame] = field(default_factory=dict)
+    findings: dict[str, dict] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -91,6 +93,12 @@ def load_host(path: str | Path, experiments: list[str]) -> HostResults:
                 if col not in df.columns:
                     raise DataError(f, f"missing column (have: {', '.join(map(str, df.columns))})", column=col)
         res.replicates[exp], res.summaries[exp] = reps, summary
+        found = path / exp / "findings.json"
+        if found.exists():
+            try:
+                res.findings[exp] = json.loads(found.read_text())
+            except json.JSONDecodeError as exc:
+                raise DataError(found, f"not valid JSON ({exc})") from None
     return res
 
 
@@ -164,9 +172,12 @@ def best_table(hosts: list[HostResults], experiments: list[str]) -> pd.DataFrame
     """The best configuration per host and group (``best`` in each summary: the highest
     speedup whose CI lies above 1, else the baseline), and whether it shifts between hosts.
     A group without any measured point reads ``none (<statuses>)``, e.g. ``none (skipped)``."""
+    # an experiment without a baseline point has no best point (the workload: its recommendation
+    # is compared in its own table)
     rows = [
         r
         for exp in experiments
+        if registry.get(exp).spec.baseline
         for h in hosts
         if exp in h.summaries and "best" in h.summaries[exp]
         for r in _best_rows(exp, h)

@@ -17,6 +17,7 @@ rule analyse:
         "../environment.yml"
     shell:
         "python -m analysis summarise --experiment {wildcards.experiment:q} --host-json {input.host:q}"
+        " --user-env {input.user_env:q}"
         ' --out-dir "$(dirname {output.summary:q})" {input.metrics:q} > {log:q} 2>&1'
 
 
@@ -81,4 +82,18 @@ rule trace:
         "../environment.yml"
     shell:
         "python -m analysis trace {wildcards.trace:q} --host-dir results/{wildcards.host:q}"
+        " --out {output:q} > {log:q} 2>&1"
+
+
+rule artefact:
+    input:
+        findings="results/{host}/{experiment}/findings.json",
+    output:
+        "results/{host}/{experiment}/{artefact}",
+    log:
+        "logs/{host}/artefacts/{experiment}/{artefact}.log",
+    conda:
+        "../environment.yml"
+    shell:
+        "python -m analysis artefact {wildcards.experiment:q} {wildcards.artefact:q} --findings {input.findings:q}"
         " --out {output:q} > {log:q} 2>&1"

@@ -106,8 +106,11 @@ def _flags(spec: Experiment, grp: pd.DataFrame, ok: pd.DataFrame) -> dict:
             texts = grp[flag.column].fillna("").astype(str)
             texts = texts[texts != ""]
             row[flag.column] = texts.iloc[0] if len(texts) else ""
+        elif len(ok):
+            values = ok[flag.column].fillna(False).astype(bool)
+            row[flag.column] = bool(values.all() if flag.aggregate == "all" else values.any())
         else:
-            row[flag.column] = bool(ok[flag.column].fillna(False).astype(bool).all()) if len(ok) else np.nan
+            row[flag.column] = np.nan
     return row
 
 

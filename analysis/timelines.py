@@ -75,24 +75,36 @@ def _nothing(experiment: str, what: str) -> Figure:
     return fig
 
 
-def _select(df: pd.DataFrame, point: dict, repeat: int = 0) -> pd.DataFrame:
+def _select(df: pd.DataFrame, point: dict, repeat: int = 0, role: str = "point") -> pd.DataFrame:
     if df.empty or "repeat" not in df:  # no point wrote any row: header with key columns only
         return df.iloc[0:0].assign(repeat=[], role=[], actor=[], kind=[], series=[], t_s=[], busy_pct=[])
     if "role" not in df:  # files from before interleaved baselines hold point rows only
         df = df.assign(role="point")
-    mask = (df["repeat"] == repeat) & (df["role"] == "point")
+    mask = (df["repeat"] == repeat) & (df["role"] == role)
     for k, v in point.items():
         mask &= df[k] == v
     return df[mask]
 
 
-def window(spans: pd.DataFrame, samples: pd.DataFrame, point: dict, repeat: int = 0) -> tuple:
-    """Spans and samples of one measured window of ``point`` (its own role, ``repeat``).
+def window(spans: pd.DataFrame, samples: pd.DataFrame, point: dict, repeat: int = 0, role: str = "point") -> tuple:
+    """Spans and samples of one measured window of ``point``: ``repeat``, ``role`` (its own,
+    ``point``, by default).
 
     Returns:
         ``(spans, samples)`` DataFrames, possibly empty.
     """
-    return _select(spans, point, repeat), _select(samples, point, repeat)
+    return _select(spans, point, repeat, role), _select(samples, point, repeat, role)
+
+
+def _panels(experiment: str, points: list[dict]) -> list[tuple[dict, str, str]]:
+    """``(point, role, label)`` of every window drawn: each point's declared roles."""
+    roles = _spec_timeline(experiment).roles
+    return [(p, role, label) for p in points for role, label in roles.items()]
+
+
+def _title(point: dict, label: str) -> str:
+    """A window's title: its role's label (with the point when the timeline has several), else the point."""
+    return f"{label} ({point_label(point)})" if label else point_label(point)
 
 
 def actors(sp: pd.DataFrame) -> list[str]:
@@ -159,7 +171,7 @@ def _t_end(sp: pd.DataFrame, sa: pd.DataFrame) -> float:
     return float(max(ends)) if max(ends) > 0 else 1.0
 
 
-def _window_panel(sub, point: dict, sp, sa, group_end: float, timeline: Timeline, ncpu) -> set[str]:
+def _window_panel(sub, point: dict, label: str, sp, sa, group_end: float, timeline: Timeline, ncpu) -> set[str]:
     """One point's Gantt rows and utilisation strip in subfigure ``sub``; returns kinds drawn."""
     n = max(1, sp["actor"].nunique()) if len(sp) else 1
     ax_g, ax_u = sub.subplots(2, 1, sharex=True, height_ratios=[0.36 * n + 0.3, 0.7])
@@ -173,7 +185,7 @@ def _window_panel(sub, point: dict, sp, sa, group_end: float, timeline: Timeline
     ax_u.set_xlim(0, shown * 1.01)
     cut = f"; first {shown:.2g} s shown" if wall > shown else ""
     n_samples = sa[sa["series"] == "tree"]["t_s"].nunique() if len(sa) else 0
-    title = f"{point_label(point)}: window of {wall:.3g} s, {n_samples} CPU sample{'' if n_samples == 1 else 's'}"
+    title = f"{_title(point, label)}: window of {wall:.3g} s, {n_samples} CPU sample{'' if n_samples == 1 else 's'}"
     sub.suptitle(title + cut, x=0.01, ha="left", fontsize=9.5)
     ax_u.set_xlabel("time since start of measured window (s)", fontsize=8.5)
     return kinds
@@ -204,21 +216,22 @@ def timeline(experiment: str, spans: pd.DataFrame, samples: pd.DataFrame, summar
     if not points:
         return _nothing(experiment, "timeline")
     ncpu = host.get("available_cpus", "?")
-    wins = [window(spans, samples, p) for p in points]
+    panels = _panels(experiment, points)
+    wins = [window(spans, samples, p, role=role) for p, role, _ in panels]
     heights = [0.36 * (max(1, sp["actor"].nunique()) if len(sp) else 1) + 0.3 + 0.7 + 0.75 for sp, _ in wins]
     fig = plt.figure(figsize=(10, 1.0 + sum(heights)), layout="constrained")
-    subfigs = fig.subfigures(len(points) + 1, 1, height_ratios=[1.0, *heights], hspace=0.02)
-    ends = _group_ends(experiment, points, [_t_end(sp, sa) for sp, sa in wins])
+    subfigs = fig.subfigures(len(panels) + 1, 1, height_ratios=[1.0, *heights], hspace=0.02)
+    ends = _group_ends(experiment, [p for p, _, _ in panels], [_t_end(sp, sa) for sp, sa in wins])
     kinds: set[str] = set()
-    for point, (sp, sa), end, sub in zip(points, wins, ends, subfigs[1:]):
-        kinds |= _window_panel(sub, point, sp, sa, end, spec_timeline, ncpu)
+    for (point, _, label), (sp, sa), end, sub in zip(panels, wins, ends, subfigs[1:]):
+        kinds |= _window_panel(sub, point, label, sp, sa, end, spec_timeline, ncpu)
     head = subfigs[0]
     head.suptitle(f"{spec_timeline.title} ({cpus_text(ncpu)} available)", fontsize=11)
     head.legend(handles=_legend(spec_timeline, kinds), loc="center", ncol=3, fontsize=8)
     return fig
 
 
-def _heatmap_panel(ax, point: dict, sa: pd.DataFrame, cores: list[str], end: float, ncpu):
+def _heatmap_panel(ax, point: dict, label: str, sa: pd.DataFrame, cores: list[str], end: float, ncpu):
     """One point's per-core heatmap; returns the mesh (None without samples)."""
     wide = sa[sa["series"].isin(cores)].pivot_table(index="t_s", columns="series", values="busy_pct")
     wide = wide.reindex(columns=cores)
@@ -236,7 +249,7 @@ def _heatmap_panel(ax, point: dict, sa: pd.DataFrame, cores: list[str], end: flo
     ax.set_xlim(0, min(end, MAX_WINDOW_S * 4))
     ax.grid(False)
     mean = sa[sa["series"] == "tree"]["busy_pct"].mean()
-    title = f"{point_label(point)}: this job's processes {mean:.0f}% of {cpus_text(ncpu)} on average"
+    title = f"{_title(point, label)}: this job's processes {mean:.0f}% of {cpus_text(ncpu)} on average"
     ax.set_title(title, loc="left", fontsize=9)
     return mesh
 
@@ -248,15 +261,19 @@ def core_heatmap(experiment: str, samples: pd.DataFrame, summary: pd.DataFrame, 
     points = timeline_points(experiment, summary)
     if not points:
         return _nothing(experiment, "per-core utilisation")
-    sels = [_select(samples, p) for p in points]
+    panels = _panels(experiment, points)
+    sels = [_select(samples, p, role=role) for p, role, _ in panels]
     cores = sorted({s for sa in sels for s in sa["series"].unique() if str(s).startswith("cpu")}, key=natural)
-    ends = _group_ends(experiment, points, [_t_end(sa.iloc[0:0], sa) for sa in sels])
+    ends = _group_ends(experiment, [p for p, _, _ in panels], [_t_end(sa.iloc[0:0], sa) for sa in sels])
     h = 0.22 * max(1, len(cores)) + 0.55
     fig, axes = plt.subplots(
-        len(points), 1, figsize=(10, 0.9 + h * len(points)), squeeze=False, gridspec_kw={"hspace": 0.9}
+        len(panels), 1, figsize=(10, 0.9 + h * len(panels)), squeeze=False, gridspec_kw={"hspace": 0.9}
     )
     ncpu = host.get("available_cpus", "?")
-    meshes = [_heatmap_panel(ax, p, sa, cores, e, ncpu) for ax, p, sa, e in zip(axes[:, 0], points, sels, ends)]
+    meshes = [
+        _heatmap_panel(ax, p, label, sa, cores, e, ncpu)
+        for ax, (p, _, label), sa, e in zip(axes[:, 0], panels, sels, ends)
+    ]
     axes[-1, 0].set_xlabel("time since start of measured window (s)")
     mesh = next((m for m in reversed(meshes) if m is not None), None)
     if mesh is not None:

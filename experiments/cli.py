@@ -13,6 +13,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import fcntl
+import functools
+import inspect
+import json
 import os
 import platform
 import sys
@@ -24,7 +27,7 @@ from pathlib import Path
 
 from experiments.fileio import write_csv, write_json
 from experiments.host import OWNED_DIRS, available_cpus, default_host, sanitise_host
-from experiments.params import field_type, oversubscription_skip, parse_bool, parse_overrides
+from experiments.params import field_type, is_tuple, oversubscription_skip, parse_bool, parse_overrides, parse_value
 from experiments.results import SAMPLE_COLUMNS, RunResult, metrics_rows, span_columns
 
 
@@ -48,6 +51,13 @@ def exclusive(lock_path: str | None) -> Iterator[float]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
+def _tuple_arg(params_cls, name: str, text: str) -> tuple:
+    try:
+        return parse_value(params_cls, name, text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def build_parser(params_cls, description: str, prog: str | None = None) -> argparse.ArgumentParser:
     """An ``argparse`` parser with one ``--option`` per field of the ``Params`` dataclass.
 
@@ -60,10 +70,14 @@ def build_parser(params_cls, description: str, prog: str | None = None) -> argpa
     )
     for f in dataclasses.fields(params_cls):
         tp, choices = field_type(params_cls, f.name)
+        if is_tuple(params_cls, f.name):  # a set of values, comma separated: 0,1,2
+            convert, choices = functools.partial(_tuple_arg, params_cls, f.name), None
+        else:
+            convert = parse_bool if tp is bool else tp
         p.add_argument(
             "--" + f.name.replace("_", "-"),
             dest=f.name,
-            type=parse_bool if tp is bool else tp,
+            type=convert,
             choices=choices,
             default=f.default,
             help=f.metadata.get("help", "") if f.metadata else "",
@@ -76,7 +90,7 @@ def build_parser(params_cls, description: str, prog: str | None = None) -> argpa
         type=float,
         default=None,
         metavar="FACTOR",
-        help="skip the point if it asks for more than FACTOR x the available CPUs (None: no limit)",
+        help="skip the point if it asks for more than FACTOR x the available CPUs; no limit if not given",
     )
     p.add_argument(
         "--baseline",
@@ -85,11 +99,47 @@ def build_parser(params_cls, description: str, prog: str | None = None) -> argpa
         metavar="KEY=VALUE",
         help="also measure this variant of the point (fields overridden), interleaved with it",
     )
+    p.add_argument(
+        "--host-file",
+        nargs="*",
+        default=[],
+        metavar="PATH",
+        help="host-level JSON files the experiment reads (e.g. user_env.json), passed to run()",
+    )
+    p.add_argument(
+        "--after",
+        nargs="*",
+        default=[],
+        metavar="DIR",
+        help="point directories this point depends on: their job.json (its outcome) is passed to run()",
+    )
     return p
 
 
-def job_record(experiment: str, host: str, params, baseline, times: dict) -> dict:
-    """The content of a point's ``job.json``: what ran, where, when, and the environment it saw.
+def read_after(dirs: list[str]) -> list[dict]:
+    """The ``job.json`` of each point directory a point depends on (``Experiment.depends``).
+
+    Raises:
+        ValueError: if one is missing or not JSON, naming it.
+    """
+    return [read_json(Path(d) / "job.json", "--after") for d in dirs]
+
+
+def read_json(path: str | Path, option: str):
+    """A JSON file named on the command line.
+
+    Raises:
+        ValueError: naming the option and the file, if it is missing or not JSON.
+    """
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{option} {path}: cannot read it ({type(exc).__name__}: {exc})") from None
+
+
+def job_record(experiment: str, host: str, params, baseline, times: dict, outcome: dict | None = None) -> dict:
+    """The content of a point's ``job.json``: what ran, where, when, what it decided
+    (``outcome``, see :class:`~experiments.results.RunResult`) and the environment it saw.
 
     Args:
         times: ``job_start_unix``, ``lock_wait_s``, ``lock_acquired_unix``, ``lock_released_unix``
@@ -100,6 +150,7 @@ def job_record(experiment: str, host: str, params, baseline, times: dict) -> dic
         "host": host,
         "params": dataclasses.asdict(params),
         "baseline": dataclasses.asdict(baseline) if baseline else None,
+        "outcome": outcome,
         "pid": os.getpid(),
         "python": platform.python_version(),
         **times,
@@ -153,6 +204,9 @@ def cli_main(
         params = params_cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(params_cls)})
         overrides = parse_overrides(params_cls, args.baseline)
         baseline = dataclasses.replace(params, **overrides) if args.baseline else None
+        after = {"after": read_after(args.after)} if args.after else {}
+        if args.host_file:
+            after["host_files"] = {Path(f).name: read_json(f, "--host-file") for f in args.host_file}
     except ValueError as exc:
         parser.error(str(exc))
     host = sanitise_host(args.host) if args.host else default_host()
@@ -160,10 +214,12 @@ def cli_main(
     skip = oversubscription_skip(params, args.max_oversubscription, available_cpus())
     with exclusive(args.lock) as waited:
         locked_at = time.time()
-        result = RunResult.skipped(skip) if skip is not None else run(params, baseline)
+        if "max_oversubscription" in inspect.signature(run).parameters:  # a job that chooses its own points
+            after["max_oversubscription"] = args.max_oversubscription
+        result = RunResult.skipped(skip) if skip is not None else run(params, baseline, **after)
         released_at = time.time()
     times = {"job_start_unix": JOB_START_UNIX, "lock_wait_s": waited}
     times |= {"lock_acquired_unix": locked_at, "lock_released_unix": released_at}
-    job = job_record(experiment, host, params, baseline, times)
+    job = job_record(experiment, host, params, baseline, times, result.outcome)
     _log_rows(experiment, write_point(Path(args.out), result, host, experiment, params, job))
     return 0

@@ -59,12 +59,21 @@ class Flag:
         label: the flag's text in the report, e.g. ``worker warning``.
         aggregate: ``text``: the summary keeps the first non-empty text of the point's rows and
             the flag shows when there is one; ``all``: the summary is True when every ok row is
-            true (a boolean column) and the flag shows when it is False.
+            true (a boolean column) and the flag shows when it is False; ``any``: the summary is
+            True when some ok row is true and the flag shows when it is True.
     """
 
     column: str
     label: str
-    aggregate: Literal["text", "all"] = "text"
+    aggregate: Literal["text", "all", "any"] = "text"
+
+    def raised(self, value) -> bool:
+        """Whether a summary value of this column shows the flag (missing values never do)."""
+        if value is None or (not isinstance(value, str) and value != value):  # None or NaN
+            return False
+        if self.aggregate == "text":
+            return str(value) != ""
+        return (not bool(value)) if self.aggregate == "all" else bool(value)
 
 
 @dataclass(frozen=True)
@@ -94,12 +103,16 @@ class Timeline:
         on_cpu_share: spans carry ``cpu_s`` (CPU time inside the span): the light bar is the
             span's wall time and the dark fill's height its on-CPU share.
         threads_per_actor: threads of one actor at a point (the on-CPU share is per thread).
+        roles: the windows drawn per point, by ``role`` (in order), and what each is called: by
+            default the point's own (``{"point": ""}``); the workload draws its current settings
+            (``baseline``) above the recommendation (``point``).
     """
 
     title: str
     kinds: tuple[SpanKind, ...]
     on_cpu_share: bool = False
     threads_per_actor: Callable[[Mapping[str, Any]], int] = one_thread
+    roles: Mapping[str, str] = field(default_factory=lambda: {"point": ""})
 
 
 @dataclass(frozen=True)
@@ -113,7 +126,8 @@ class Experiment:
         metrics: throughput column(s), higher is better, and the unit of each, e.g.
             ``{"samples_per_s": "samples/s"}``.
         group: keys whose points share a baseline (speedups are computed within a group).
-        baseline: ``{key: value}`` picking the baseline point inside each group.
+        baseline: ``{key: value}`` picking the baseline point inside each group; ``{}``: no
+            baseline point (each job measures what its points are compared with).
         figures: names of the figures the package's ``analysis.FIGURES`` draws, in report
             order (timeline figures are added after them, see :attr:`all_figures`).
         metric_for: the metric column of a point (``{key: value}``); default: the one metric.
@@ -122,8 +136,15 @@ class Experiment:
         flags: columns that flag a point in the report.
         free_params: parameters besides :data:`FREE_PARAMS` that may differ between hosts
             without making their results incomparable (warm-up counts, time-outs).
-        resolve: per swept key, a function ``(config value, available CPUs) -> list of values``
-            that resolves a symbolic config value at parse time (e.g. ``threads: auto``).
+        resolve: per config key, a function ``(config value, available CPUs) -> list of values``
+            that resolves a symbolic config value at parse time (e.g. ``threads: auto``): the
+            values swept for a swept key, the tuple passed for a tuple-typed parameter.
+        depends: the points (``{key: value}``) whose jobs must finish before a point's job;
+            their ``job.json`` (with its ``outcome``) reaches ``run(..., after=[...])``.
+        host_files: files of ``results/<host>/`` (JSON) the experiment's jobs read, e.g.
+            ``user_env.json``; they reach ``run(..., host_files={name: content})``.
+        artefacts: files its ``analysis.ARTEFACTS`` writes into ``results/<host>/<name>/`` beside
+            the summary (the workload's ``recommended.json``, ...).
         timeline: set if the experiment records work spans.
         order: position in the report (lower first; ties by name).
     """
@@ -140,6 +161,9 @@ class Experiment:
     flags: tuple[Flag, ...] = ()
     free_params: frozenset[str] = frozenset()
     resolve: Mapping[str, Callable[[Any, int], list]] = field(default_factory=dict)
+    depends: Callable[[Mapping[str, Any]], list[dict]] | None = None
+    host_files: tuple[str, ...] = ()
+    artefacts: tuple[str, ...] = ()
     timeline: Timeline | None = None
     order: int = 100
 
@@ -163,8 +187,9 @@ class Experiment:
         return self.metrics.get(metric, metric)
 
     def is_baseline(self, point: Mapping[str, Any]) -> bool:
-        """Whether ``point`` is its group's baseline (values compared as text)."""
-        return all(str(point[k]) == str(v) for k, v in self.baseline.items())
+        """Whether ``point`` is its group's baseline (values compared as text). An experiment
+        without a baseline (``{}``) has no baseline point: its jobs measure their own."""
+        return bool(self.baseline) and all(str(point[k]) == str(v) for k, v in self.baseline.items())
 
     def units_of(self, point: Mapping[str, Any]) -> float:
         """``p`` of a point for parallel efficiency (NaN where it has no meaning)."""
@@ -186,6 +211,10 @@ class Experiment:
         if key in self.resolve:
             return list(self.resolve[key](value, ncpu))
         return list(value) if isinstance(value, (list, tuple)) else [value]
+
+    def needs(self, point: Mapping[str, Any]) -> list[dict]:
+        """The points whose jobs must finish before this point's (see :attr:`depends`)."""
+        return list(self.depends(point)) if self.depends is not None else []
 
 
 def point_label(point: Mapping[str, Any]) -> str:

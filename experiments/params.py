@@ -1,10 +1,12 @@
 """Parameters of a configuration point: range checks, field types, text to typed values.
 
 Every experiment describes one configuration point with a frozen dataclass ``Params`` whose
-fields are annotated ``int``, ``float``, ``str``, ``bool`` or ``Literal[...]``. The same
-annotations type the command line (:mod:`experiments.cli`), the ``--baseline`` overrides and
-the parameter columns read back from CSV (:mod:`analysis.tables`), so a value means the same
-thing wherever it travels.
+fields are annotated ``int``, ``float``, ``str``, ``bool`` or ``Literal[...]``, or
+``tuple[X, ...]`` of one of these for a set of values one job uses (the workload experiment's
+search space; written ``0,1,2`` on the command line, a list in config). The same annotations
+type the command line (:mod:`experiments.cli`), the ``--baseline`` overrides and the columns
+read back from CSV (:mod:`analysis.tables`), so a value means the same thing wherever it
+travels.
 """
 
 from __future__ import annotations
@@ -30,22 +32,39 @@ def check_min(name: str, value, minimum) -> None:
         raise ValueError(f"{name}={value!r} is out of range; it must be >= {minimum}")
 
 
-def field_type(params_cls, name: str) -> tuple[type, tuple | None]:
-    """``(python type, choices)`` of field ``name``: ``Literal["a", "b"]`` gives ``(str, ("a", "b"))``,
-    other annotations ``(type, None)``.
-
-    Raises:
-        KeyError: if ``params_cls`` has no field ``name``.
-    """
-    tp = typing.get_type_hints(params_cls)[name]
+def _element(tp):
+    """``(python type, choices)`` of a scalar annotation."""
     if typing.get_origin(tp) is typing.Literal:
         args = typing.get_args(tp)
         return type(args[0]), args
     return tp, None
 
 
+def is_tuple(params_cls, name: str) -> bool:
+    """Whether field ``name`` is a ``tuple[X, ...]`` (a set of values for one job).
+
+    Raises:
+        KeyError: if ``params_cls`` has no field ``name``.
+    """
+    return typing.get_origin(typing.get_type_hints(params_cls)[name]) is tuple
+
+
+def field_type(params_cls, name: str) -> tuple[type, tuple | None]:
+    """``(python type, choices)`` of field ``name``: ``Literal["a", "b"]`` gives ``(str, ("a", "b"))``,
+    other annotations ``(type, None)``; for ``tuple[X, ...]`` those of ``X``.
+
+    Raises:
+        KeyError: if ``params_cls`` has no field ``name``.
+    """
+    tp = typing.get_type_hints(params_cls)[name]
+    if typing.get_origin(tp) is tuple:
+        tp = typing.get_args(tp)[0]
+    return _element(tp)
+
+
 def field_types(params_cls) -> dict[str, type]:
-    """Every field of ``params_cls`` and its python type (``Literal`` fields: the type of their values)."""
+    """Every field of ``params_cls`` and its python type (``Literal`` fields: the type of their
+    values; tuple fields: the type of their elements)."""
     return {f.name: field_type(params_cls, f.name)[0] for f in dataclasses.fields(params_cls)}
 
 
@@ -71,6 +90,12 @@ def parse_value(params_cls, name: str, text: str):
             ``Literal`` choices.
         KeyError: if ``params_cls`` has no field ``name``.
     """
+    if is_tuple(params_cls, name):  # "0,1,2": every element typed
+        return tuple(_parse_one(params_cls, name, part.strip()) for part in str(text).split(",") if part.strip())
+    return _parse_one(params_cls, name, text)
+
+
+def _parse_one(params_cls, name: str, text: str):
     tp, choices = field_type(params_cls, name)
     try:
         value = parse_bool(text) if tp is bool else tp(text)

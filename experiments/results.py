@@ -46,17 +46,27 @@ class RunResult:
         samples: CPU samples, dicts with ``repeat, role, t_s, series, busy_pct``.
         spans: work spans, dicts with ``repeat, role, actor, kind, start_s, end_s`` (seconds
             from the start of the measured window) plus kind-specific fields.
+        outcome: what a job decided while it measured (the workload's search: the winning
+            configuration), written into its ``job.json`` for the jobs that depend on it.
     """
 
     rows: list[dict] = dataclasses.field(default_factory=list)
     samples: list[dict] = dataclasses.field(default_factory=list)
     spans: list[dict] = dataclasses.field(default_factory=list)
+    outcome: dict | None = None
 
     @classmethod
     def skipped(cls, reason: str, **row) -> RunResult:
         """A point that was not measured: one ``point`` row with status ``skipped``, the
         ``reason`` and any extra columns in ``row`` (e.g. the thread settings seen)."""
         return cls(rows=[{"repeat": 0, "role": "point", "status": "skipped", "reason": reason, **row}])
+
+    @classmethod
+    def failed(cls, reason: str, **row) -> RunResult:
+        """A point that could not be measured because of its input (a workload that does not
+        import, say): one ``point`` row with status ``failed`` and the ``reason``. The job still
+        exits 0; the workflow's ``point_status`` job reports the point at the end."""
+        return cls(rows=[{"repeat": 0, "role": "point", "status": "failed", "reason": reason, **row}])
 
     def add_window(self, repeat: int, win: Window, role: str = "point", params=None, **row) -> dict:
         """Append a metrics row built from ``win`` plus ``row`` and keep its samples.
@@ -134,7 +144,8 @@ def metrics_rows(result: RunResult, host: str, experiment: str, params) -> tuple
     """The rows of ``metrics.csv`` and its column order (docs/csv-schema.md): ``host``,
     ``experiment``, the parameter columns (a baseline row's own parameters), then every other
     column in first-seen order."""
-    param_cols = dataclasses.asdict(params)
+    # a tuple field is a set of values the job chose from, not the row's value: job.json has it
+    param_cols = {k: v for k, v in dataclasses.asdict(params).items() if not isinstance(v, tuple)}
     rows = [
         {"host": host, "experiment": experiment, **(r.pop("_params", None) or param_cols), **r} for r in result.rows
     ]

@@ -21,6 +21,26 @@ rule host_info:
         "python -m experiments.hostinfo --host {wildcards.host:q} --out {output:q} > {log:q} 2>&1"
 
 
+rule user_env:
+    output:
+        "results/{host}/user_env.json",
+    log:
+        "logs/{host}/user_env.log",
+    # measurements first; it imports torch once, so it takes the measurement slot too
+    priority: 10
+    conda:
+        "../environment.yml"
+    threads: workflow.cores
+    resources:
+        measure=1,
+        tmpdir=MEASURE_TMPDIR,
+    params:
+        # the user's shell, captured at parse time: a change reruns this job, not the measurements
+        env=user_env_json(),
+    shell:
+        "python -m experiments.userenv --env {params.env} --out {output:q} > {log:q} 2>&1"
+
+
 rule selfcheck:
     input:
         host="results/{host}/host.json",
@@ -49,7 +69,7 @@ rule selfcheck:
 
 rule measure:
     input:
-        host="results/{host}/host.json",
+        unpack(measure_inputs),
     output:
         metrics="results/{host}/{experiment}/{point}/metrics.csv",
         samples="results/{host}/{experiment}/{point}/samples.csv",

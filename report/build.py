@@ -50,6 +50,32 @@ def _fmt(v, digits: int = 3) -> str:
     return str(v)
 
 
+def user_env_rows(env: dict) -> list[tuple[str, str]]:
+    """Label/value pairs of the user's shell (``user_env.json``; empty when absent)."""
+    if not env:
+        return []
+    variables = env.get("variables") or {}
+    text = ", ".join(f"{k}={v}" for k, v in variables.items()) or "none"
+    return [
+        ("Thread variables of your shell", text),
+        (
+            "torch intra-op / inter-op threads in your shell (measured)",
+            f"{env.get('torch_threads')} / {env.get('torch_interop_threads')}",
+        ),
+    ]
+
+
+def headlines(exps: list[dict], trust: dict) -> list[dict]:
+    """The report's first screen: each experiment's answers (``findings.json`` ``headlines``), in
+    report order, each linked to its section, then the trust verdict."""
+    out = [{**h, "anchor": e["name"]} for e in exps for h in e.get("headlines", [])]
+    verdict = f"{trust['passed']} of {trust['passed'] + trust['warned']} theory checks pass"
+    verdict += f"; {trust['contended']} of {trust['points']} points contended, {trust['noisy']} noisy"
+    if trust["problems"]:
+        verdict += f"; {len(trust['problems'])} not measured (skipped, failed or timed out)"
+    return [*out, {"question": "Can these numbers be trusted?", "answer": verdict, "anchor": "trust"}]
+
+
 def environment_rows(host: dict) -> list[tuple[str, str]]:
     """Label/value pairs for the environment table, from host.json."""
     par = host.get("torch_parallel") or {}
@@ -95,12 +121,7 @@ def _is_true(v) -> bool:
 def _flags(spec, r: pd.Series) -> str:
     """The flags column of one point: the common flags, then the experiment's declared ones."""
     flags = [name for name in COMMON_FLAGS if _is_true(r.get(name))]
-    for flag in spec.flags:
-        value = r.get(flag.column)
-        if value is None or pd.isna(value):
-            continue
-        if (flag.aggregate == "text" and str(value) != "") or (flag.aggregate == "all" and not bool(value)):
-            flags.append(flag.label)
+    flags += [flag.label for flag in spec.flags if not pd.isna(r.get(flag.column)) and flag.raised(r.get(flag.column))]
     return ", ".join(flags)
 
 
@@ -205,6 +226,7 @@ def experiment_context(host_dir: Path, name: str) -> dict:
         **{k: exp.prose[k] for k in ("title", "question", "what", "why")},
         "findings": found["findings"],
         "tables": found.get("tables", []),
+        "headlines": found.get("headlines", []),
         "table": summary_table(summary, name),
         "figures": [figure(host_dir, fig, exp.prose["figures"][fig]) for fig in exp.spec.all_figures],
         "trace": f"traces/{name}.json" if trace.exists() else None,
@@ -237,6 +259,8 @@ def build_context(host_dir: str | Path, experiments: list[str]) -> dict:
     run = json.loads((host_dir / "run.json").read_text())
     now = dt.datetime.now(dt.UTC)
     trust = trust_context(fidelity, run, exps, now.timestamp())
+    user_env = host_dir / "user_env.json"
+    env = json.loads(user_env.read_text()) if user_env.exists() else {}
     schedule = host_dir / "figures" / "job_schedule.png"
     trust["schedule"] = (
         figure(host_dir, "job_schedule", SECTIONS["figures"]["job_schedule"]) if schedule.exists() else None
@@ -247,7 +271,8 @@ def build_context(host_dir: str | Path, experiments: list[str]) -> dict:
         "host": host.get("host", host_dir.name),
         "cpu_model": host.get("cpu_model") or "unknown CPU",
         "available_cpus": host.get("available_cpus"),
-        "environment": environment_rows(host),
+        "environment": environment_rows(host) + user_env_rows(env),
+        "headlines": headlines(exps, trust),
         "parallel_info": host.get("torch_parallel_info", ""),
         "generated": now.strftime("%Y-%m-%d %H:%M UTC"),
         "experiments": exps,

@@ -87,13 +87,15 @@ def experiment_table(c: pd.DataFrame, hosts: list[str]) -> dict:
     return {"columns": cols, "rows": rows, "notes": notes}
 
 
-def _experiment(d: Path, exp: str, c: pd.DataFrame, hosts: list[str], baseline: str) -> dict:
-    """One experiment's part of the comparison report: title, table, counts and figure."""
+def _experiment(d: Path, exp: str, c: pd.DataFrame, hosts: list[str], baseline: str, tables: dict) -> dict:
+    """One experiment's part of the comparison report: title, its own tables, the point table,
+    counts and figure."""
     title = registry.get(exp).prose["title"]
     fig = d / "figures" / f"compare_{exp}.png"
     return {
         "name": exp,
         "title": title,
+        "tables": tables.get(exp, []),
         "table": experiment_table(c, hosts),
         "compared": int((c["status"] == "compared").sum()),
         "not_comparable": int((c["status"] == "not comparable").sum()),
@@ -125,8 +127,9 @@ def build_compare_context(compare_dir: str | Path) -> dict:
     env = read_table(d / "environment.csv", types=dict.fromkeys(hosts, "str"))
     comparison = read_table(d / "comparison.csv")
     best = read_table(d / "best.csv", types={"best": "str", "group": "str"})
+    own = json.loads((d / "tables.json").read_text()) if (d / "tables.json").exists() else {}
     exps = [
-        _experiment(d, exp, comparison[comparison["experiment"] == exp], hosts, meta["baseline"])
+        _experiment(d, exp, comparison[comparison["experiment"] == exp], hosts, meta["baseline"], own)
         for exp in meta["experiments"]
     ]
     best_rows = [

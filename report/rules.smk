@@ -52,6 +52,7 @@ rule compare_tables:
         comparison="results/compare/comparison.csv",
         best="results/compare/best.csv",
         hosts="results/compare/hosts.json",
+        tables="results/compare/tables.json",
     log:
         "logs/compare/compare.log",
     conda:

@@ -48,7 +48,9 @@ IGNORE = shutil.ignore_patterns(
 #: The fixture experiment package the end-to-end run adds to its checkout (tests/fixtures/nap),
 #: and the config section it adds for it: one folder and a config section, nothing else.
 FIXTURE_EXPERIMENT = ROOT / "tests" / "fixtures" / "nap"
-FIXTURE_CONFIG = "experiments: [gil, multiprocessing, dataloader, intraop, jit, nap]\nnap:\n  sleepers: [1, 2]\n"
+FIXTURE_CONFIG = (
+    "experiments: [workload, gil, multiprocessing, dataloader, intraop, jit, nap]\nnap:\n  sleepers: [1, 2]\n"
+)
 FIXTURE_FIGURES = ("nap_speedup",)
 #: The end-to-end run's config files (config.yaml is always read first).
 QUICK_CONFIG = ["--configfile", "config.quick.yaml", "nap.yaml"]

@@ -99,7 +99,14 @@ def test_every_package_is_complete_and_consistent():
         assert callable(module.findings), name
         assert set(module.FIGURES) == set(exp.spec.figures), name
         for fig, draw in module.FIGURES.items():  # what a drawing function may ask for, by name
-            assert set(inspect.signature(draw).parameters) <= {"summary", "spans", "samples", "replicates", "host"}, fig
+            assert set(inspect.signature(draw).parameters) <= {
+                "summary",
+                "spans",
+                "samples",
+                "replicates",
+                "findings",
+                "host",
+            }, fig
         if exp.spec.timeline:
             assert callable(module.timeline_points), name
         main = (exp.path / "__main__.py").read_text()

@@ -108,7 +108,10 @@ def test_bad_config_is_refused(root, default_config, patch, key):
         ({"max_oversubscription": 0.5}, "config key max_oversubscription: 0.5 is not allowed"),
         ({"gill": {"repeats": 2}}, "config key (top level): unknown key gill; allowed: host, experiments,"),
         ({"gil": 5}, "config key gil: 5 is not allowed (a section is a mapping); allowed: object with keys workload,"),
-        ({"experiments": ["gil", "nosuch"]}, "(no package experiments/nosuch/); allowed: one of gil, multiprocessing,"),
+        (
+            {"experiments": ["gil", "nosuch"]},
+            "(no package experiments/nosuch/); allowed: one of workload, gil, multiprocessing,",
+        ),
     ],
 )
 def test_bad_config_is_explained_in_one_line(root, default_config, patch, line):

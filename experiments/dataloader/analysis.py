@@ -57,6 +57,20 @@ def findings(summary: pd.DataFrame, host: dict) -> list[str]:
     return out
 
 
+def headlines(summary: pd.DataFrame, host: dict) -> list[dict]:
+    """The best num_workers per kind of data."""
+    parts = []
+    for dataset in in_order(summary["dataset"], DATASETS):
+        sub = measured(summary[summary["dataset"] == dataset])
+        if len(sub):
+            best = best_row(sub)
+            gain = f" ({fmt_x(best)})" if int(best["num_workers"]) else ""
+            parts.append(f"{DATASETS[dataset]}: {int(best['num_workers'])}{gain}")
+    return (
+        [{"question": "The best DataLoader num_workers per kind of data?", "answer": "; ".join(parts)}] if parts else []
+    )
+
+
 def dataloader_throughput(summary: pd.DataFrame, host: dict) -> Figure:
     """Speedup over num_workers = 0 against num_workers, one panel per dataset, best circled."""
     datasets = in_order(summary["dataset"], DATASETS)

@@ -21,7 +21,7 @@ training loop is stalled on data) and ``step`` (the training step). ``data_stall
 share of the epoch spent waiting. Every batch also gives a ``fetch`` span measured where the
 batch was made: in worker ``i`` (actor ``worker-<i>``) or, with ``num_workers = 0``, in the
 main process inside its ``wait``. It starts before the first ``__getitem__`` of the batch and
-ends after collation (:class:`TimedFetch`, :func:`timed_collate`); ``time.perf_counter`` is
+ends after collation (:mod:`experiments.fetch`); ``time.perf_counter`` is
 CLOCK_MONOTONIC, so worker and main-process times share one axis.
 
 Asking for more workers than PyTorch suggests for the machine makes it warn ("suggested max
@@ -39,6 +39,7 @@ from typing import Literal
 
 from experiments.cli import cli_main
 from experiments.dataloader import EXPERIMENT
+from experiments.fetch import TimedFetch, loop_spans, timed_collate
 from experiments.params import check_min
 from experiments.results import Measured, RunResult, interleave
 from experiments.threads import set_torch_threads
@@ -118,48 +119,6 @@ class SleepDataset:
         return x, x.sum(0, keepdim=True)
 
 
-class _Fetched(list):
-    """The samples of one batch and the ``perf_counter`` time their fetch started."""
-
-    t0: float = 0.0
-
-
-class TimedFetch:
-    """Map-style dataset wrapper whose ``__getitems__`` (the batched fetch DataLoader calls when
-    it exists) records when fetching a batch started, for :func:`timed_collate`."""
-
-    def __init__(self, dataset) -> None:
-        self.dataset = dataset
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, i: int):
-        return self.dataset[i]
-
-    def __getitems__(self, indices: list[int]) -> _Fetched:
-        t0 = time.perf_counter()
-        batch = _Fetched(self.dataset[i] for i in indices)
-        batch.t0 = t0
-        return batch
-
-
-def timed_collate(batch: _Fetched):
-    """Collate like PyTorch's default and append ``(worker id, fetch start, fetch end)``.
-
-    Returns:
-        ``(x, y, (worker, t0, t1))``: ``worker`` is the DataLoader worker id, -1 in the main
-        process; ``t0``, ``t1`` are ``time.perf_counter`` seconds. The times travel as a plain
-        tuple (pickled), not as a tensor, so they add no shared-memory transfer.
-    """
-    from torch.utils.data import default_collate, get_worker_info
-
-    x, y = default_collate(list(batch))
-    t1 = time.perf_counter()
-    info = get_worker_info()
-    return x, y, (info.id if info is not None else -1, batch.t0, t1)
-
-
 def make_dataset(params: Params):
     """Build the dataset named by ``params.dataset`` (see the module docstring)."""
     import torch
@@ -218,7 +177,7 @@ class Runner:
             while True:
                 t0 = time.perf_counter()
                 try:
-                    x, y, fetched = next(it)
+                    (x, y), fetched = next(it)
                 except StopIteration:
                     break
                 t1 = time.perf_counter()
@@ -228,12 +187,7 @@ class Runner:
                 t2 = time.perf_counter()
                 stall += t1 - t0
                 marks.append((t0, t1, t2, fetched))
-        spans = []
-        for b, (t0, t1, t2, (worker, f0, f1)) in enumerate(marks):
-            spans.append({"actor": "main", "kind": "wait", "start_s": t0 - win.t0, "end_s": t1 - win.t0, "batch": b})
-            spans.append({"actor": "main", "kind": "step", "start_s": t1 - win.t0, "end_s": t2 - win.t0, "batch": b})
-            actor = f"worker-{worker}" if worker >= 0 else "main"
-            spans.append({"actor": actor, "kind": "fetch", "start_s": f0 - win.t0, "end_s": f1 - win.t0, "batch": b})
+        spans = loop_spans(marks, win.t0)
         row = {
             "samples_per_s": p.items / win.wall_s,
             "batches_per_s": len(marks) / win.wall_s,

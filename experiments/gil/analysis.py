@@ -65,6 +65,24 @@ def findings(summary: pd.DataFrame, host: dict) -> list[str]:
     return out
 
 
+def headlines(summary: pd.DataFrame, host: dict) -> list[dict]:
+    """Processes or threads for CPU-bound Python, at the fewest tasks swept."""
+    cpu = summary[(summary["workload"] == "cpu") & summary["speedup"].notna()]
+    if cpu.empty:
+        return []
+    n = cpu["workers"].min()
+    parts = [
+        f"{n} {mode} {fmt_x(r)}"
+        for mode in ("processes", "threads")
+        if (r := pick(cpu, workers=n, mode=mode)) is not None
+    ]
+    best = cpu[(cpu["workers"] == n) & cpu["best"]]
+    verdict = f"{best.iloc[0]['mode']}" if len(best) else "no clear winner"
+    return [
+        {"question": "Processes or threads for CPU-bound Python code?", "answer": f"{verdict}: " + "; ".join(parts)}
+    ]
+
+
 def seed_comparison(summary: pd.DataFrame) -> list[dict]:
     """The seed article's sequential/threads ratios beside this machine's (2 tasks, or fewest)."""
     rows = []

@@ -56,6 +56,28 @@ def findings(summary: pd.DataFrame, host: dict) -> list[str]:
     return out + _bf16_finding(summary)
 
 
+def headlines(summary: pd.DataFrame, host: dict) -> list[dict]:
+    """The best intra-op thread count per workload, and whether bfloat16 pays."""
+    parts = []
+    for workload in summary["workload"].unique():
+        sub = measured(summary[summary["workload"] == workload])
+        if len(sub):
+            best = best_row(sub)
+            gain = f" ({fmt_x(best)})" if int(best["threads"]) != 1 else ""
+            parts.append(f"{workload}: {int(best['threads'])}{gain}")
+    out = [{"question": "The best intra-op thread count per workload?", "answer": "; ".join(parts)}] if parts else []
+    fp32, bf16 = (measured(summary[summary["workload"] == w]) for w in ("matmul", "matmul_bf16"))
+    if len(fp32) and len(bf16):
+        ratio = best_row(bf16)["median"] / best_row(fp32)["median"]
+        answer = f"bfloat16 matmul {ratio:.2f}x the GFLOP/s of float32 (best of each; separate jobs)"
+    else:
+        why = summary.loc[summary["workload"] == "matmul_bf16", "reason"]
+        answer = f"not measured: {why.iloc[0]}" if len(why) and why.iloc[0] else ""
+    if answer:
+        out.append({"question": "Does bfloat16 pay on this CPU?", "answer": answer})
+    return out
+
+
 def _scaling_panel(ax, sub: pd.DataFrame, colour: str, title: str, ncpu) -> None:
     unit = EXPERIMENT.unit(sub["metric"].iloc[0])
     speedup_line(ax, sub["threads"], sub, colour, label="measured")

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from experiments.capabilities import native_bf16
 from experiments.cli import cli_main
 from experiments.intraop import EXPERIMENT
 from experiments.params import check_min
@@ -62,20 +63,6 @@ class Params:
             check_min(name, getattr(self, name), 1)
         check_min("warmup", self.warmup, 0)
         check_min("sample_hz", self.sample_hz, 0.1)
-
-
-def native_bf16() -> tuple[bool, str]:
-    """Whether this CPU has native bfloat16 instructions, as torch's own CPU probes see it.
-
-    Returns:
-        ``(supported, what)``: ``what`` names the instruction sets found or missing, e.g.
-        ``"avx512_bf16: no, amx_tile: no"``.
-    """
-    import torch
-
-    probes = {"avx512_bf16": "_is_avx512_bf16_supported", "amx_tile": "_is_amx_tile_supported"}
-    found = {name: bool(getattr(torch.cpu, fn, lambda: False)()) for name, fn in probes.items()}
-    return any(found.values()), ", ".join(f"{k}: {'yes' if v else 'no'}" for k, v in found.items())
 
 
 def make_workload(params: Params):

@@ -46,6 +46,24 @@ def findings(summary: pd.DataFrame, host: dict) -> list[str]:
     return out
 
 
+def headlines(summary: pd.DataFrame, host: dict) -> list[dict]:
+    """Per model, the mode that is clearly faster than eager at steady state, if any."""
+    parts = []
+    for model in summary["model"].unique():
+        sub = summary[(summary["model"] == model) & summary["speedup"].notna() & (summary["mode"] != "eager")]
+        better = sub[sub["speedup_ci_low"] > 1]
+        if len(better):
+            r = better.loc[better["speedup"].idxmax()]
+            parts.append(f"{model}: {r['mode']} {fmt_x(r)} at steady state")
+        elif len(sub):
+            parts.append(f"{model}: no mode clearly faster than eager")
+    return (
+        [{"question": "Do TorchScript or torch.compile pay for inference?", "answer": "; ".join(parts)}]
+        if parts
+        else []
+    )
+
+
 def jit_latency(summary: pd.DataFrame, host: dict) -> Figure:
     """Steady-state speedup over eager per mode (left; eager measured interleaved in the same
     job) and up-front cost, setup plus first call (right, log scale)."""

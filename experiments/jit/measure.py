@@ -26,6 +26,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Literal
 
+from experiments.capabilities import cxx_compiler
 from experiments.cli import cli_main
 from experiments.jit import EXPERIMENT
 from experiments.params import check_min
@@ -71,20 +72,6 @@ def make_model(name: str):
     if name == "mlp":
         return mlp(256, 512, 10).eval(), torch.randn(64, 256)
     return cnn().eval(), torch.randn(16, 3, 32, 32)
-
-
-def cxx_compiler() -> tuple[str | None, str]:
-    """Ask inductor which C++ compiler it would use: ``(path, "")`` or ``(None, reason)``.
-
-    Uses inductor's own search (``torch._inductor.cpp_builder.get_cpp_compiler``, which honours
-    ``$CXX``), so the answer matches what ``torch.compile`` will do.
-    """
-    try:
-        from torch._inductor.cpp_builder import get_cpp_compiler
-
-        return get_cpp_compiler(), ""
-    except Exception as exc:  # InvalidCxxCompiler, or an import problem of inductor
-        return None, f"{type(exc).__name__}: {exc}".strip()
 
 
 def build(mode: str, model, example):

@@ -37,6 +37,21 @@ def findings(summary: pd.DataFrame, host: dict) -> list[str]:
     return out
 
 
+def headlines(summary: pd.DataFrame, host: dict) -> list[dict]:
+    """The best processes x threads split for training."""
+    ok = measured(summary)
+    if ok.empty:
+        return []
+    best = best_row(ok)
+    split = f"{int(best['processes'])} x {int(best['threads'])}"
+    answer = (
+        f"{split}: {fmt_x(best)} over 1 x 1"
+        if not (best["processes"] == 1 and best["threads"] == 1)
+        else "1 x 1: no split clearly faster"
+    )
+    return [{"question": "How many training processes x intra-op threads?", "answer": answer}]
+
+
 def multiprocessing_throughput(summary: pd.DataFrame, host: dict) -> Figure:
     """Speedup of total training samples/s over 1 process x 1 thread, against processes, one
     line per threads-per-process; oversubscribed points marked."""

@@ -1,0 +1,73 @@
+"""Workload experiment: your own training or inference code, the settings that make it fastest on
+this machine, found by measurement and verified.
+
+Two jobs. ``stage~search`` imports the workload (config ``workload.entry``, or the built-in CNN
+on synthetic images), checks it, and searches the knobs (DataLoader ``num_workers``,
+``persistent_workers``, ``prefetch_factor``; intra-op ``threads``; ``processes``: DDP replicas
+over gloo for training, independent instances for inference; ``precision``: float32 or
+bfloat16 autocast; ``channels_last``; inference ``mode``: eager, TorchScript, torch.compile) by
+coordinate descent, each candidate measured interleaved with the current best until the 95%
+intervals separate or its rounds are spent, within a time budget. ``stage~verify`` then measures
+the user's current settings (PyTorch's defaults when none are given) against the winner,
+interleaved A B B A, and the analysis reports the gain with its 95% CI and writes
+``recommended.json``, ``recommended.env`` and ``recommended.py``.
+
+The declaration; the measurement is in :mod:`experiments.workload.measure`, findings, figures
+and the recommendation in :mod:`experiments.workload.analysis`.
+"""
+
+from experiments.declare import Column, Experiment, Flag, SpanKind, Timeline
+
+#: The knobs, in the order the search tries them, with their type and allowed values.
+#: Cheap and likely changes first; processes (which starts replica processes) late.
+KNOB_TYPES = {
+    "num_workers": (int, None),
+    "threads": (int, None),
+    "precision": (str, ("float32", "bfloat16")),
+    "channels_last": (bool, None),
+    "mode": (str, ("eager", "script", "compile")),
+    "processes": (int, None),
+    "prefetch_factor": (int, None),
+    "persistent_workers": (bool, None),
+}
+KNOBS = tuple(KNOB_TYPES)
+
+
+def resolve_threads(value, ncpu: int) -> list[int]:
+    """``threads: auto``: 1 .. available CPUs; a list is taken as it is."""
+    return list(range(1, ncpu + 1)) if value == "auto" else list(value)
+
+
+def depends(point) -> list[dict]:
+    """The verification needs the search's winner."""
+    return [{"stage": "search"}] if point["stage"] == "verify" else []
+
+
+EXPERIMENT = Experiment(
+    name="workload",
+    keys=("stage",),
+    metrics={"samples_per_s": "samples/s"},
+    group=(),
+    baseline={},
+    figures=("workload_search", "workload_verify"),
+    extra_columns=(
+        Column("data_stall_pct", "data stall", "%"),
+        Column("peak_pss_mb", "peak PSS", "MB"),
+    ),
+    flags=(Flag("memory_grows", "worker memory grows", "any"),),
+    free_params=frozenset({"budget_s", "max_rounds", "warmup"}),
+    resolve={"threads": resolve_threads},
+    depends=depends,
+    host_files=("user_env.json",),
+    artefacts=("recommended.json", "recommended.env", "recommended.py"),
+    timeline=Timeline(
+        title="Your workload: one window of the current settings and of the recommendation",
+        kinds=(
+            SpanKind("wait", "#D55E00", "training loop waits for a batch (data stall)"),
+            SpanKind("step", "#0072B2", "training or inference step"),
+            SpanKind("fetch", "#009E73", "batch fetched and collated"),
+        ),
+        roles={"baseline": "current settings", "point": "recommendation"},
+    ),
+    order=0,
+)

@@ -1,0 +1,378 @@
+"""Workload experiment, analysis: the verified recommendation, the search that found it, what the
+user's shell does to their own programs, and the charts.
+
+The summary has two rows. ``stage=verify``: the recommendation's samples/s (median), the current
+settings' as the baseline measured in the same job, and the gain: the median of the per-round
+ratios with its 95% bootstrap CI (:mod:`analysis.stats`); it is ``best`` only when that CI lies
+above 1. ``stage=search``: its status and number of windows; the search's comparisons are in the
+job's outcome and in the search chart, not in per-point statistics.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from analysis.plotting import PALETTE, note, plt, yerr
+from analysis.stats import median_ci
+from analysis.stats import summarise as generic_summarise
+from experiments.workload import KNOBS
+from experiments.workload.recommend import as_env, as_json, as_python, describe_changes, recommendation
+from experiments.workload.search import median_ci as sign_ci
+
+STAT_COLUMNS = ["median", "q1", "q3", "iqr", "iqr_pct", "ci_low", "ci_high", "baseline_median"]
+SPEEDUP_COLUMNS = ["speedup_ratio_of_medians", "speedup", "speedup_ci_low", "speedup_ci_high"]
+
+
+def summarise(replicates: pd.DataFrame) -> pd.DataFrame:
+    """The two-row summary of the module docstring."""
+    summary = generic_summarise(replicates, "workload")
+    search = summary["stage"] == "search"
+    windows = replicates[(replicates["stage"] == "search") & (replicates["status"] == "ok")]
+    extra = [c for c in summary.columns if c.startswith(("data_stall_pct", "peak_pss_mb"))]
+    summary.loc[search, STAT_COLUMNS + SPEEDUP_COLUMNS + extra] = np.nan
+    summary.loc[search, ["speedup_source"]] = ""
+    summary.loc[search, ["noisy", "oversubscribed", "memory_grows"]] = False  # of many configurations: no meaning
+    summary.loc[search & (summary["status"] == "ok"), "n"] = len(windows)
+    summary["best"] = ~search & (summary["speedup_ci_low"] > 1)
+    return summary
+
+
+def data(summary: pd.DataFrame, replicates: pd.DataFrame, jobs: list[dict], host: dict) -> dict:
+    """The recommendation (:func:`experiments.workload.recommend.recommendation`), with the
+    search's comparisons (:func:`search_trail`) and the user's shell."""
+    d = recommendation(summary, replicates, jobs)
+    d["search"]["trail"] = search_trail(replicates, jobs).to_dict("records")
+    return {**d, "user_environment": host.get("user_environment") or {}}
+
+
+def _x(v: float, ci) -> str:
+    return f"{v:.2f}x (95% CI {ci[0]:.2f}-{ci[1]:.2f})"
+
+
+def _recommendation_sentence(d: dict) -> str:
+    if d["status"] != "ok":
+        return f"No recommendation: {d['reason']}."
+    if d["verified"]:
+        return (
+            f"Recommendation: {describe_changes(d['changes'])}. Verified in a separate job over {d['rounds']} "
+            f"interleaved rounds: {_x(d['gain'], d['gain_ci'])} the samples/s of {d['current_source']}."
+        )
+    if d["best_found"] == d["current"]:
+        return (
+            f"Your current settings are fine here: the search found nothing clearly faster than {d['current_source']}. "
+            f"Measured against themselves in the verification they gave {_x(d['gain'], d['gain_ci'])}: "
+            "the noise of this machine."
+        )
+    return (
+        f"Your current settings are fine here: the search's best configuration gave {_x(d['gain'], d['gain_ci'])} "
+        "in the verification, not clearly faster."
+    )
+
+
+def _search_sentence(d: dict) -> str:
+    s = d.get("search") or {}
+    if not s.get("comparisons"):
+        return ""
+    how = {"converged": "it converged", "budget": "its time budget ran out", "passes": "its passes were spent"}
+    text = f"The search compared {s['comparisons']} candidates in {s.get('spent_s') or 0:.0f} s of its "
+    text += f"{s.get('budget_s') or 0:.0f} s budget and stopped because {how.get(s.get('stopped'), s.get('stopped'))}."
+    skipped = s.get("skipped_knobs") or {}
+    return text + "".join(f" {why}." for why in skipped.values())
+
+
+def _measured_sentences(d: dict) -> list[str]:
+    if d["status"] != "ok":
+        return []
+    m = d["measured"]
+    out = []
+    stall, util = m["data_stall_pct"], m["cpu_util_pct"]
+    if stall["current"]["median"] is not None:
+        out.append(
+            f"The training loop waited for data {stall['current']['median']:.0f}% of the time with the current "
+            f"settings and {stall['recommended']['median']:.0f}% with the recommendation; the job's processes used "
+            f"{util['current']['median']:.0f}% and {util['recommended']['median']:.0f}% of the available CPUs."
+        )
+    pss = m["peak_pss_mb"]
+    if pss["current"]["median"] is not None:
+        out.append(
+            f"Peak memory (PSS, all processes): {pss['current']['median']:.0f} MB current, "
+            f"{pss['recommended']['median']:.0f} MB recommended."
+        )
+    if d.get("memory_grows"):
+        out.append(
+            "A DataLoader worker's memory grew during a window: copy-on-read of Python objects in forked "
+            "workers (pytorch/pytorch#13246); keep dataset storage in numpy arrays or tensors."
+        )
+    return out
+
+
+def _numerics_sentences(d: dict) -> list[str]:
+    out = []
+    for precision, n in (d.get("numerics") or {}).items():
+        loss = ""
+        if n.get("loss_after") is not None and np.isfinite(n["loss_after"]):
+            loss = f"the loss after the same training steps is {n['loss_after']:.4g}"
+            loss += f" against {n['loss_after_fp32']:.4g} in float32; "
+        out.append(f"{precision} autocast: {loss}the outputs differ from float32 by at most {n['max_abs_diff']:.2g}.")
+    return out
+
+
+def environment_sentences(env: dict, ncpu) -> list[str]:
+    """What the user's shell (``user_env.json``) does to a plain ``python train.py`` here."""
+    if not env:
+        return []
+    variables = env.get("variables") or {}
+    threads = env.get("torch_threads")
+    measured = "measured with torch.get_num_threads() in a fresh interpreter with your shell's variables"
+    if "OMP_NUM_THREADS" in variables or "MKL_NUM_THREADS" in variables:
+        name = "OMP_NUM_THREADS" if "OMP_NUM_THREADS" in variables else "MKL_NUM_THREADS"
+        out = [
+            f"Your shell exports {name}={variables[name]}: your own programs run {threads} intra-op "
+            f"thread{'s' if threads != 1 else ''} ({measured}) on {ncpu} available CPUs."
+        ]
+    else:
+        out = [
+            f"Your shell sets no thread variable: a plain python train.py runs {threads} intra-op threads here"
+            f" ({measured})."
+        ]
+    placement = [k for k in variables if k.startswith(("KMP_", "GOMP_")) or k in ("OMP_PROC_BIND", "OMP_PLACES")]
+    if placement:
+        out.append(
+            "It also sets "
+            + ", ".join(f"{k}={variables[k]}" for k in placement)
+            + ", which pin OpenMP threads to cores."
+        )
+    if env.get("cgroup_quota_cpus"):
+        out.append(f"A CPU quota of {env['cgroup_quota_cpus']:g} CPUs applies to it.")
+    return out
+
+
+def findings(summary: pd.DataFrame, host: dict, replicates: pd.DataFrame, jobs: list[dict]) -> list[str]:
+    """The recommendation (or why there is none), the search, data stall, CPU and memory,
+    bfloat16's numerical cost, and the user's shell."""
+    d = data(summary, replicates, jobs, host)
+    out = [_recommendation_sentence(d), _search_sentence(d), *_measured_sentences(d), *_numerics_sentences(d)]
+    out += environment_sentences(d["user_environment"], host.get("available_cpus"))
+    return [s for s in out if s]
+
+
+def headlines(summary: pd.DataFrame, host: dict, replicates: pd.DataFrame, jobs: list[dict]) -> list[dict]:
+    """The first line of the report."""
+    d = data(summary, replicates, jobs, host)
+    if d["status"] != "ok":
+        answer = f"no recommendation ({d['status']}: {d['reason']})"
+    elif d["verified"]:
+        answer = f"{describe_changes(d['changes'])}: {_x(d['gain'], d['gain_ci'])}, verified"
+    else:
+        answer = f"keep your current settings (the best found gave {_x(d['gain'], d['gain_ci'])})"
+    return [{"question": "What should I change for my workload on this machine?", "answer": answer}]
+
+
+def tables(summary: pd.DataFrame, host: dict, replicates: pd.DataFrame, jobs: list[dict]) -> list[dict]:
+    """The knobs side by side (current, best found, recommended) and the search's comparisons."""
+    d = data(summary, replicates, jobs, host)
+    out = []
+    if d["status"] == "ok":
+        rows = [[k, str(d["current"][k]), str(d["best_found"][k]), str(d["recommended"][k])] for k in KNOBS]
+        out.append(
+            {
+                "caption": "Settings: current, the search's best, and the recommendation"
+                " (the best only when the verification found it faster)",
+                "columns": ["knob", "current", "best found", "recommended"],
+                "rows": rows,
+            }
+        )
+    trail = d["search"]["trail"]
+    if trail:
+        out.append(
+            {
+                "caption": "The search: each candidate against the best of its moment"
+                " (ratio of samples/s, median of rounds)",
+                "columns": ["#", "knob", "candidate", "rounds", "ratio (95% CI)", "decision"],
+                "rows": [
+                    [str(r["comparison"]), r["knob"], str(r["value"]), str(r["rounds"]), r["ratio_text"], r["decision"]]
+                    for r in trail
+                ],
+            }
+        )
+    return out
+
+
+def search_trail(replicates: pd.DataFrame, jobs: list[dict]) -> pd.DataFrame:
+    """One row per comparison of the search: knob, value, rounds, the median of the paired
+    rounds' ratios with the 95% sign-test interval the search decided with
+    (:func:`experiments.workload.search.median_ci`, from the windows), and the job's decision."""
+    trail = []
+    for job in jobs:
+        if (job.get("params") or {}).get("stage") == "search":
+            trail = (job.get("outcome") or {}).get("trail") or []
+    rows = (
+        replicates[(replicates["stage"] == "search") & (replicates["status"] == "ok")]
+        if len(replicates)
+        else replicates
+    )
+    out = []
+    measured_i = 0
+    for c in trail:
+        rec = {
+            "comparison": len(out),
+            "knob": c["knob"],
+            "value": c["candidate"][c["knob"]],
+            "rounds": c["rounds"],
+            "decision": c["decision"],
+        }
+        rec.update(ratio=np.nan, ci_low=np.nan, ci_high=np.nan, ratio_text=c.get("reason") or "")
+        if c["rounds"]:
+            w = rows[rows["comparison"] == measured_i] if "comparison" in rows else rows.iloc[0:0]
+            pairs = w[w["role"] == "point"][["repeat", "value"]].merge(
+                w[w["role"] == "baseline"][["repeat", "value"]], on="repeat"
+            )
+            ratios = (pairs["value_x"] / pairs["value_y"]).to_numpy(dtype=float)
+            if len(ratios):  # the interval the search decided with (sign test): NaN under 6 rounds
+                med, lo, hi = sign_ci(list(ratios))
+                rec.update(ratio=med, ci_low=lo, ci_high=hi)
+                rec["ratio_text"] = f"{np.median(ratios):.2f}x" + (f" ({lo:.2f}-{hi:.2f})" if np.isfinite(lo) else "")
+            measured_i += 1
+        out.append(rec)
+    return pd.DataFrame(out)
+
+
+DECISION_COLOURS = {
+    "better": "#009E73",
+    "worse": "#D55E00",
+    "no clear difference": "#999999",
+    "budget": "#E69F00",
+    "excluded": "#CC79A7",
+}
+
+
+def workload_search(findings: dict, host: dict) -> Figure:
+    """Each comparison of the search: the candidate's samples/s over the best of its moment
+    (median of the paired rounds, 95% bootstrap CI), coloured by the search's decision."""
+    trail = pd.DataFrame(((findings.get("data") or {}).get("search") or {}).get("trail") or [])
+    measured = trail[trail["ratio"].notna()] if len(trail) else trail
+    fig, ax = plt.subplots(figsize=(9, 1.4 + 0.38 * max(1, len(measured))))
+    if measured.empty:
+        ax.axis("off")
+        ax.text(0.5, 0.5, "no comparison was measured (see the table)", ha="center", va="center")
+        return fig
+    y = np.arange(len(measured))
+    for i, (_, r) in enumerate(measured.iterrows()):
+        colour = DECISION_COLOURS.get(r["decision"], "#444444")
+        err = yerr(pd.DataFrame([r]), "ratio", "ci_low", "ci_high")
+        ax.errorbar([r["ratio"]], [i], xerr=err, fmt="o", color=colour, capsize=3)
+    ax.set_yticks(y, [f"{r['comparison']}: {r['knob']} = {r['value']}" for _, r in measured.iterrows()], fontsize=8)
+    ax.invert_yaxis()
+    ax.axvline(1.0, color="black", linewidth=0.8)
+    ax.set_xlabel("candidate samples/s over the best of its moment (x)")
+    handles = [
+        plt.Line2D([], [], marker="o", linestyle="", color=c, label=k)
+        for k, c in DECISION_COLOURS.items()
+        if k in set(measured["decision"])
+    ]
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, title="decision")
+    ax.set_title("Your workload: the search, one candidate at a time", fontsize=10)
+    note(
+        fig,
+        "Median of per-round ratios (candidate and best measured alternately); error bars: the 95% distribution-free"
+        " (sign-test) interval the search decided with, none under 6 rounds.",
+    )
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    return fig
+
+
+def workload_verify(replicates: pd.DataFrame, host: dict) -> Figure:
+    """The verification side by side: samples/s, data stall, CPU utilisation and peak PSS of
+    the current settings and of the recommendation (medians with 95% bootstrap CIs)."""
+    rows = (
+        replicates[(replicates["stage"] == "verify") & (replicates["status"] == "ok")]
+        if len(replicates)
+        else replicates
+    )
+    panels = [
+        ("value", "samples/s"),
+        ("data_stall_pct", "data stall (% of wall time)"),
+        ("cpu_util_pct", f"CPU utilisation (% of {host.get('available_cpus', '?')} CPUs)"),
+        ("peak_pss_mb", "peak PSS (MB)"),
+    ]
+    fig, axes = plt.subplots(1, len(panels), figsize=(12, 3.6))
+    if rows.empty:
+        for ax in axes:
+            ax.axis("off")
+        axes[0].text(0.0, 0.5, "nothing was verified (see the table)", va="center")
+        return fig
+    for ax, (col, title) in zip(axes, panels):
+        stats = []
+        for role in ("baseline", "point"):
+            v = rows[rows["role"] == role][col].astype(float).dropna().to_numpy()
+            lo, hi = median_ci(v) if len(v) else (np.nan, np.nan)
+            stats.append({"median": np.median(v) if len(v) else np.nan, "ci_low": lo, "ci_high": hi})
+        s = pd.DataFrame(stats)
+        ax.bar(
+            [0, 1],
+            s["median"],
+            yerr=yerr(s),
+            capsize=4,
+            color=[PALETTE[7], PALETTE[2]],
+            edgecolor="black",
+            linewidth=0.5,
+        )
+        ax.set_xticks([0, 1], ["current", "recommended"])
+        ax.set_title(title, fontsize=9)
+    fig.suptitle("Your workload: current settings against the recommendation, measured interleaved", fontsize=11)
+    note(fig, "Medians over the verification's windows; error bars: 95% bootstrap CI of the median.")
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    return fig
+
+
+FIGURES = {"workload_search": workload_search, "workload_verify": workload_verify}
+
+
+def timeline_points(summary: pd.DataFrame) -> list[dict]:
+    """The verification, if it was measured."""
+    ok = summary[(summary["stage"] == "verify") & (summary["status"] == "ok")]
+    return [{"stage": "verify"}] if len(ok) else []
+
+
+ARTEFACTS = {
+    "recommended.json": as_json,
+    "recommended.env": as_env,
+    "recommended.py": as_python,
+}
+
+
+def compare_tables(hosts: list) -> list[dict]:
+    """The hosts' recommendations side by side: one row per knob (the recommended value, and
+    the current one where it differs), the verified gain and throughput, and whether the
+    recommended value differs between hosts (``hosts``: :class:`analysis.hosts.HostResults`)."""
+    if not hosts:
+        return []
+    data_of = {h.name: (h.findings.get("workload") or {}).get("data") or {} for h in hosts}
+    rows = []
+    for knob in KNOBS:
+        cells = []
+        for d in data_of.values():
+            if d.get("status") != "ok":
+                cells.append("n/a")
+                continue
+            rec, cur = d["recommended"][knob], d["current"][knob]
+            cells.append(f"{rec}" if rec == cur else f"{rec} (from {cur})")
+        values = {d["recommended"][knob] for d in data_of.values() if d.get("status") == "ok"}
+        rows.append([knob, *cells, "yes" if len(values) > 1 else ""])
+    gains = [
+        _x(d["gain"], d["gain_ci"]) + (" verified" if d["verified"] else ", not clearly faster")
+        if d.get("status") == "ok"
+        else f"{d.get('status', 'n/a')}"
+        for d in data_of.values()
+    ]
+    rows.append(["gain over the current settings", *gains, ""])
+    return [
+        {
+            "caption": "Each host's recommendation (from its own verified measurement)"
+            " and which knobs change between machines",
+            "columns": ["knob", *data_of, "differs between hosts"],
+            "rows": rows,
+        }
+    ]

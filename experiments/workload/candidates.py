@@ -1,0 +1,82 @@
+"""The knob space of one workload on this machine, and which configurations can run at all.
+
+The config gives a list per knob; some values cannot apply here and are dropped before the
+search, with the reason (``skipped``): bfloat16 without native bf16 instructions (unless
+``bf16: any``, see :func:`experiments.capabilities.native_bf16`), channels_last for inputs that
+are not 4-D images, an inference ``mode`` for training. A configuration that asks for more than
+``max_oversubscription`` x the available CPUs at once (``processes x (threads + num_workers)``:
+DataLoader workers run one thread each) is not measured either; nor are ``prefetch_factor`` or
+``persistent_workers`` variants without workers, which would measure the same thing twice.
+"""
+
+from __future__ import annotations
+
+from experiments.capabilities import native_bf16
+from experiments.host import available_cpus
+from experiments.workload import KNOBS
+
+
+def defaults(user_env: dict) -> dict:
+    """PyTorch's defaults: no DataLoader workers (``persistent_workers`` False,
+    ``prefetch_factor`` 2 as DataLoader would use with workers), the intra-op threads torch
+    picks in the user's shell (``user_env.json``, measured; else this job's), one process,
+    float32, eager, contiguous memory format."""
+    threads = user_env.get("torch_threads")
+    if not threads:
+        import torch
+
+        threads = torch.get_num_threads()
+    return {
+        "num_workers": 0,
+        "threads": int(threads),
+        "processes": 1,
+        "precision": "float32",
+        "channels_last": False,
+        "mode": "eager",
+        "prefetch_factor": 2,
+        "persistent_workers": False,
+    }
+
+
+def knob_space(params, workload) -> tuple[dict, dict]:
+    """``(space, skipped)``: knob -> values to search, in search order; knob -> why values
+    were dropped (see the module docstring)."""
+    space = {k: list(dict.fromkeys(getattr(params, k))) for k in KNOBS}
+    skipped = {}
+    if "bfloat16" in space["precision"] and params.bf16 == "native":
+        ok, what = native_bf16()
+        if not ok:
+            space["precision"] = [p for p in space["precision"] if p != "bfloat16"] or ["float32"]
+            skipped["precision"] = (
+                f"bfloat16 not searched: no native bfloat16 on this CPU ({what});"
+                " set workload.bf16: any to search it anyway"
+            )
+    if True in space["channels_last"] and workload.input_dims != 4:
+        space["channels_last"] = [False]
+        dims = workload.input_dims
+        skipped["channels_last"] = f"channels_last applies to 4-D (image) inputs; this workload's have {dims}"
+    if params.task == "train" and space["mode"] != ["eager"]:
+        space["mode"] = ["eager"]
+        skipped["mode"] = "TorchScript and torch.compile are searched for inference (task: infer)"
+    return space, skipped
+
+
+def invalid_reason(cfg: dict, params, workload, skipped: dict, limit: float) -> str:
+    """Why ``cfg`` is not measured, or "" (see the module docstring)."""
+    for knob, reason in skipped.items():
+        if knob == "precision" and cfg["precision"] == "bfloat16":
+            return reason
+        if knob == "channels_last" and cfg["channels_last"]:
+            return reason
+        if knob == "mode" and cfg["mode"] != "eager":
+            return reason
+    if cfg["num_workers"] == 0 and (cfg["persistent_workers"] or cfg["prefetch_factor"] != 2):
+        return "persistent_workers and prefetch_factor apply with num_workers > 0"
+    ncpu = available_cpus()
+    asked = cfg["processes"] * (cfg["threads"] + cfg["num_workers"])
+    if asked > limit * ncpu:
+        allowed = int(limit * ncpu)
+        return f"asks for {asked} CPUs at once (processes x (threads + workers)); max_oversubscription allows {allowed}"
+    if cfg["processes"] > 1 and len(workload.dataset) < cfg["processes"] * params.batch_size:
+        return f"{cfg['processes']} replicas need at least {cfg['processes'] * params.batch_size} items"
+    return ""

@@ -1,0 +1,185 @@
+"""The user's workload: imported from its entry point and checked before anything is measured.
+
+An entry point is ``"package.module:function"`` (config ``workload.entry``; empty: the built-in
+workload, :mod:`experiments.workload.builtin`). Called with no arguments, it returns
+
+* a mapping ``{"model": nn.Module, "dataset": map-style dataset, "loss": callable or None,
+  "current": {knob: value}}`` (``loss`` and ``current`` optional), or
+* a tuple ``(model, dataset, loss)`` or ``(model, dataset, loss, current)``.
+
+``dataset[i]`` returns ``(input, target)`` (train; any input the model takes, typically a
+tensor) or ``input`` / ``(input, ...)`` (infer). ``current`` states the settings the user runs
+today, with the knob names of :data:`experiments.workload.KNOBS`; the verification compares the
+recommendation with them (PyTorch's defaults when absent).
+
+:func:`load` raises :class:`WorkloadError`, one line naming the config key and the cause, for an
+entry that does not import, one that returns the wrong things, a dataset whose ``__getitem__``
+raises, a model whose forward fails on a batch, a loss that fails or is not a scalar, and
+current settings with an unknown knob or value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+from experiments.workload import KNOB_TYPES
+
+#: The entry of the built-in workload (config ``workload.entry: ""``).
+BUILTIN = "experiments.workload.builtin:build"
+
+
+class WorkloadError(ValueError):
+    """A workload that cannot be measured; ``str()`` is one line naming the config key."""
+
+
+@dataclasses.dataclass
+class Workload:
+    """A loaded, checked workload.
+
+    Attributes:
+        entry: the entry point it came from.
+        model: the ``torch.nn.Module``.
+        dataset: a map-style dataset (``__len__``, ``__getitem__``).
+        loss: ``loss(output, target) -> scalar tensor`` (train), None (infer).
+        current: the user's current settings (knob -> value), possibly empty.
+        input_dims: dimensions of one batch's input tensor (4 for images: channels_last applies).
+    """
+
+    entry: str
+    model: Any
+    dataset: Any
+    loss: Any
+    current: dict
+    input_dims: int
+
+
+def split(batch) -> tuple[Any, Any]:
+    """``(input, target)`` of a collated batch; target None when the samples have none."""
+    if isinstance(batch, (list, tuple)):
+        return batch[0], (batch[1] if len(batch) > 1 else None)
+    return batch, None
+
+
+def _function(entry: str, where: str):
+    module_name, sep, attr = entry.partition(":")
+    if not sep or not module_name or not attr:
+        raise WorkloadError(f"{where}: expected 'package.module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # the user's module: anything can go wrong on import
+        raise WorkloadError(f"{where}: cannot import {module_name} ({type(exc).__name__}: {exc})") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise WorkloadError(f"{where}: {module_name} has no function {attr}")
+    return fn
+
+
+def _unpack(out, where: str, task: str) -> tuple:
+    shape = "a dict with model, dataset, loss (current optional) or a tuple (model, dataset, loss[, current])"
+    if isinstance(out, Mapping):
+        if "model" not in out or "dataset" not in out:
+            raise WorkloadError(f"{where}: returned a dict with keys {sorted(out)}; expected {shape}")
+        parts = (out["model"], out["dataset"], out.get("loss"), out.get("current") or {})
+    elif isinstance(out, tuple) and len(out) in (3, 4):
+        parts = (*out, {}) if len(out) == 3 else out
+    else:
+        raise WorkloadError(f"{where}: returned {type(out).__name__}; expected {shape}")
+    import torch
+
+    model, dataset, loss, current = parts
+    if not isinstance(model, torch.nn.Module):
+        raise WorkloadError(f"{where}: the model is a {type(model).__name__}, not a torch.nn.Module")
+    if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
+        raise WorkloadError(f"{where}: the dataset ({type(dataset).__name__}) has no __getitem__ and __len__")
+    if task == "train" and not callable(loss):
+        raise WorkloadError(f"{where}: task train needs a loss, got {type(loss).__name__}")
+    if not isinstance(current, Mapping):
+        raise WorkloadError(f"{where}: current settings must be a dict, got {type(current).__name__}")
+    return model, dataset, loss, dict(current)
+
+
+def check_current(current: Mapping, where: str) -> dict:
+    """The user's current settings with their knob names and types checked.
+
+    Raises:
+        WorkloadError: for an unknown knob or a value of the wrong type.
+    """
+    out = {}
+    for knob, value in current.items():
+        if knob not in KNOB_TYPES:
+            raise WorkloadError(f"{where}: current settings: unknown knob {knob!r}; allowed: {', '.join(KNOB_TYPES)}")
+        tp, choices = KNOB_TYPES[knob]
+        ok = isinstance(value, tp) and not (tp is int and isinstance(value, bool))
+        if not ok or (choices and value not in choices):
+            allowed = f"one of {list(choices)}" if choices else tp.__name__
+            raise WorkloadError(f"{where}: current settings: {knob}={value!r}; allowed: {allowed}")
+        out[knob] = value
+    return out
+
+
+def _first_batch(dataset, batch_size: int, where: str):
+    from torch.utils.data import default_collate
+
+    n = len(dataset)
+    if n < 1:
+        raise WorkloadError(f"{where}: the dataset is empty")
+    samples = []
+    for i in range(min(batch_size, n)):
+        try:
+            samples.append(dataset[i])
+        except Exception as exc:  # the user's __getitem__
+            raise WorkloadError(f"{where}: dataset[{i}] raised {type(exc).__name__}: {exc}") from None
+    try:
+        return default_collate(samples)
+    except Exception as exc:
+        cause = f"{type(exc).__name__}: {exc}"
+        raise WorkloadError(f"{where}: a batch of {len(samples)} items does not collate ({cause})") from None
+
+
+def _check_forward(model, loss, batch, task: str, where: str) -> int:
+    """Run the model (and loss) once on a batch; return the input's dimensions."""
+    import torch
+
+    x, y = split(batch)
+    if task == "train" and y is None:
+        raise WorkloadError(f"{where}: task train needs (input, target) samples; dataset[0] has no target")
+    try:
+        with torch.no_grad():
+            out = model(x)
+    except Exception as exc:  # the user's forward
+        raise WorkloadError(f"{where}: the model's forward failed on a batch ({type(exc).__name__}: {exc})") from None
+    if task == "train":
+        try:
+            value = loss(out, y)
+        except Exception as exc:
+            cause = f"{type(exc).__name__}: {exc}"
+            raise WorkloadError(f"{where}: the loss failed on the model's output ({cause})") from None
+        if not (isinstance(value, torch.Tensor) and value.numel() == 1):
+            raise WorkloadError(f"{where}: the loss must return a scalar tensor, got {type(value).__name__}")
+    return x.dim() if isinstance(x, torch.Tensor) else 0
+
+
+def load(entry: str, task: str, batch_size: int) -> Workload:
+    """Import, call and check the workload (see the module docstring).
+
+    Args:
+        entry: ``"package.module:function"``; empty for the built-in workload.
+        task: ``train`` or ``infer``.
+        batch_size: the batch the check runs the model on.
+
+    Raises:
+        WorkloadError: one line, ``config key workload.entry: '<entry>': <cause>``.
+    """
+    where = f"config key workload.entry: {entry!r}" if entry else "the built-in workload"
+    fn = _function(entry or BUILTIN, where)
+    try:
+        out = fn()
+    except Exception as exc:  # the user's function
+        raise WorkloadError(f"{where}: calling it raised {type(exc).__name__}: {exc}") from None
+    model, dataset, loss, current = _unpack(out, where, task)
+    current = check_current(current, where)
+    dims = _check_forward(model, loss, _first_batch(dataset, batch_size, where), task, where)
+    return Workload(entry or BUILTIN, model, dataset, loss if task == "train" else None, current, dims)

@@ -1,0 +1,235 @@
+"""Workload experiment, measurement: search the knobs for the user's workload, then verify the
+winner against the user's current settings.
+
+``stage = search``: import and check the workload (:func:`experiments.workload.loader.load`;
+a bad workload gives one ``failed`` row whose reason names the config key, before anything is
+measured), then :class:`experiments.workload.search.Search` over the knob space, every window a
+row (``role`` ``point``: the candidate, ``baseline``: the best of that moment; ``comparison``:
+which comparison; ``repeat``: a round counter over the whole search). The job's outcome
+(``job.json``) is the start, the winner and the trail of comparisons. ``stage = verify``: the
+search's start (``baseline``) against its winner (``point``), ``repeats`` rounds A B B A, each
+window ``steps`` steps or (``verify_epochs``) a whole epoch, with the main loop's spans for the
+timeline. Columns: see :meth:`experiments.workload.bench.Bench.measure`, plus ``max_abs_diff``,
+``loss_after`` and ``loss_after_fp32`` on bfloat16 windows (the numerical cost of autocast).
+
+The start is the user's ``current`` settings over PyTorch's defaults: ``num_workers`` 0,
+``persistent_workers`` False, ``prefetch_factor`` 2, the intra-op threads torch picks in the
+user's own shell (measured, ``user_env.json``), 1 process, float32, eager, no channels_last.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+from experiments.cli import cli_main
+from experiments.params import check_min
+from experiments.results import RunResult
+from experiments.window import Meter
+from experiments.workload import EXPERIMENT, KNOBS
+from experiments.workload.candidates import defaults, invalid_reason, knob_space
+
+Precision = Literal["float32", "bfloat16"]
+Mode = Literal["eager", "script", "compile"]
+
+
+@dataclass(frozen=True)
+class Params:
+    """The workload experiment's settings (config section ``workload``); the tuple fields are the
+    search space, one value fixes a knob.
+
+    Raises:
+        ValueError: for a value below its minimum or an empty knob (the message names the field).
+    """
+
+    stage: Literal["search", "verify"] = "search"
+    entry: str = field(default="", metadata={"help": "package.module:function returning the workload; empty: built-in"})
+    task: Literal["train", "infer"] = "train"
+    batch_size: int = 32
+    steps: int = field(default=10, metadata={"help": "training steps or inference calls per measured window"})
+    warmup: int = field(default=2, metadata={"help": "untimed steps before every window"})
+    num_workers: tuple[int, ...] = (0, 1, 2, 4)
+    persistent_workers: tuple[bool, ...] = (False, True)
+    prefetch_factor: tuple[int, ...] = (2,)
+    threads: tuple[int, ...] = (1, 2)
+    processes: tuple[int, ...] = (1, 2)
+    precision: tuple[Precision, ...] = ("float32", "bfloat16")
+    channels_last: tuple[bool, ...] = (False, True)
+    mode: tuple[Mode, ...] = ("eager", "script")
+    bf16: Literal["native", "any"] = field(default="native", metadata={"help": "bfloat16 only with native bf16"})
+    budget_s: float = field(default=60.0, metadata={"help": "time budget of the search (s)"})
+    max_rounds: int = field(default=10, metadata={"help": "rounds per comparison at most (at least 6)"})
+    repeats: int = field(default=6, metadata={"help": "verification rounds (current, recommended)"})
+    verify_epochs: bool = field(default=False, metadata={"help": "verification windows of a whole epoch"})
+    memory_budget_gb: float = field(default=0.0, metadata={"help": "exclude configurations above it; 0: none"})
+    numerics_steps: int = field(default=5, metadata={"help": "training steps compared in float32 and bfloat16"})
+    sample_hz: float = 10.0
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "steps", "max_rounds", "repeats", "numerics_steps"):
+            check_min(name, getattr(self, name), 1)
+        check_min("warmup", self.warmup, 0)
+        check_min("budget_s", self.budget_s, 0)
+        check_min("memory_budget_gb", self.memory_budget_gb, 0)
+        check_min("sample_hz", self.sample_hz, 0.1)
+        for knob in KNOBS:
+            if not getattr(self, knob):
+                raise ValueError(f"{knob} needs at least one value")
+        for name in ("num_workers", "prefetch_factor", "threads", "processes"):
+            for v in getattr(self, name):
+                check_min(name, v, 0 if name == "num_workers" else 1)
+
+    @property
+    def job(self) -> dict:
+        """What a replica needs to load the workload itself."""
+        return {"entry": self.entry, "task": self.task, "batch_size": self.batch_size}
+
+
+class _Recorder:
+    """Rows, samples and spans of the job's windows; the round function of the search."""
+
+    def __init__(self, bench, params: Params, numerics: dict, memory_budget_mb: float) -> None:
+        self.bench, self.params, self.numerics, self.budget_mb = bench, params, numerics, memory_budget_mb
+        self.result = RunResult()
+        self.repeat, self.comparison = 0, -1
+
+    def window(self, cfg: dict, role: str, spans: bool = False, **extra) -> dict:
+        from experiments.workload.bench import key
+
+        win, row, sp = self.bench.measure(cfg, epoch=self.params.verify_epochs and self.params.stage == "verify")
+        numbers = self.numerics.get(cfg["precision"], {})
+        full = self.result.add_window(self.repeat, win, role=role, stage=self.params.stage, **row, **numbers, **extra)
+        if spans:
+            self.result.spans.extend({"repeat": self.repeat, "role": role, **s} for s in sp)
+        full["config"] = key(cfg)
+        return full
+
+    def round(self, candidate: dict, incumbent: dict, r: int) -> tuple[float, float]:
+        from experiments.workload.bench import key
+        from experiments.workload.search import Excluded
+
+        if r == 0:
+            self.comparison += 1
+            self.bench.release_except({key(candidate), key(incumbent)})
+        from experiments.workload.session import CandidateError
+
+        order = [("point", candidate), ("baseline", incumbent)]
+        try:
+            rows = {role: self.window(cfg, role, comparison=self.comparison) for role, cfg in order[:: 1 - 2 * (r % 2)]}
+        except CandidateError as exc:  # this workload cannot run the candidate
+            raise Excluded(str(exc)) from None
+        self.repeat += 1
+        if self.budget_mb and rows["point"]["peak_pss_mb"] > self.budget_mb:
+            raise Excluded(f"peak PSS {rows['point']['peak_pss_mb']:.0f} MB exceeds memory_budget_gb")
+        return rows["point"]["samples_per_s"], rows["baseline"]["samples_per_s"]
+
+
+def _open(params: Params, host_files: dict | None, max_oversubscription: float | None):
+    """Load the workload and work out the knob space and the start; raises WorkloadError."""
+    from experiments.workload.loader import load
+
+    workload = load(params.entry, params.task, params.batch_size)
+    user_env = (host_files or {}).get("user_env.json", {})
+    start = {**defaults(user_env), **workload.current}
+    space, skipped = knob_space(params, workload)
+    limit = max_oversubscription or math.inf
+    return workload, start, space, skipped, lambda cfg: invalid_reason(cfg, params, workload, skipped, limit)
+
+
+def _numerics(bench, params: Params, space: dict) -> dict:
+    return {p: bench.local.numerics(p, params.numerics_steps) for p in space["precision"] if p != "float32"}
+
+
+def search(params: Params, host_files: dict | None, max_oversubscription: float | None) -> RunResult:
+    """Stage ``search`` (see the module docstring)."""
+    from experiments.workload.bench import Bench
+    from experiments.workload.loader import WorkloadError
+    from experiments.workload.search import Search
+
+    try:
+        workload, start, space, skipped, invalid = _open(params, host_files, max_oversubscription)
+    except WorkloadError as exc:
+        return RunResult.failed(str(exc))
+    with Meter(params.sample_hz) as meter:
+        bench = Bench(workload, params.job, meter, params.steps, params.warmup)
+        try:
+            numerics = _numerics(bench, params, space)
+            rec = _Recorder(bench, params, numerics, params.memory_budget_gb * 1024)
+            t0 = time.monotonic()
+            s = Search(space, start, rec.round, invalid, params.budget_s, max_rounds=params.max_rounds)
+            winner, trail = s.run()
+        finally:
+            bench.close()
+    rec.result.outcome = {
+        "start": start,
+        "current_source": "your current settings" if workload.current else "PyTorch's defaults",
+        "winner": winner,
+        "stopped": s.stopped,
+        "spent_s": time.monotonic() - t0,
+        "budget_s": params.budget_s,
+        "skipped_knobs": skipped,
+        "numerics": numerics,
+        "trail": [c.as_dict() for c in trail],
+    }
+    return rec.result
+
+
+def verify(params: Params, after: list[dict] | None, host_files: dict | None) -> RunResult:
+    """Stage ``verify`` (see the module docstring)."""
+    from experiments.workload.bench import Bench
+    from experiments.workload.loader import WorkloadError, load
+
+    found = (after or [{}])[0]
+    outcome = found.get("outcome") or {}
+    if "winner" not in outcome:
+        why = found.get("reason") or "it recorded no winner"
+        return RunResult.failed(f"the search did not finish ({why}); nothing to verify")
+    try:
+        workload = load(params.entry, params.task, params.batch_size)
+    except WorkloadError as exc:
+        return RunResult.failed(str(exc))
+    start, winner = outcome["start"], outcome["winner"]
+    with Meter(params.sample_hz) as meter:
+        bench = Bench(workload, params.job, meter, params.steps, params.warmup)
+        try:
+            rec = _Recorder(bench, params, outcome.get("numerics", {}), 0)
+            for r in range(params.repeats):
+                order = [("point", winner), ("baseline", start)]
+                for role, cfg in order[:: 1 if r % 2 == 0 else -1]:
+                    rec.window(cfg, role, spans=True)
+                rec.repeat += 1
+        finally:
+            bench.close()
+    rec.result.outcome = {"start": start, "winner": winner}
+    return rec.result
+
+
+def run(
+    params: Params,
+    baseline: Params | None = None,
+    after: list[dict] | None = None,
+    host_files: dict | None = None,
+    max_oversubscription: float | None = None,
+) -> RunResult:
+    """Measure one stage of the workload experiment (see the module docstring).
+
+    Args:
+        after: the search job's ``job.json`` (stage ``verify``).
+        host_files: ``{"user_env.json": ...}``: the user's shell (PyTorch's default threads).
+        max_oversubscription: candidates asking for more than this many times the available
+            CPUs (processes x (threads + num_workers)) are not measured.
+
+    Returns:
+        A :class:`~experiments.results.RunResult`: rows per window, spans of the verification,
+        the outcome for ``job.json``; or one ``failed`` row naming the config key.
+    """
+    if params.stage == "search":
+        return search(params, host_files, max_oversubscription)
+    return verify(params, after, host_files)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point: ``python -m experiments.workload --help``."""
+    return cli_main(EXPERIMENT.name, Params, run, __doc__.splitlines()[0], argv)

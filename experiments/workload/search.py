@@ -1,0 +1,175 @@
+"""The search: coordinate descent over the knobs, each candidate measured interleaved with the
+current best until the 95% intervals separate, its rounds are spent, or the budget is.
+
+Starting from the user's current settings (PyTorch's defaults without them), the search takes
+the knobs in order (:data:`experiments.workload.KNOBS`) and, for each value of a knob other than
+the current best's, measures that candidate against the current best in rounds: each round one
+window of each, in alternating order (A B, B A, ...), so the machine's drift cancels out of their
+ratio. After every round it has the paired ratios ``candidate / best``; from 6 rounds on it
+computes a distribution-free 95% confidence interval of their median (:func:`median_ci`) and
+stops the comparison when the interval lies above 1 (the candidate becomes the best) or below 1.
+Otherwise it stops at ``max_rounds`` ("no clear difference": the best stays). A second pass over
+the knobs follows when the first changed the best (knobs interact: more workers may want fewer
+intra-op threads); a candidate already compared with the same best is not measured again. The
+time budget ends the search wherever it is; the answer is then the best so far.
+
+This is the same idea as torch.utils.benchmark's ``adaptive_autorange`` (measure until the
+estimate is good enough) applied to a comparison, and coordinate descent is what a person tuning
+knob by knob does, made reproducible. The module is pure logic: measuring a round is a function
+passed in, so tests can search a known landscape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+
+#: Fewest paired rounds for which a 95% interval of the median exists (order statistics:
+#: P(all 6 ratios on one side of the median) = 2 / 2**6 = 3.1% < 5%).
+MIN_ROUNDS = 6
+
+
+def median_ci(values: list[float], level: float = 0.95) -> tuple[float, float, float]:
+    """Median of ``values`` with its distribution-free confidence interval.
+
+    With ``n`` values sorted, the interval is ``[x_(k), x_(n+1-k)]`` for the largest ``k`` with
+    ``P(Bin(n, 1/2) < k) <= (1 - level) / 2``: it covers the true median with probability at
+    least ``level`` whatever the distribution (the sign-test interval; e.g. Hollander, Wolfe and
+    Chicken, *Nonparametric Statistical Methods*, section 3.6).
+
+    Returns:
+        ``(median, low, high)``; ``low`` and ``high`` are NaN when ``n`` is too small for any
+        such interval (fewer than 6 values at 95%).
+    """
+    x = sorted(values)
+    n = len(x)
+    if n == 0:
+        return math.nan, math.nan, math.nan
+    median = x[n // 2] if n % 2 else (x[n // 2 - 1] + x[n // 2]) / 2
+    tail = (1 - level) / 2
+    k, below = 0, 0.0
+    while k + 1 <= n and below + math.comb(n, k) / 2**n <= tail:  # P(Bin < k + 1) <= tail
+        below += math.comb(n, k) / 2**n
+        k += 1
+    if k == 0:
+        return median, math.nan, math.nan
+    return median, x[k - 1], x[n - k]
+
+
+@dataclasses.dataclass
+class Comparison:
+    """One candidate against the best of its moment.
+
+    Attributes:
+        knob: the knob that differs.
+        candidate, incumbent: the two configurations (knob -> value).
+        ratios: per round, candidate throughput / best throughput.
+        decision: ``better`` (adopted), ``worse``, ``no clear difference``, ``budget`` (stopped
+            by the time budget), or ``invalid`` / ``excluded`` (not measured, or dropped after its
+            first round, with ``reason``).
+        reason: why, in words.
+    """
+
+    knob: str
+    candidate: dict
+    incumbent: dict
+    ratios: list[float] = dataclasses.field(default_factory=list)
+    decision: str = ""
+    reason: str = ""
+
+    def as_dict(self) -> dict:
+        """A JSON-ready record (``job.json``'s outcome), with the median ratio and its CI."""
+        median, low, high = median_ci(self.ratios)
+        return {**dataclasses.asdict(self), "rounds": len(self.ratios), "ratio": median, "ci": [low, high]}
+
+
+class Excluded(Exception):
+    """Raised by a round function for a candidate that must not be adopted (over the memory
+    budget, a setup that failed); the message is the reason."""
+
+
+def decide(ratios: list[float], max_rounds: int) -> str:
+    """``better``, ``worse``, ``no clear difference`` (rounds spent), or "" to measure on."""
+    if len(ratios) >= MIN_ROUNDS:
+        _, low, high = median_ci(ratios)
+        if low > 1:
+            return "better"
+        if high < 1:
+            return "worse"
+    return "no clear difference" if len(ratios) >= max_rounds else ""
+
+
+@dataclasses.dataclass
+class Search:
+    """Coordinate descent (see the module docstring).
+
+    Attributes:
+        space: knob -> values to try (a knob with one value is fixed).
+        start: the configuration to start from (every knob set).
+        measure_round: ``(candidate, incumbent, round) -> (candidate value, incumbent value)``,
+            higher is better; may raise :class:`Excluded`.
+        invalid: ``configuration -> reason`` if it cannot run at all, else "".
+        budget_s: time budget of the whole search (s, by ``clock``).
+        max_rounds: rounds per comparison at most (at least :data:`MIN_ROUNDS`).
+        passes: passes over the knobs at most.
+    """
+
+    space: dict
+    start: dict
+    measure_round: Callable[[dict, dict, int], tuple[float, float]]
+    invalid: Callable[[dict], str]
+    budget_s: float
+    max_rounds: int = 10
+    passes: int = 2
+    clock: Callable[[], float] = time.monotonic
+    trail: list[Comparison] = dataclasses.field(default_factory=list)
+    stopped: str = ""
+
+    def _compare(self, c: Comparison, deadline: float) -> None:
+        round_ = 0
+        while not c.decision:
+            if self.clock() > deadline:
+                c.decision, c.reason = "budget", "the search's time budget ran out during this comparison"
+                return
+            try:
+                cand, inc = self.measure_round(c.candidate, c.incumbent, round_)
+            except Excluded as exc:
+                c.decision, c.reason = "excluded", str(exc)
+                return
+            c.ratios.append(cand / inc)
+            c.decision = decide(c.ratios, max(self.max_rounds, MIN_ROUNDS))
+            round_ += 1
+
+    def run(self) -> tuple[dict, list[Comparison]]:
+        """Search; returns ``(best configuration, comparisons)``; :attr:`stopped` says why it
+        ended (``converged``: a pass changed nothing; ``passes``; ``budget``)."""
+        deadline = self.clock() + self.budget_s
+        best, seen = dict(self.start), set()
+        for _ in range(self.passes):
+            changed = False
+            for knob, values in self.space.items():
+                for value in values:
+                    cand = {**best, knob: value}
+                    key = (tuple(sorted(cand.items())), tuple(sorted(best.items())))
+                    if value == best[knob] or key in seen:
+                        continue
+                    seen.add(key)
+                    c = Comparison(knob, cand, dict(best))
+                    why = self.invalid(cand)
+                    if why:
+                        c.decision, c.reason = "invalid", why
+                    else:
+                        self._compare(c, deadline)
+                    self.trail.append(c)
+                    if c.decision == "better":
+                        best, changed = cand, True
+                    if c.decision == "budget":
+                        self.stopped = "budget"
+                        return best, self.trail
+            if not changed:
+                self.stopped = "converged"
+                return best, self.trail
+        self.stopped = "passes"
+        return best, self.trail
