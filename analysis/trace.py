@@ -49,6 +49,10 @@ def _span_events(pid: int, sp: pd.DataFrame, experiment: str, skip: set[str]) ->
     for tid, actor in enumerate(actors(sp) if len(sp) else [], start=1):
         events.append(_meta("thread_name", pid, tid, actor))
         for row in sp[sp["actor"] == actor].to_dict("records"):
+            if row["end_s"] < 0:  # wholly before the window (a batch prefetched earlier)
+                continue
+            start = max(0.0, row["start_s"])  # a trace starts at the window; a span may have begun before
+            args = _args(row, skip) | ({"started_before_window_s": -row["start_s"]} if row["start_s"] < 0 else {})
             events.append(
                 {
                     "name": row["kind"],
@@ -56,9 +60,9 @@ def _span_events(pid: int, sp: pd.DataFrame, experiment: str, skip: set[str]) ->
                     "ph": "X",
                     "pid": pid,
                     "tid": tid,
-                    "ts": round(row["start_s"] * US, 3),
-                    "dur": round(max(0.0, row["end_s"] - row["start_s"]) * US, 3),
-                    "args": _args(row, skip),
+                    "ts": round(start * US, 3),
+                    "dur": round(max(0.0, row["end_s"] - start) * US, 3),
+                    "args": args,
                 }
             )
     return events
@@ -89,7 +93,8 @@ def _of_point(df: pd.DataFrame, point: dict) -> pd.DataFrame:
 
 
 def experiment_trace(experiment: str, spans: pd.DataFrame, samples: pd.DataFrame, repeat: int = 0) -> dict:
-    """Every point's window ``repeat`` (its own role) as one trace.
+    """Every point's window ``repeat`` as one trace: its own role's, or each role its timeline
+    declares (the workload: current settings and recommendation).
 
     Args:
         experiment: a registered experiment (its declared keys name the points).
@@ -101,25 +106,30 @@ def experiment_trace(experiment: str, spans: pd.DataFrame, samples: pd.DataFrame
     Returns:
         The trace as a JSON-ready dict.
     """
-    keys = list(registry.get(experiment).spec.keys)
+    spec = registry.get(experiment).spec
+    keys = list(spec.keys)
+    roles = spec.timeline.roles if spec.timeline else {"point": ""}
     spans, samples = (d if "role" in d or d.empty else d.assign(role="point") for d in (spans, samples))
     if "repeat" not in samples:  # header-only file: no point wrote samples
         samples = samples.iloc[0:0]
-    sp_all = spans[(spans["repeat"] == repeat) & (spans["role"] == "point")] if len(spans) else spans
-    sa_all = samples[(samples["repeat"] == repeat) & (samples["role"] == "point")] if len(samples) else samples
+    sp_all = spans[(spans["repeat"] == repeat) & spans["role"].isin(list(roles))] if len(spans) else spans
+    sa_all = samples[(samples["repeat"] == repeat) & samples["role"].isin(list(roles))] if len(samples) else samples
     points = sp_all[keys].drop_duplicates() if len(sp_all) else pd.DataFrame(columns=keys)
     if len(sa_all):
         points = pd.concat([points, sa_all[keys].drop_duplicates()]).drop_duplicates()
     events: list[dict] = []
-    for pid, point in enumerate(points.sort_values(keys).to_dict("records"), start=1):
-        events.append(_meta("process_name", pid, 0, f"{experiment} {point_label(point)}"))
+    panels = [(p, role, label) for p in points.sort_values(keys).to_dict("records") for role, label in roles.items()]
+    for pid, (point, role, label) in enumerate(panels, start=1):
+        name = f"{experiment} {point_label(point)}" + (f" ({label})" if label else "")
+        events.append(_meta("process_name", pid, 0, name))
         events.append({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0, "args": {"sort_index": pid}})
-        events += _span_events(pid, _of_point(sp_all, point), experiment, _SPAN_BASE | set(keys))
-        events += _counter_events(pid, _of_point(sa_all, point))
+        mine = {"role": role, **point}
+        events += _span_events(pid, _of_point(sp_all, mine), experiment, _SPAN_BASE | set(keys))
+        events += _counter_events(pid, _of_point(sa_all, mine))
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
-        "otherData": {"experiment": experiment, "repeat": repeat, "role": "point", "time_origin": "window start"},
+        "otherData": {"experiment": experiment, "repeat": repeat, "roles": list(roles), "time_origin": "window start"},
     }
 
 

@@ -22,13 +22,13 @@ from experiments.declare import Column, Experiment, Flag, SpanKind, Timeline
 #: Cheap and likely changes first; processes (which starts replica processes) late.
 KNOB_TYPES = {
     "num_workers": (int, None),
+    "persistent_workers": (bool, None),
     "threads": (int, None),
     "precision": (str, ("float32", "bfloat16")),
     "channels_last": (bool, None),
     "mode": (str, ("eager", "script", "compile")),
     "processes": (int, None),
     "prefetch_factor": (int, None),
-    "persistent_workers": (bool, None),
 }
 KNOBS = tuple(KNOB_TYPES)
 

@@ -216,10 +216,12 @@ def search_trail(replicates: pd.DataFrame, jobs: list[dict]) -> pd.DataFrame:
     out = []
     measured_i = 0
     for c in trail:
+        cand, inc = c["candidate"], c["incumbent"]
+        also = [f"{k} {inc[k]} → {cand[k]}" for k in KNOBS if k != c["knob"] and cand.get(k) != inc.get(k)]
         rec = {
             "comparison": len(out),
             "knob": c["knob"],
-            "value": c["candidate"][c["knob"]],
+            "value": f"{cand[c['knob']]}" + (f" (with {', '.join(also)})" if also else ""),
             "rounds": c["rounds"],
             "decision": c["decision"],
         }

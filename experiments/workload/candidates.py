@@ -2,11 +2,12 @@
 
 The config gives a list per knob; some values cannot apply here and are dropped before the
 search, with the reason (``skipped``): bfloat16 without native bf16 instructions (unless
-``bf16: any``, see :func:`experiments.capabilities.native_bf16`), channels_last for inputs that
-are not 4-D images, an inference ``mode`` for training. A configuration that asks for more than
+``bf16: any``, see :func:`experiments.capabilities.native_bf16`) and channels_last for inputs
+that are not 4-D images. A configuration that asks for more than
 ``max_oversubscription`` x the available CPUs at once (``processes x (threads + num_workers)``:
 DataLoader workers run one thread each) is not measured either; nor are ``prefetch_factor`` or
 ``persistent_workers`` variants without workers, which would measure the same thing twice.
+The inference ``mode`` is searched for ``task: infer`` only.
 """
 
 from __future__ import annotations
@@ -55,9 +56,8 @@ def knob_space(params, workload) -> tuple[dict, dict]:
         space["channels_last"] = [False]
         dims = workload.input_dims
         skipped["channels_last"] = f"channels_last applies to 4-D (image) inputs; this workload's have {dims}"
-    if params.task == "train" and space["mode"] != ["eager"]:
+    if params.task == "train":  # TorchScript and torch.compile are searched for inference
         space["mode"] = ["eager"]
-        skipped["mode"] = "TorchScript and torch.compile are searched for inference (task: infer)"
     return space, skipped
 
 
@@ -67,8 +67,6 @@ def invalid_reason(cfg: dict, params, workload, skipped: dict, limit: float) -> 
         if knob == "precision" and cfg["precision"] == "bfloat16":
             return reason
         if knob == "channels_last" and cfg["channels_last"]:
-            return reason
-        if knob == "mode" and cfg["mode"] != "eager":
             return reason
     if cfg["num_workers"] == 0 and (cfg["persistent_workers"] or cfg["prefetch_factor"] != 2):
         return "persistent_workers and prefetch_factor apply with num_workers > 0"
@@ -80,3 +78,24 @@ def invalid_reason(cfg: dict, params, workload, skipped: dict, limit: float) -> 
     if cfg["processes"] > 1 and len(workload.dataset) < cfg["processes"] * params.batch_size:
         return f"{cfg['processes']} replicas need at least {cfg['processes'] * params.batch_size} items"
     return ""
+
+
+def fit_threads(ncpu: int, threads: tuple[int, ...]):
+    """The search's ``adjust``: a candidate with more DataLoader workers also tries fewer
+    intra-op threads, the most of ``threads`` with ``threads + num_workers <= ncpu`` (at least 1):
+    workers run one thread each and compete with the training loop's threads for the same
+    cores, so moving one knob alone would mostly measure oversubscription. A candidate without
+    workers goes back to DataLoader's defaults for ``persistent_workers`` and ``prefetch_factor``,
+    which apply only with workers."""
+
+    def adjust(cfg: dict, knob: str) -> dict:
+        if knob != "num_workers":
+            return cfg
+        if cfg["num_workers"] == 0:
+            return {**cfg, "persistent_workers": False, "prefetch_factor": 2}
+        if cfg["threads"] + cfg["num_workers"] <= ncpu:
+            return cfg
+        fitting = [t for t in threads if t + cfg["num_workers"] <= ncpu]
+        return {**cfg, "threads": max(fitting) if fitting else min(threads)}
+
+    return adjust

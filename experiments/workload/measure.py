@@ -29,7 +29,7 @@ from experiments.params import check_min
 from experiments.results import RunResult
 from experiments.window import Meter
 from experiments.workload import EXPERIMENT, KNOBS
-from experiments.workload.candidates import defaults, invalid_reason, knob_space
+from experiments.workload.candidates import defaults, fit_threads, invalid_reason, knob_space
 
 Precision = Literal["float32", "bfloat16"]
 Mode = Literal["eager", "script", "compile"]
@@ -61,7 +61,7 @@ class Params:
     bf16: Literal["native", "any"] = field(default="native", metadata={"help": "bfloat16 only with native bf16"})
     budget_s: float = field(default=60.0, metadata={"help": "time budget of the search (s)"})
     max_rounds: int = field(default=10, metadata={"help": "rounds per comparison at most (at least 6)"})
-    repeats: int = field(default=6, metadata={"help": "verification rounds (current, recommended)"})
+    repeats: int = field(default=10, metadata={"help": "verification rounds (current, recommended)"})
     verify_epochs: bool = field(default=False, metadata={"help": "verification windows of a whole epoch"})
     memory_budget_gb: float = field(default=0.0, metadata={"help": "exclude configurations above it; 0: none"})
     numerics_steps: int = field(default=5, metadata={"help": "training steps compared in float32 and bfloat16"})
@@ -120,6 +120,8 @@ class _Recorder:
             rows = {role: self.window(cfg, role, comparison=self.comparison) for role, cfg in order[:: 1 - 2 * (r % 2)]}
         except CandidateError as exc:  # this workload cannot run the candidate
             raise Excluded(str(exc)) from None
+        except RuntimeError as exc:  # a replica failed or hung: drop the candidate, keep searching
+            raise Excluded(f"its processes failed: {exc}") from None
         self.repeat += 1
         if self.budget_mb and rows["point"]["peak_pss_mb"] > self.budget_mb:
             raise Excluded(f"peak PSS {rows['point']['peak_pss_mb']:.0f} MB exceeds memory_budget_gb")
@@ -158,7 +160,8 @@ def search(params: Params, host_files: dict | None, max_oversubscription: float 
             numerics = _numerics(bench, params, space)
             rec = _Recorder(bench, params, numerics, params.memory_budget_gb * 1024)
             t0 = time.monotonic()
-            s = Search(space, start, rec.round, invalid, params.budget_s, max_rounds=params.max_rounds)
+            adjust = fit_threads(meter.ncpu, tuple(space["threads"]))
+            s = Search(space, start, rec.round, invalid, params.budget_s, max_rounds=params.max_rounds, adjust=adjust)
             winner, trail = s.run()
         finally:
             bench.close()

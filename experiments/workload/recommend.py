@@ -88,8 +88,8 @@ def recommendation(summary: pd.DataFrame, replicates: pd.DataFrame, jobs: list[d
 
 
 def describe_changes(changes: dict) -> str:
-    """``num_workers 0 -> 2, precision float32 -> bfloat16``."""
-    return ", ".join(f"{k} {a} -> {b}" for k, (a, b) in changes.items())
+    """``num_workers 0 → 2, precision float32 → bfloat16``."""
+    return ", ".join(f"{k} {a} → {b}" for k, (a, b) in changes.items())
 
 
 def as_json(data: dict) -> str:

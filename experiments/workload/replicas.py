@@ -111,7 +111,9 @@ class Replicas:
             mine = cpus[rank * share : (rank + 1) * share] if pinned else None
             parent, child = ctx.Pipe()
             args = (rank, world, port, job, mine, child, self.barrier)
-            proc = ctx.Process(target=_replica, args=args, daemon=True)
+            # not daemonic: a replica starts DataLoader workers of its own; it dies with the job
+            # all the same (die_with_parent) and close() reaps it
+            proc = ctx.Process(target=_replica, args=args, daemon=False)
             proc.start()
             self.conns.append(parent)
             self.procs.append(proc)

@@ -111,9 +111,12 @@ class Search:
         measure_round: ``(candidate, incumbent, round) -> (candidate value, incumbent value)``,
             higher is better; may raise :class:`Excluded`.
         invalid: ``configuration -> reason`` if it cannot run at all, else "".
-        budget_s: time budget of the whole search (s, by ``clock``).
+        budget_s: time budget of the whole search (s, by ``clock``); a comparison is not started
+            when the mean time of the comparisons so far would overrun it.
         max_rounds: rounds per comparison at most (at least :data:`MIN_ROUNDS`).
         passes: passes over the knobs at most.
+        adjust: ``(candidate, knob) -> candidate``: knobs that move together (the workload: more
+            DataLoader workers with fewer intra-op threads, so they fit the CPUs).
     """
 
     space: dict
@@ -124,8 +127,10 @@ class Search:
     max_rounds: int = 10
     passes: int = 2
     clock: Callable[[], float] = time.monotonic
+    adjust: Callable[[dict, str], dict] = lambda cfg, knob: cfg
     trail: list[Comparison] = dataclasses.field(default_factory=list)
     stopped: str = ""
+    _spent: list[float] = dataclasses.field(default_factory=list)
 
     def _compare(self, c: Comparison, deadline: float) -> None:
         round_ = 0
@@ -151,17 +156,22 @@ class Search:
             changed = False
             for knob, values in self.space.items():
                 for value in values:
-                    cand = {**best, knob: value}
+                    cand = self.adjust({**best, knob: value}, knob)
                     key = (tuple(sorted(cand.items())), tuple(sorted(best.items())))
-                    if value == best[knob] or key in seen:
+                    if value == best[knob] or cand == best or key in seen:
                         continue
                     seen.add(key)
                     c = Comparison(knob, cand, dict(best))
                     why = self.invalid(cand)
+                    mean = sum(self._spent) / len(self._spent) if self._spent else 0.0
                     if why:
                         c.decision, c.reason = "invalid", why
+                    elif self.clock() + mean > deadline:
+                        c.decision, c.reason = "budget", "not started: the time budget would run out"
                     else:
+                        t = self.clock()
                         self._compare(c, deadline)
+                        self._spent.append(self.clock() - t)
                     self.trail.append(c)
                     if c.decision == "better":
                         best, changed = cand, True

@@ -1,0 +1,1 @@
+"""Example workloads for the lab's workload experiment (docs in examples/README.md)."""

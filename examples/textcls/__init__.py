@@ -1,0 +1,1 @@
+"""A text classifier trained on synthetic documents: an example workload package."""
