@@ -114,9 +114,9 @@ def point_args(wildcards):
 def point_dirs(wildcards):
     """Directories of the points this point's job depends on (`Experiment.depends`)."""
     spec = REGISTRY[wildcards.experiment].spec
-    base = f"results/{wildcards.host}/{wildcards.experiment}"
+    base = Path("results", wildcards.host, wildcards.experiment)
     return [
-        base + "/" + "/".join(f"{k}~{p[k]}" for k in spec.keys)
+        str(base.joinpath(*(f"{k}~{p[k]}" for k in spec.keys)))
         for p in spec.needs(point_of(wildcards))
     ]
 

@@ -149,6 +149,8 @@ class _Experiment:
             return f"point measured on {h.name} only (not in {b.name}'s grid)"
         if s.get("status") != "ok" or self.base_idx[k].get("status") != "ok":
             return f"status {s.get('status')} on {h.name}, {self.base_idx[k].get('status')} on {b.name}"
+        if pd.isna(s.get("median")) or pd.isna(self.base_idx[k].get("median")):
+            return "no median to compare: its summary has none (a point its experiment summarises otherwise)"
         mine, theirs = self.params[h.name].get(k, {}), self.params[b.name].get(k, {})
         diff = [f"{c} {mine[c]} vs {theirs[c]}" for c in mine if c in theirs and mine[c] != theirs[c]]
         only = sorted(set(mine) ^ set(theirs))

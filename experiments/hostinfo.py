@@ -31,7 +31,9 @@ ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile",
 LIBRARIES = ("torch", "numpy", "pandas", "matplotlib", "psutil", "jinja2", "scipy", "snakemake")
 
 
-def _cpuinfo() -> dict:
+def cpuinfo() -> dict:
+    """``model name``, ``vendor_id`` and ``flags`` of the first CPU in ``/proc/cpuinfo`` (str
+    each; ``{}`` where there is no such file)."""
     out: dict = {}
     try:
         text = Path("/proc/cpuinfo").read_text()
@@ -79,7 +81,7 @@ def _git_commit(repo: Path) -> str | None:
 
 def _cpu(unreadable: dict[str, str]) -> dict:
     """CPU model, counts, ISA flags, frequency and governor; unreadable ones noted."""
-    info = _cpuinfo()
+    info = cpuinfo()
     flags = set(info.get("flags", "").split())
     freq = psutil.cpu_freq()
     if freq is None:

@@ -44,7 +44,9 @@ def test_every_output_exists(quick_run):
     for exp in SPECS:
         summary = pd.read_csv(host / exp / "summary.csv")
         not_base = summary[(summary["speedup_source"] != "baseline") & (summary["status"] == "ok")]
-        assert (not_base["speedup_source"] == "interleaved").all(), exp
+        if exp == "workload":  # its search is summarised by its verification: no speedup of its own
+            not_base = not_base[not_base["stage"] == "verify"]
+        assert len(not_base) and (not_base["speedup_source"] == "interleaved").all(), exp
     run = json.loads((host / "run.json").read_text())
     assert 0 < run["measured_share_pct"] < 100
     assert (host / "figures" / "job_schedule.png").stat().st_size > 10_000
@@ -102,6 +104,46 @@ def test_an_experiment_is_one_folder_and_a_config_section(quick_run):
     assert section.count("<tr>") == 3  # header and one row per point
     md = (host / "report.md").read_text()
     assert '<a id="nap"></a>' in md and "(figures/nap_speedup.png)" in md
+
+
+@pytest.mark.slow
+def test_your_workload_is_searched_verified_and_answered_first(quick_run):
+    """The quick run's built-in workload: a search, a verification, the recommendation files,
+    and the report's first screen that opens with it and ends with the trust verdict."""
+    host = quick_run / "results" / "e2e"
+    summary = pd.read_csv(host / "workload" / "summary.csv").set_index("stage")
+    assert set(summary["status"]) == {"ok"} and summary.loc["search", "n"] >= 12  # at least two comparisons
+    verify = summary.loc["verify"]
+    assert verify["n"] == 10 and verify["speedup_ci_low"] <= verify["speedup"] <= verify["speedup_ci_high"]
+    # repeat 0: one epoch of each side (the timeline, its spans); the 10 rounds of steps: the gain
+    m = pd.read_csv(host / "workload" / "stage~verify" / "metrics.csv")
+    epochs = m[m["window"] == "epoch"]
+    assert sorted(epochs["role"]) == ["baseline", "point"] and set(epochs["repeat"]) == {0}
+    assert (epochs["batches"] == epochs["epoch_batches"]).all() and (m[m["window"] == "steps"]["repeat"] > 0).all()
+    spans = pd.read_csv(host / "workload" / "stage~verify" / "spans.csv")
+    assert set(spans["repeat"]) == {0} and set(spans["role"]) == {"baseline", "point"}
+    main_steps = spans[(spans["actor"] == "main") & (spans["kind"] == "step")].groupby("role").size()
+    assert (main_steps == epochs.set_index("role")["batches"]).all()  # the whole epoch is drawn
+    search = json.loads((host / "workload" / "stage~search" / "job.json").read_text())["outcome"]
+    assert search["trail"] and search["stopped"] in {"converged", "budget", "passes"} and search["current_source"]
+    rec = json.loads((host / "workload" / "recommended.json").read_text())
+    assert rec["verified"] == bool(verify["speedup_ci_low"] > 1) and rec["gain"] == pytest.approx(verify["speedup"])
+    assert rec["recommended"] == (search["winner"] if rec["verified"] else search["start"])
+    assert f"OMP_NUM_THREADS={rec['recommended']['threads']}" in (host / "workload" / "recommended.env").read_text()
+    py = (host / "workload" / "recommended.py").read_text()
+    assert f"torch.set_num_threads({rec['recommended']['threads']})" in py
+    assert f"num_workers={rec['recommended']['num_workers']}" in py
+    md = (host / "report.md").read_text()
+    glance = md.split("## At a glance")[1].split("## Contents")[0]
+    assert md.index("## At a glance") < md.index("## Environment")
+    lines = [ln for ln in glance.splitlines() if ln.startswith("- ")]
+    assert lines[0].startswith("- [What should I change for my workload on this machine?](#workload)")
+    assert "x (95% CI " in lines[0] and lines[-1].startswith("- [Can these numbers be trusted?](#trust)")
+    assert any("(#gil)" in ln for ln in lines) and any("(#dataloader)" in ln for ln in lines)
+    section = md.split('<a id="workload"></a>')[1].split("<a id=")[0]
+    first = section.split("### Findings")[1].strip().splitlines()[0]
+    assert first.startswith(("- Recommendation:", "- Your current settings are fine here"))
+    assert "(figures/workload_timeline.png)" in section and "| knob | current | best found | recommended |" in section
 
 
 @pytest.mark.slow
@@ -205,7 +247,10 @@ def test_compare_with_a_one_cpu_host(quick_run, tmp_path):
 
     first = min(os.sched_getaffinity(0))
     small = tmp_path / "one-cpu.yaml"
-    small.write_text("experiments: [gil]\nselfcheck: {duration_s: 0.3, repeats: 2}\ngil: {repeats: 5}\n")
+    small.write_text(
+        "experiments: [workload, gil]\nselfcheck: {duration_s: 0.3, repeats: 2}\ngil: {repeats: 5}\n"
+        "workload: {budget_s: 15, max_rounds: 6, repeats: 6}\n"
+    )
     cmd = [sys.executable, "-m", "snakemake", "--cores", "4", "--configfile", "config.quick.yaml", str(small)]
     proc = subprocess.run(
         [*cmd, "--config", "host=e2e-1cpu"],
@@ -221,7 +266,9 @@ def test_compare_with_a_one_cpu_host(quick_run, tmp_path):
     assert one["available_cpus"] == 1 and one["affinity"] == [first]
     assert (quick_run / "results" / "e2e-1cpu" / "config.yaml").exists()
     before = {**digest(quick_run / "results" / "e2e"), **digest(quick_run / "results" / "e2e-1cpu")}
-    proc = snakemake_in(quick_run, "--cores", "4", "compare", "--config", "compare={baseline: e2e}")
+    proc = snakemake_in(
+        quick_run, "--cores", "4", "compare", "--config", "compare={baseline: e2e, hosts: [e2e, e2e-1cpu]}"
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "measure" not in proc.stderr.split("Job stats:")[1].split("Reasons")[0]
     after = {**digest(quick_run / "results" / "e2e"), **digest(quick_run / "results" / "e2e-1cpu")}
@@ -233,10 +280,18 @@ def test_compare_with_a_one_cpu_host(quick_run, tmp_path):
     assert gil["ratio_ci_low"].notna().all() and gil["p_value"].between(0, 1).all()
     assert (gil["ratio_per_cpu"] == gil["ratio"] * 2).all()
     assert set(gil["verdict"]) <= {"faster", "slower", "no significant difference"}
-    others = c[(c["experiment"] != "gil") & (c["host"] == "e2e-1cpu")]
-    assert others["reason"].str.contains("was not run on e2e-1cpu").all() and len(others) == len(SPECS) - 1
+    others = c[~c["experiment"].isin(["gil", "workload"]) & (c["host"] == "e2e-1cpu")]
+    assert others["reason"].str.contains("was not run on e2e-1cpu").all() and len(others) == len(SPECS) - 2
+    # the workload: its verification compared across hosts; each host's recommendation side by side
+    wl = c[(c["experiment"] == "workload") & (c["host"] == "e2e-1cpu")].set_index("point")
+    assert wl.loc["stage=verify", "status"] == "compared" and "no median" in wl.loc["stage=search", "reason"]
+    (own,) = json.loads((quick_run / "results" / "compare" / "tables.json").read_text())["workload"]
+    assert own["columns"] == ["knob", "e2e", "e2e-1cpu", "differs between hosts"]
+    knobs = {r[0]: r for r in own["rows"]}
+    assert knobs["threads"][2].split()[0] == "1"  # one CPU: one intra-op thread
+    assert knobs["gain over the current settings"][1].endswith(("verified", "not clearly faster"))
     html = (quick_run / "results" / "compare" / "report.html").read_text()
-    assert "e2e-1cpu" in html and "1 available CPU)" in html
+    assert "e2e-1cpu" in html and "1 available CPU)" in html and "Each host&#39;s recommendation" in html
     # a host directory copied from elsewhere, listed under compare: dirs
     elsewhere = tmp_path / "from-another-machine" / "laptop"
     shutil.copytree(quick_run / "results" / "e2e-1cpu", elsewhere)
@@ -396,3 +451,21 @@ def test_interrupted_run_leaves_no_orphans_and_resumes(tmp_path):
     assert (host_dir / "host.json").stat().st_mtime_ns == host_json  # resumed, not restarted
     assert (host_dir / "report.html").exists()
     assert set(pd.read_csv(host_dir / "status.csv")["status"]) == {"ok"}
+
+
+@pytest.mark.slow
+def test_the_example_workload_runs_by_changing_only_config(quick_run, tmp_path):
+    """examples/textcls: the user package and its config lines, nothing else (a shorter search)."""
+    small = tmp_path / "small.yaml"
+    small.write_text("selfcheck: {duration_s: 0.3, repeats: 2}\nworkload: {budget_s: 15, max_rounds: 6, repeats: 6}\n")
+    args = ["--configfile", "config.quick.yaml", "examples/textcls/config.yaml", str(small)]
+    proc = snakemake_in(quick_run, "--cores", "4", *args, "--config", "host=e2e-example")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    host = quick_run / "results" / "e2e-example"
+    rows = pd.read_csv(host / "workload" / "replicates.csv")
+    assert set(rows["entry"]) == {"examples.textcls.bench:build"} and set(rows["status"]) == {"ok"}
+    search = json.loads((host / "workload" / "stage~search" / "job.json").read_text())["outcome"]
+    assert search["current_source"] == "your current settings"
+    assert search["start"]["num_workers"] == 2 and search["start"]["threads"] == 1  # the example's own
+    assert "channels_last" in search["skipped_knobs"]  # token ids, not images
+    assert json.loads((host / "workload" / "recommended.json").read_text())["entry"] == "examples.textcls.bench:build"

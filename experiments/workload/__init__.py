@@ -61,13 +61,14 @@ EXPERIMENT = Experiment(
     host_files=("user_env.json",),
     artefacts=("recommended.json", "recommended.env", "recommended.py"),
     timeline=Timeline(
-        title="Your workload: one window of the current settings and of the recommendation",
+        title="Your workload: one epoch of the current settings and of the search's best",
         kinds=(
             SpanKind("wait", "#D55E00", "training loop waits for a batch (data stall)"),
             SpanKind("step", "#0072B2", "training or inference step"),
             SpanKind("fetch", "#009E73", "batch fetched and collated"),
+            SpanKind("memory", "#999999", "the lab reads the processes' memory (psutil)"),
         ),
-        roles={"baseline": "current settings", "point": "recommendation"},
+        roles={"baseline": "current settings", "point": "search's best"},
     ),
     order=0,
 )

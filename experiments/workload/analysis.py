@@ -1,11 +1,13 @@
 """Workload experiment, analysis: the verified recommendation, the search that found it, what the
 user's shell does to their own programs, and the charts.
 
-The summary has two rows. ``stage=verify``: the recommendation's samples/s (median), the current
+The summary has two rows. ``stage=verify``: the recommendation's samples/s (median over the
+verification's rounds, :func:`experiments.workload.recommend.gain_windows`), the current
 settings' as the baseline measured in the same job, and the gain: the median of the per-round
 ratios with its 95% bootstrap CI (:mod:`analysis.stats`); it is ``best`` only when that CI lies
-above 1. ``stage=search``: its status and number of windows; the search's comparisons are in the
-job's outcome and in the search chart, not in per-point statistics.
+above 1; ``memory_grows`` when a worker grew in any of its windows, the epochs included.
+``stage=search``: its status and number of windows; the search's comparisons are in the job's
+outcome and in the search chart, not in per-point statistics.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ from analysis.plotting import PALETTE, note, plt, yerr
 from analysis.stats import median_ci
 from analysis.stats import summarise as generic_summarise
 from experiments.workload import KNOBS
-from experiments.workload.recommend import as_env, as_json, as_python, describe_changes, recommendation
-from experiments.workload.search import median_ci as sign_ci
+from experiments.workload.recommend import as_env, as_json, as_python, describe_changes, gain_windows, recommendation
+from experiments.workload.search import geomean_ci
 
 STAT_COLUMNS = ["median", "q1", "q3", "iqr", "iqr_pct", "ci_low", "ci_high", "baseline_median"]
 SPEEDUP_COLUMNS = ["speedup_ratio_of_medians", "speedup", "speedup_ci_low", "speedup_ci_high"]
@@ -27,8 +29,11 @@ SPEEDUP_COLUMNS = ["speedup_ratio_of_medians", "speedup", "speedup_ci_low", "spe
 
 def summarise(replicates: pd.DataFrame) -> pd.DataFrame:
     """The two-row summary of the module docstring."""
-    summary = generic_summarise(replicates, "workload")
+    summary = generic_summarise(gain_windows(replicates), "workload")
     search = summary["stage"] == "search"
+    verify_rows = replicates[(replicates["stage"] == "verify") & (replicates["status"] == "ok")]
+    if "memory_grows" in verify_rows and len(verify_rows):
+        summary.loc[~search, "memory_grows"] = bool(verify_rows["memory_grows"].fillna(False).astype(bool).any())
     windows = replicates[(replicates["stage"] == "search") & (replicates["status"] == "ok")]
     extra = [c for c in summary.columns if c.startswith(("data_stall_pct", "peak_pss_mb"))]
     summary.loc[search, STAT_COLUMNS + SPEEDUP_COLUMNS + extra] = np.nan
@@ -55,9 +60,10 @@ def _recommendation_sentence(d: dict) -> str:
     if d["status"] != "ok":
         return f"No recommendation: {d['reason']}."
     if d["verified"]:
+        payoff = f" Its up-front cost pays off after {d['payoff_calls']:,} calls." if d.get("payoff_calls") else ""
         return (
             f"Recommendation: {describe_changes(d['changes'])}. Verified in a separate job over {d['rounds']} "
-            f"interleaved rounds: {_x(d['gain'], d['gain_ci'])} the samples/s of {d['current_source']}."
+            f"interleaved rounds: {_x(d['gain'], d['gain_ci'])} the samples/s of {d['current_source']}.{payoff}"
         )
     if d["best_found"] == d["current"]:
         return (
@@ -88,22 +94,24 @@ def _measured_sentences(d: dict) -> list[str]:
     m = d["measured"]
     out = []
     stall, util = m["data_stall_pct"], m["cpu_util_pct"]
+    best = "the recommendation" if d["verified"] else "the search's best"
     if stall["current"]["median"] is not None:
         out.append(
             f"The training loop waited for data {stall['current']['median']:.0f}% of the time with the current "
-            f"settings and {stall['recommended']['median']:.0f}% with the recommendation; the job's processes used "
-            f"{util['current']['median']:.0f}% and {util['recommended']['median']:.0f}% of the available CPUs."
+            f"settings and {stall['best_found']['median']:.0f}% with {best}; the job's processes used "
+            f"{util['current']['median']:.0f}% and {util['best_found']['median']:.0f}% of the available CPUs."
         )
     pss = m["peak_pss_mb"]
     if pss["current"]["median"] is not None:
         out.append(
             f"Peak memory (PSS, all processes): {pss['current']['median']:.0f} MB current, "
-            f"{pss['recommended']['median']:.0f} MB recommended."
+            f"{pss['best_found']['median']:.0f} MB {best.removeprefix('the ')}."
         )
     if d.get("memory_grows"):
         out.append(
-            "A DataLoader worker's memory grew during a window: copy-on-read of Python objects in forked "
-            "workers (pytorch/pytorch#13246); keep dataset storage in numpy arrays or tensors."
+            f"A DataLoader worker's private memory (USS) grew by {d.get('worker_uss_growth_mb') or 0:.0f} MB across"
+            " an epoch: copy-on-read of Python objects in forked workers (pytorch/pytorch#13246); keep the"
+            " dataset's storage in numpy arrays or tensors, not lists of Python objects."
         )
     return out
 
@@ -189,7 +197,7 @@ def tables(summary: pd.DataFrame, host: dict, replicates: pd.DataFrame, jobs: li
         out.append(
             {
                 "caption": "The search: each candidate against the best of its moment"
-                " (ratio of samples/s, median of rounds)",
+                " (ratio of samples/s, geometric mean of rounds, 95% CI)",
                 "columns": ["#", "knob", "candidate", "rounds", "ratio (95% CI)", "decision"],
                 "rows": [
                     [str(r["comparison"]), r["knob"], str(r["value"]), str(r["rounds"]), r["ratio_text"], r["decision"]]
@@ -201,9 +209,9 @@ def tables(summary: pd.DataFrame, host: dict, replicates: pd.DataFrame, jobs: li
 
 
 def search_trail(replicates: pd.DataFrame, jobs: list[dict]) -> pd.DataFrame:
-    """One row per comparison of the search: knob, value, rounds, the median of the paired
-    rounds' ratios with the 95% sign-test interval the search decided with
-    (:func:`experiments.workload.search.median_ci`, from the windows), and the job's decision."""
+    """One row per comparison of the search: knob, value, rounds, the geometric mean of the paired
+    rounds' ratios with the 95% interval the search decided with
+    (:func:`experiments.workload.search.geomean_ci`, from the windows), and the job's decision."""
     trail = []
     for job in jobs:
         if (job.get("params") or {}).get("stage") == "search":
@@ -232,10 +240,10 @@ def search_trail(replicates: pd.DataFrame, jobs: list[dict]) -> pd.DataFrame:
                 w[w["role"] == "baseline"][["repeat", "value"]], on="repeat"
             )
             ratios = (pairs["value_x"] / pairs["value_y"]).to_numpy(dtype=float)
-            if len(ratios):  # the interval the search decided with (sign test): NaN under 6 rounds
-                med, lo, hi = sign_ci(list(ratios))
-                rec.update(ratio=med, ci_low=lo, ci_high=hi)
-                rec["ratio_text"] = f"{np.median(ratios):.2f}x" + (f" ({lo:.2f}-{hi:.2f})" if np.isfinite(lo) else "")
+            if len(ratios):  # the interval the search decided with
+                mean, lo, hi = geomean_ci(list(ratios))
+                rec.update(ratio=mean, ci_low=lo, ci_high=hi)
+                rec["ratio_text"] = f"{mean:.2f}x" + (f" ({lo:.2f}-{hi:.2f})" if np.isfinite(lo) else "")
             measured_i += 1
         out.append(rec)
     return pd.DataFrame(out)
@@ -278,8 +286,8 @@ def workload_search(findings: dict, host: dict) -> Figure:
     ax.set_title("Your workload: the search, one candidate at a time", fontsize=10)
     note(
         fig,
-        "Median of per-round ratios (candidate and best measured alternately); error bars: the 95% distribution-free"
-        " (sign-test) interval the search decided with, none under 6 rounds.",
+        "Geometric mean of per-round ratios (candidate and best measured alternately); error bars: the 95%"
+        " interval the search decided with (Student's t on the log ratios).",
     )
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     return fig
@@ -287,9 +295,10 @@ def workload_search(findings: dict, host: dict) -> Figure:
 
 def workload_verify(replicates: pd.DataFrame, host: dict) -> Figure:
     """The verification side by side: samples/s, data stall, CPU utilisation and peak PSS of
-    the current settings and of the recommendation (medians with 95% bootstrap CIs)."""
+    the current settings and of the search's best (medians over its rounds, not the timeline's
+    epochs, with 95% bootstrap CIs)."""
     rows = (
-        replicates[(replicates["stage"] == "verify") & (replicates["status"] == "ok")]
+        gain_windows(replicates[(replicates["stage"] == "verify") & (replicates["status"] == "ok")])
         if len(replicates)
         else replicates
     )
@@ -321,10 +330,11 @@ def workload_verify(replicates: pd.DataFrame, host: dict) -> Figure:
             edgecolor="black",
             linewidth=0.5,
         )
-        ax.set_xticks([0, 1], ["current", "recommended"])
+        ax.set_xticks([0, 1], ["current", "search's best"])
+        ax.set_axisbelow(True)
         ax.set_title(title, fontsize=9)
-    fig.suptitle("Your workload: current settings against the recommendation, measured interleaved", fontsize=11)
-    note(fig, "Medians over the verification's windows; error bars: 95% bootstrap CI of the median.")
+    fig.suptitle("Your workload: current settings against the search's best, measured interleaved", fontsize=11)
+    note(fig, "Medians over the verification's rounds; error bars: 95% bootstrap CI of the median.")
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig
 

@@ -7,10 +7,13 @@ measured), then :class:`experiments.workload.search.Search` over the knob space,
 row (``role`` ``point``: the candidate, ``baseline``: the best of that moment; ``comparison``:
 which comparison; ``repeat``: a round counter over the whole search). The job's outcome
 (``job.json``) is the start, the winner and the trail of comparisons. ``stage = verify``: the
-search's start (``baseline``) against its winner (``point``), ``repeats`` rounds A B B A, each
-window ``steps`` steps or (``verify_epochs``) a whole epoch, with the main loop's spans for the
-timeline. Columns: see :meth:`experiments.workload.bench.Bench.measure`, plus ``max_abs_diff``,
-``loss_after`` and ``loss_after_fp32`` on bfloat16 windows (the numerical cost of autocast).
+search's start (``baseline``) against its winner (``point``): first one whole epoch of each
+(repeat 0, ``window`` = ``epoch``: the timeline, with the main loop's spans, and the workers'
+memory across an epoch; at most ``timeline_steps_max`` steps of it), then ``repeats`` rounds
+A B B A of ``steps`` steps (``window`` = ``steps``: the gain). With ``verify_epochs`` every
+round is a whole epoch and round 0 gives the timeline. Columns: see
+:meth:`experiments.workload.bench.Bench.measure`, plus ``max_abs_diff``, ``loss_after`` and
+``loss_after_fp32`` on bfloat16 windows (the numerical cost of autocast).
 
 The start is the user's ``current`` settings over PyTorch's defaults: ``num_workers`` 0,
 ``persistent_workers`` False, ``prefetch_factor`` 2, the intra-op threads torch picks in the
@@ -30,6 +33,7 @@ from experiments.results import RunResult
 from experiments.window import Meter
 from experiments.workload import EXPERIMENT, KNOBS
 from experiments.workload.candidates import defaults, fit_threads, invalid_reason, knob_space
+from experiments.workload.search import MIN_ROUNDS
 
 Precision = Literal["float32", "bfloat16"]
 Mode = Literal["eager", "script", "compile"]
@@ -60,17 +64,22 @@ class Params:
     mode: tuple[Mode, ...] = ("eager", "script")
     bf16: Literal["native", "any"] = field(default="native", metadata={"help": "bfloat16 only with native bf16"})
     budget_s: float = field(default=60.0, metadata={"help": "time budget of the search (s)"})
-    max_rounds: int = field(default=10, metadata={"help": "rounds per comparison at most (at least 6)"})
+    max_rounds: int = field(default=10, metadata={"help": f"rounds per comparison at most (at least {MIN_ROUNDS})"})
     repeats: int = field(default=10, metadata={"help": "verification rounds (current, recommended)"})
     verify_epochs: bool = field(default=False, metadata={"help": "verification windows of a whole epoch"})
+    timeline_steps_max: int = field(
+        default=200, metadata={"help": "the timeline's epoch stops after this many steps; 0: the whole epoch"}
+    )
     memory_budget_gb: float = field(default=0.0, metadata={"help": "exclude configurations above it; 0: none"})
     numerics_steps: int = field(default=5, metadata={"help": "training steps compared in float32 and bfloat16"})
     sample_hz: float = 10.0
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "steps", "max_rounds", "repeats", "numerics_steps"):
+        for name in ("batch_size", "steps", "repeats", "numerics_steps"):
             check_min(name, getattr(self, name), 1)
+        check_min("max_rounds", self.max_rounds, MIN_ROUNDS)  # fewer could never decide
         check_min("warmup", self.warmup, 0)
+        check_min("timeline_steps_max", self.timeline_steps_max, 0)
         check_min("budget_s", self.budget_s, 0)
         check_min("memory_budget_gb", self.memory_budget_gb, 0)
         check_min("sample_hz", self.sample_hz, 0.1)
@@ -95,10 +104,11 @@ class _Recorder:
         self.result = RunResult()
         self.repeat, self.comparison = 0, -1
 
-    def window(self, cfg: dict, role: str, spans: bool = False, **extra) -> dict:
+    def window(self, cfg: dict, role: str, spans: bool = False, epoch: bool = False, **extra) -> dict:
         from experiments.workload.bench import key
 
-        win, row, sp = self.bench.measure(cfg, epoch=self.params.verify_epochs and self.params.stage == "verify")
+        limit = self.params.timeline_steps_max if epoch and not self.params.verify_epochs else 0
+        win, row, sp = self.bench.measure(cfg, epoch=epoch, epoch_steps_max=limit)
         numbers = self.numerics.get(cfg["precision"], {})
         full = self.result.add_window(self.repeat, win, role=role, stage=self.params.stage, **row, **numbers, **extra)
         if spans:
@@ -198,10 +208,14 @@ def verify(params: Params, after: list[dict] | None, host_files: dict | None) ->
         bench = Bench(workload, params.job, meter, params.steps, params.warmup)
         try:
             rec = _Recorder(bench, params, outcome.get("numerics", {}), 0)
+            if not params.verify_epochs:  # repeat 0: one whole epoch of each, for the timeline
+                for role, cfg in (("baseline", start), ("point", winner)):
+                    rec.window(cfg, role, spans=True, epoch=True)
+                rec.repeat += 1
             for r in range(params.repeats):
                 order = [("point", winner), ("baseline", start)]
                 for role, cfg in order[:: 1 if r % 2 == 0 else -1]:
-                    rec.window(cfg, role, spans=True)
+                    rec.window(cfg, role, spans=params.verify_epochs and r == 0, epoch=params.verify_epochs)
                 rec.repeat += 1
         finally:
             bench.close()

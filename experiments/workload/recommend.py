@@ -34,6 +34,19 @@ def _median(rows: pd.DataFrame, column: str) -> dict:
     return {"median": float(np.median(values)), "ci": [lo, hi]}
 
 
+def gain_windows(replicates: pd.DataFrame) -> pd.DataFrame:
+    """``replicates`` without the verification's whole-epoch windows when it also has rounds of
+    steps (``window`` column): the gain, throughput, data stall and CPU utilisation are those
+    of the rounds; the epoch windows (repeat 0) give the timeline and the workers' memory across
+    an epoch. With ``verify_epochs`` every window is an epoch, and all count."""
+    if "window" not in replicates:
+        return replicates
+    ver = replicates["stage"] == "verify"
+    if not (ver & (replicates["window"] == "steps")).any():
+        return replicates
+    return replicates[~(ver & (replicates["window"] == "epoch"))]
+
+
 def _search_outcome(jobs: list[dict]) -> dict:
     for job in jobs:
         if (job.get("params") or {}).get("stage") == "search":
@@ -60,11 +73,12 @@ def recommendation(summary: pd.DataFrame, replicates: pd.DataFrame, jobs: list[d
         failed = summary[summary["status"] != "ok"]
         return {**base, "status": "failed" if len(failed) else "not run", "reason": why or failed["reason"].iloc[0]}
     r = ver.iloc[0]
-    rows = replicates[(replicates["stage"] == "verify") & (replicates["status"] == "ok")]
+    every = replicates[(replicates["stage"] == "verify") & (replicates["status"] == "ok")]
+    rows = gain_windows(every)
     current, best = _config(rows[rows["role"] == "baseline"]), _config(rows[rows["role"] == "point"])
     lo, hi = r["speedup_ci_low"], r["speedup_ci_high"]
     verified = bool(np.isfinite(lo) and lo > 1)
-    sides = {"current": rows[rows["role"] == "baseline"], "recommended": rows[rows["role"] == "point"]}
+    sides = {"current": rows[rows["role"] == "baseline"], "best_found": rows[rows["role"] == "point"]}
     measured = {
         col: {side: _median(sub, col) for side, sub in sides.items()}
         for col in ("samples_per_s", "data_stall_pct", "cpu_util_pct", "peak_pss_mb")
@@ -72,6 +86,11 @@ def recommendation(summary: pd.DataFrame, replicates: pd.DataFrame, jobs: list[d
     return {
         **base,
         "status": "ok",
+        "payoff_calls": (
+            payoff_calls(sides["current"], sides["best_found"])
+            if verified and base.get("task") == "infer" and best["mode"] != current["mode"]
+            else None
+        ),
         "verified": verified,
         "gain": float(r["speedup"]),
         "gain_ci": [float(lo), float(hi)],
@@ -81,10 +100,34 @@ def recommendation(summary: pd.DataFrame, replicates: pd.DataFrame, jobs: list[d
         "recommended": best if verified else current,
         "changes": {k: [current[k], best[k]] for k in KNOBS if current[k] != best[k]} if verified else {},
         "measured": measured,
-        "memory_grows": bool(rows["memory_grows"].fillna(False).astype(bool).any())
-        if "memory_grows" in rows
+        "memory_grows": bool(every["memory_grows"].fillna(False).astype(bool).any())
+        if "memory_grows" in every
         else False,
+        "worker_uss_growth_mb": float(every["worker_uss_growth_mb"].max())
+        if "worker_uss_growth_mb" in every and every["worker_uss_growth_mb"].notna().any()
+        else None,
     }
+
+
+def payoff_calls(current: pd.DataFrame, recommended: pd.DataFrame) -> int | None:
+    """After how many calls the recommendation's up-front cost is repaid: its setup and first
+    call (TorchScript's profiling run, torch.compile's compilation) beyond the current settings'
+    first call, over the time it saves per call (median latency, ``wall_s x processes /
+    batches``). None when it saves nothing per call or costs nothing up front."""
+
+    def latency(rows):
+        return float(np.median(rows["wall_s"] * rows["processes"] / rows["batches"]))
+
+    def upfront(rows):
+        return float(rows["setup_s"].fillna(0).iloc[0] + rows["first_call_s"].fillna(0).iloc[0])
+
+    if current.empty or recommended.empty or "setup_s" not in recommended:
+        return None
+    saved = latency(current) - latency(recommended)
+    extra = upfront(recommended) - float(current["first_call_s"].fillna(0).iloc[0])
+    if saved <= 0 or extra <= 0:
+        return None
+    return int(math.ceil(extra / saved))
 
 
 def describe_changes(changes: dict) -> str:

@@ -144,9 +144,11 @@ class Replicas:
         return self._all("prepare", key, cfg)[0]
 
     def run(self, key, steps: int | None, epoch: bool = False) -> dict:
-        """One window in every replica at once; ``batches`` summed, ``stall_s`` and ``marks`` of rank 0."""
+        """One window in every replica at once; ``batches`` summed, ``stall_s`` and ``marks`` of
+        rank 0, ``epoch_memory`` of every rank (a list, or None)."""
         answers = self._all("run", key, steps, epoch)
-        return {**answers[0], "batches": sum(a["batches"] for a in answers)}
+        memory = [a["epoch_memory"] for a in answers] if epoch else None
+        return {**answers[0], "batches": sum(a["batches"] for a in answers), "epoch_memory": memory}
 
     def memory(self, key) -> list[dict]:
         """Each replica's :meth:`~experiments.workload.session.Session.memory`."""

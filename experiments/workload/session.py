@@ -52,6 +52,14 @@ class Setup:
         self.worker_warning = ""
 
 
+def _len(loader) -> int | None:
+    """Batches per epoch, or None for a dataset without ``len`` (an IterableDataset's may lack one)."""
+    try:
+        return len(loader)
+    except TypeError:
+        return None
+
+
 class Session:
     """The workload in one process.
 
@@ -195,13 +203,22 @@ class Session:
                 setup.fn(x)
 
     def run(self, setup: Setup, steps: int | None = None, epoch: bool = False) -> dict:
-        """One window: ``steps`` steps, or (``epoch``) the rest of the current epoch from a fresh
-        iterator. Returns ``{"batches", "stall_s", "marks"}`` (marks: see :func:`experiments.fetch.loop_spans`)."""
+        """One window: ``steps`` steps, or (``epoch``) an epoch from a fresh iterator
+        (non-persistent workers start inside it, as they do in a training script), cut after
+        ``steps`` steps if given.
+
+        Returns ``{"batches", "stall_s", "marks", "epoch_memory", "epoch_batches"}`` (marks: see
+        :func:`experiments.fetch.loop_spans`). ``epoch_memory`` is None for steps windows; for an
+        epoch, ``[first, last]``: :meth:`memory` read after the first step and after the last
+        one (the epoch's workers still run until the iterator ends), the two reads inside the
+        window, between steps, that show a worker's growth across the epoch; ``last`` is None
+        for a dataset without ``len``."""
         self.threads(setup.cfg)
         if epoch:
             setup.iterator = None
-        marks, stall = [], 0.0
-        while epoch or len(marks) < steps:
+        n_batches = _len(setup.loader) if epoch else None
+        marks, stall, reads, probes = [], 0.0, [], []
+        while (epoch and not steps) or len(marks) < steps:
             w0 = time.perf_counter()
             got = self._next(setup, epoch)
             if got is None:
@@ -211,7 +228,21 @@ class Session:
             self._step(setup, batch)
             marks.append((w0, w1, time.perf_counter(), fetched))
             stall += w1 - w0
-        return {"batches": len(marks), "stall_s": stall, "marks": marks}
+            if epoch and (len(marks) == 1 or len(marks) in (n_batches, steps)):  # between two spans
+                p0 = time.perf_counter()
+                reads.append(self.memory(setup))
+                probes.append((p0, time.perf_counter()))
+        epoch_memory = None
+        if epoch and reads:
+            epoch_memory = [reads[0], reads[-1] if len(reads) > 1 else None]
+        return {
+            "batches": len(marks),
+            "stall_s": stall,
+            "marks": marks,
+            "epoch_memory": epoch_memory,
+            "epoch_batches": n_batches,
+            "probes": probes,
+        }
 
     def memory(self, setup: Setup) -> dict:
         """USS and PSS (MB) of this process and of each DataLoader worker of ``setup`` (psutil's

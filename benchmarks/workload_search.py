@@ -1,0 +1,153 @@
+"""Search benchmark: does the workload experiment's search find what measuring every
+configuration finds, in a fraction of the time?
+
+On a grid small enough to measure in full, it runs
+
+* the **exhaustive** measurement: every valid configuration against the same reference (the
+  search's start, PyTorch's defaults), ``--rounds`` interleaved rounds each (A B, B A, ...), the
+  configuration's score being the geometric mean of its per-round throughput ratios to the
+  reference, with the same 95% interval the search decides with
+  (:func:`experiments.workload.search.geomean_ci`);
+* the **search** (:class:`experiments.workload.search.Search`, as the pipeline runs it: the same
+  windows, validity rules (:func:`experiments.workload.candidates.invalid_reason`), threads
+  adjustment and stopping rule, no time budget), from the same start.
+
+and reports: the exhaustive best and its score; the search's winner and its exhaustive score;
+whether the winner is within 5% of the best or their 95% intervals overlap (the goal); and the
+time each took, wall clock and inside measured windows (goal: the search at most 30% of the
+exhaustive measurement time). This is a benchmark, not a test: numbers go to docs/benchmarks.md.
+
+Usage (from the repository root, in the project's venv)::
+
+    python benchmarks/workload_search.py [--rounds 8] [--steps 16] [--max-rounds 10] [--markdown out.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import platform
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from experiments.capabilities import native_bf16  # noqa: E402
+from experiments.fileio import write_text  # noqa: E402
+from experiments.hostinfo import cpuinfo  # noqa: E402
+from experiments.window import Meter  # noqa: E402
+from experiments.workload.bench import Bench, key  # noqa: E402
+from experiments.workload.candidates import defaults, fit_threads, invalid_reason  # noqa: E402
+from experiments.workload.loader import load  # noqa: E402
+from experiments.workload.search import Search, geomean_ci  # noqa: E402
+
+#: The grid: 3 x 2 x 2 x 2 x 2 combinations of the built-in workload, of which 40 are valid
+#: (``persistent_workers`` applies with workers only).
+GRID = {
+    "num_workers": [0, 1, 2],
+    "persistent_workers": [False, True],
+    "threads": [1, 2],
+    "precision": ["float32", "bfloat16"],
+    "channels_last": [False, True],
+    "mode": ["eager"],
+    "processes": [1],
+    "prefetch_factor": [2],
+}
+
+
+class Timed:
+    """A round function that also counts the time spent inside measured windows."""
+
+    def __init__(self, bench: Bench) -> None:
+        self.bench, self.window_s = bench, 0.0
+
+    def value(self, cfg: dict) -> float:
+        win, row, _ = self.bench.measure(cfg)
+        self.window_s += win.wall_s
+        return row["samples_per_s"]
+
+    def round(self, cand: dict, inc: dict, r: int) -> tuple[float, float]:
+        if r == 0:
+            self.bench.release_except({key(cand), key(inc)})
+        if r % 2 == 0:
+            a = self.value(cand)
+            return a, self.value(inc)
+        b = self.value(inc)
+        return self.value(cand), b
+
+
+def exhaustive(timed: Timed, start: dict, configs: list[dict], rounds: int) -> dict:
+    """Score of every configuration: ``(geometric mean ratio to start, low, high)`` over ``rounds``."""
+    scores = {}
+    for cfg in configs:
+        ratios = [a / b for a, b in (timed.round(cfg, start, r) for r in range(rounds))]
+        scores[key(cfg)] = geomean_ci(ratios)
+    return scores
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=int, default=8, help="rounds per configuration, exhaustive")
+    p.add_argument("--steps", type=int, default=16, help="training steps per window")
+    p.add_argument("--max-rounds", type=int, default=10, help="the search's rounds per comparison at most")
+    p.add_argument("--max-oversubscription", type=float, default=4.0, help="as in config.yaml")
+    p.add_argument("--markdown", default=None, help="also write the result to this file")
+    args = p.parse_args(argv)
+    workload = load("", "train", 32)
+    start = {**defaults({}), "threads": 2}  # this VM: torch's default in a plain shell
+    workload_params = SimpleNamespace(batch_size=32)
+
+    def invalid(cfg: dict) -> str:
+        return invalid_reason(cfg, workload_params, workload, {}, args.max_oversubscription)
+
+    combos = [dict(zip(GRID, values)) for values in itertools.product(*GRID.values())]
+    configs = [c for c in combos if not invalid(c)]
+    lines = []
+    with Meter(10) as meter:
+        bench = Bench(workload, {"entry": "", "task": "train", "batch_size": 32}, meter, args.steps, warmup=2)
+        try:
+            timed = Timed(bench)
+            t0 = time.monotonic()
+            scores = exhaustive(timed, start, configs, args.rounds)
+            ex_wall, ex_windows = time.monotonic() - t0, timed.window_s
+            timed.window_s = 0.0
+            t0 = time.monotonic()
+            adjust = fit_threads(meter.ncpu, tuple(GRID["threads"]))
+            search = Search(GRID, start, timed.round, invalid, 1e9, max_rounds=args.max_rounds, adjust=adjust)
+            winner, trail = search.run()
+            s_wall, s_windows = time.monotonic() - t0, timed.window_s
+        finally:
+            bench.close()
+    best = max(scores, key=lambda k: scores[k][0])
+    won = scores.get(key(winner), (float("nan"),) * 3)
+    within = won[0] >= 0.95 * scores[best][0]
+    overlap = won[2] >= scores[best][1]
+    bf16, flags = native_bf16()
+    model = cpuinfo().get("model name") or platform.machine()
+    lines += [
+        f"Machine: {model}, {meter.ncpu} CPUs, native bf16: {'yes' if bf16 else 'no'} ({flags}),"
+        f" Python {platform.python_version()}.",
+        f"Grid: {len(configs)} configurations of the built-in workload, {args.steps} steps per window.",
+        f"Exhaustive ({args.rounds} rounds each): {ex_wall:.0f} s wall, {ex_windows:.0f} s inside windows.",
+        f"Search: {len(trail)} comparisons, {s_wall:.0f} s wall ({100 * s_wall / ex_wall:.0f}%),"
+        f" {s_windows:.0f} s inside windows ({100 * s_windows / ex_windows:.0f}%); stopped: {search.stopped}.",
+        f"Exhaustive best: {best}: {scores[best][0]:.3f}x ({scores[best][1]:.3f}-{scores[best][2]:.3f}).",
+        f"Search winner: {key(winner)}: exhaustive score {won[0]:.3f}x ({won[1]:.3f}-{won[2]:.3f});"
+        f" within 5% of the best: {'yes' if within else 'no'}; intervals overlap: {'yes' if overlap else 'no'}.",
+        "",
+        "| configuration | exhaustive score (x start, geometric mean, 95% CI) |",
+        "|---|---|",
+        *(f"| {k} | {v[0]:.3f} ({v[1]:.3f}-{v[2]:.3f}) |" for k, v in sorted(scores.items(), key=lambda kv: -kv[1][0])),
+    ]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.markdown:
+        write_text(Path(args.markdown), text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
