@@ -469,3 +469,33 @@ def test_the_example_workload_runs_by_changing_only_config(quick_run, tmp_path):
     assert search["start"]["num_workers"] == 2 and search["start"]["threads"] == 1  # the example's own
     assert "channels_last" in search["skipped_knobs"]  # token ids, not images
     assert json.loads((host / "workload" / "recommended.json").read_text())["entry"] == "examples.textcls.bench:build"
+
+
+@pytest.mark.slow
+def test_a_broken_workload_fails_alone_and_the_report_says_why(quick_run, tmp_path):
+    """A workload whose entry does not import: its jobs record the reason, the other
+    experiments (here the fixture's) still run, and the report lists the workload as failed."""
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(
+        "experiments: [workload, nap]\nselfcheck: {duration_s: 0.3, repeats: 2}\nnap: {sleepers: [1, 2]}\n"
+        "workload: {entry: 'mylab.missing:build'}\n"
+    )
+    proc = snakemake_in(
+        quick_run, "--cores", "4", "--configfile", "config.quick.yaml", str(broken), "--config", "host=e2e-broken"
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    host = quick_run / "results" / "e2e-broken"
+    summary = pd.read_csv(host / "workload" / "summary.csv").set_index("stage")
+    assert set(summary["status"]) == {"failed"}
+    why = "config key workload.entry: 'mylab.missing:build': cannot import mylab.missing"
+    assert summary.loc["search", "reason"].startswith(why)
+    assert summary.loc["verify", "reason"].startswith("the search did not finish (" + why)
+    assert set(pd.read_csv(host / "nap" / "summary.csv")["status"]) == {"ok"}  # the rest ran
+    rec = json.loads((host / "workload" / "recommended.json").read_text())
+    assert rec["status"] == "failed" and rec["reason"].startswith("the search did not finish")
+    md = (host / "report.md").read_text()
+    glance = md.split("## At a glance")[1].split("## Contents")[0]
+    assert "no recommendation (failed: " in glance and "cannot import mylab.missing" in glance
+    section = md.split('<a id="workload"></a>')[1].split("<a id=")[0]
+    assert "No recommendation: the search did not finish" in section and "mylab.missing" in section
+    assert '<a id="nap"></a>' in md

@@ -280,6 +280,53 @@ def test_a_configuration_over_the_memory_budget_is_excluded_with_the_reason():
     assert outcome["winner"]["num_workers"] == 0
 
 
+@pytest.mark.parametrize("verify_epochs", [False, True])
+def test_the_verification_runs_an_epoch_each_then_its_rounds(tmp_path, monkeypatch, verify_epochs):
+    """Default: repeat 0 is one whole epoch of each side (the timeline's spans), then the rounds
+    of ``steps`` steps, A B B A; ``verify_epochs``: every round a whole epoch."""
+    from experiments.workload.measure import Params, run
+
+    entry = _module(tmp_path, monkeypatch, "wl_verify", GOOD)  # 64 items: 4 batches of 16
+    start, best = _cfg(), _cfg(num_workers=1)
+    after = [{"outcome": {"start": start, "winner": best, "numerics": {}}}]
+    params = Params(
+        stage="verify", entry=entry, batch_size=16, steps=3, warmup=0, repeats=4, verify_epochs=verify_epochs
+    )
+    res = run(params, after=after)
+    rows = pd.DataFrame(res.rows)
+    spans = pd.DataFrame(res.spans)
+    assert set(rows["status"]) == {"ok"} and set(spans["repeat"]) == {0}
+    if verify_epochs:
+        assert set(rows["window"]) == {"epoch"} and set(rows["batches"]) == {4} and len(rows) == 2 * 4
+    else:
+        first = rows[rows["repeat"] == 0]
+        assert set(first["window"]) == {"epoch"} and set(first["batches"]) == {4}
+        rounds = rows[rows["repeat"] > 0]
+        assert set(rounds["window"]) == {"steps"} and set(rounds["batches"]) == {3} and len(rounds) == 2 * 4
+    order = [r["role"] for r in res.rows if r["repeat"] > (0 if not verify_epochs else -1)]
+    assert order[:4] == ["point", "baseline", "baseline", "point"]  # A B B A
+    assert set(spans[spans["kind"] == "memory"]["role"]) == {"baseline", "point"}  # the reads, drawn
+
+
+@pytest.mark.skipif(not __import__("experiments.capabilities").capabilities.native_bf16()[0], reason="no native bf16")
+def test_bfloat16_is_searched_and_measured_where_the_cpu_has_it():
+    """The native path (avx512_bf16 or AMX): searched by default, and autocast runs."""
+    from experiments.window import Meter
+    from experiments.workload import candidates
+    from experiments.workload.measure import Params
+
+    workload = load("", "train", 32)
+    space, skipped = candidates.knob_space(Params(), workload)
+    assert "bfloat16" in space["precision"] and "precision" not in skipped
+    with Meter(20) as meter:
+        bench = _bench(meter, workload)
+        try:
+            _, row, _ = bench.measure(_cfg(precision="bfloat16"))
+        finally:
+            bench.close()
+    assert row["precision"] == "bfloat16" and row["samples_per_s"] > 0
+
+
 def test_knob_space_drops_what_this_machine_or_workload_cannot_do(monkeypatch):
     from experiments.workload import candidates
     from experiments.workload.measure import Params
