@@ -99,8 +99,30 @@ def cmd_trace(args) -> int:
     return 0
 
 
+#: A failed point's reason that names a config key: its input was bad (the workload's entry),
+#: not the run; measuring it again would fail again.
+INPUT_ERROR = r"(?:^|\()config key "
+
+
+def _advice(bad: pd.DataFrame, host: str) -> str:
+    """What to do about the failed points ``bad`` (rows of status.csv)."""
+    of_input = bad["reason"].fillna("").str.contains(INPUT_ERROR)
+    text = "The report lists them."
+    if of_input.any():
+        text += (
+            " Those whose reason names a config key failed on their input: fix that key; the next run measures again."
+        )
+    if (~of_input).any():
+        text += (
+            " Measure the others again with (add the --configfile you ran with): "
+            f"snakemake --cores 4 --forcerun {' '.join(bad[~of_input]['metrics'])} --config host={host}"
+        )
+    return text
+
+
 def cmd_status(args) -> int:
-    """Write every point's status; exit 1 naming the failed and timed-out points."""
+    """Write every point's status; exit 1 naming the failed and timed-out points, with the
+    command that measures them again, or (bad input, :data:`INPUT_ERROR`) the key to fix."""
     rows = []
     for path in args.summaries:
         s = read_table(path)
@@ -131,12 +153,7 @@ def cmd_status(args) -> int:
     if len(bad):
         for _, r in bad.iterrows():
             print(f"  {r['status']}: {r['experiment']} {r['point']}: {r['reason']}", file=sys.stderr)
-        host = Path(args.summaries[0]).parent.parent.name
-        print(
-            "The report lists them. Measure them again with (add the --configfile you ran with): "
-            f"snakemake --cores 4 --forcerun {' '.join(bad['metrics'])} --config host={host}",
-            file=sys.stderr,
-        )
+        print(_advice(bad, Path(args.summaries[0]).parent.parent.name), file=sys.stderr)
         return 1
     return 0
 

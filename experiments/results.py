@@ -64,9 +64,11 @@ class RunResult:
     @classmethod
     def failed(cls, reason: str, **row) -> RunResult:
         """A point that could not be measured because of its input (a workload that does not
-        import, say): one ``point`` row with status ``failed`` and the ``reason``. The job still
+        import, say): one ``point`` row with status ``failed`` and the ``reason``, which the
+        outcome (``job.json``) repeats for the jobs that depend on this one. The job still
         exits 0; the workflow's ``point_status`` job reports the point at the end."""
-        return cls(rows=[{"repeat": 0, "role": "point", "status": "failed", "reason": reason, **row}])
+        rows = [{"repeat": 0, "role": "point", "status": "failed", "reason": reason, **row}]
+        return cls(rows=rows, outcome={"status": "failed", "reason": reason})
 
     def add_window(self, repeat: int, win: Window, role: str = "point", params=None, **row) -> dict:
         """Append a metrics row built from ``win`` plus ``row`` and keep its samples.

@@ -94,7 +94,7 @@ def test_point_from_dir():
     }
 
 
-def test_crash_is_recorded_as_failed_with_the_log(tmp_path):
+def test_crash_is_recorded_as_failed_with_the_log(tmp_path, capsys):
     proc, out, pids, log = _supervise(tmp_path, "p.kill(); raise RuntimeError('boom: the worker broke')")
     assert proc.returncode == 0
     m = pd.read_csv(out / "metrics.csv")
@@ -114,6 +114,8 @@ def test_crash_is_recorded_as_failed_with_the_log(tmp_path):
     assert analysis_main(["status", "--out", str(tmp_path / "status.csv"), str(summary_dir / "summary.csv")]) == 1
     st = pd.read_csv(tmp_path / "status.csv")
     assert st.loc[0, "metrics"].endswith("gil/workload~cpu/mode~threads/workers~2/metrics.csv")
+    err = capsys.readouterr().err
+    assert f"--forcerun {st.loc[0, 'metrics']} --config host=h" in err and "fix that key" not in err
 
 
 def test_timeout_kills_the_whole_tree(tmp_path):

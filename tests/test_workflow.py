@@ -474,7 +474,9 @@ def test_the_example_workload_runs_by_changing_only_config(quick_run, tmp_path):
 @pytest.mark.slow
 def test_a_broken_workload_fails_alone_and_the_report_says_why(quick_run, tmp_path):
     """A workload whose entry does not import: its jobs record the reason, the other
-    experiments (here the fixture's) still run, and the report lists the workload as failed."""
+    experiments (here the fixture's) still run, and the report lists the workload as failed;
+    the run's last job then fails, naming the key to fix rather than a command that would
+    measure the same input again."""
     broken = tmp_path / "broken.yaml"
     broken.write_text(
         "experiments: [workload, nap]\nselfcheck: {duration_s: 0.3, repeats: 2}\nnap: {sleepers: [1, 2]}\n"
@@ -483,7 +485,11 @@ def test_a_broken_workload_fails_alone_and_the_report_says_why(quick_run, tmp_pa
     proc = snakemake_in(
         quick_run, "--cores", "4", "--configfile", "config.quick.yaml", str(broken), "--config", "host=e2e-broken"
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 1 and "Error in rule point_status" in proc.stderr, proc.stderr[-3000:]
+    log = (quick_run / "logs" / "e2e-broken" / "point_status.log").read_text()
+    assert "failed: workload stage~search: config key workload.entry: 'mylab.missing:build'" in log
+    assert "failed: workload stage~verify: the search did not finish (config key workload.entry:" in log
+    assert "fix that key" in log and "--forcerun" not in log  # measuring the same input again would fail again
     host = quick_run / "results" / "e2e-broken"
     summary = pd.read_csv(host / "workload" / "summary.csv").set_index("stage")
     assert set(summary["status"]) == {"failed"}

@@ -172,7 +172,8 @@ def test_a_bad_workload_is_a_failed_point_and_its_verification_says_why(tmp_path
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     reason = pd.read_csv(verify / "metrics.csv")["reason"][0]
-    assert reason.startswith("the search did not finish") and "nothing to verify" in reason
+    assert reason.startswith("the search did not finish (config key workload.entry: 'nosuch.pkg:build': cannot import")
+    assert reason.endswith("); nothing to verify")
 
 
 # ------------------------------------------------------------------ measured for real

@@ -197,7 +197,7 @@ def verify(params: Params, after: list[dict] | None, host_files: dict | None) ->
     found = (after or [{}])[0]
     outcome = found.get("outcome") or {}
     if "winner" not in outcome:
-        why = found.get("reason") or "it recorded no winner"
+        why = outcome.get("reason") or found.get("reason") or "it recorded no winner"
         return RunResult.failed(f"the search did not finish ({why}); nothing to verify")
     try:
         workload = load(params.entry, params.task, params.batch_size)
