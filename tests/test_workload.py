@@ -424,3 +424,19 @@ def test_the_users_shell_is_measured_not_assumed():
     assert "Your shell exports OMP_NUM_THREADS=1: your own programs run 1 intra-op thread" in text
     assert "KMP_AFFINITY=compact" in text
     assert KNOBS[0] == "num_workers"
+
+
+def test_compile_pays_off_after_the_calls_its_upfront_cost_needs():
+    """payoff_calls: (setup + first call beyond the current first call) / time saved per call."""
+    from experiments.workload.recommend import payoff_calls
+
+    current = pd.DataFrame(
+        {"wall_s": [1.0, 1.0], "processes": [1, 1], "batches": [100, 100], "first_call_s": [0.01] * 2}
+    )
+    current["setup_s"] = 0.0
+    # compiled: 6 ms per call instead of 10 ms; 16 s to compile plus a 0.01 s first call
+    fast = pd.DataFrame({"wall_s": [0.6, 0.6], "processes": [1, 1], "batches": [100, 100], "first_call_s": [0.01] * 2})
+    fast["setup_s"] = 16.0
+    assert payoff_calls(current, fast) == 4000  # 16 s / 4 ms
+    slower = fast.assign(wall_s=1.2)
+    assert payoff_calls(current, slower) is None  # saves nothing per call: never pays off
