@@ -75,7 +75,8 @@ def point_of(wildcards):
 
 def _arg_value(spec, key, value, point):
     """A config value as one command-line word: the path's value for a swept key, a mapping's
-    value for the point's first key, a list (a tuple-typed parameter) comma separated."""
+    value for the point's first key, a list (a tuple-typed parameter) comma separated.
+    """
     if key in point:
         return point[key]
     if key in spec.resolve:
@@ -107,7 +108,9 @@ def point_args(wildcards):
     if needs:
         text += " --after " + " ".join(shlex.quote(d) for d in needs)
     if spec.host_files:
-        text += " --host-file " + " ".join(shlex.quote(f) for f in host_files(wildcards))
+        text += " --host-file " + " ".join(
+            shlex.quote(f) for f in host_files(wildcards)
+        )
     return text
 
 
