@@ -15,12 +15,19 @@ import pandas as pd
 from experiments import registry
 
 
+def bound(v: float) -> str:
+    """A CI bound of a ratio with two decimals, or three where two would round it to 1.00 from
+    either side (0.998 is not 1.00: it says whether the interval holds 1)."""
+    text = f"{v:.2f}"
+    return f"{v:.3f}" if text == "1.00" and v != 1 else text
+
+
 def fmt_x(row) -> str:
     """``1.93x (95% CI 1.85-2.01)``; without the interval when it is unknown."""
     s = f"{row['speedup']:.2f}x"
     lo, hi = row.get("speedup_ci_low"), row.get("speedup_ci_high")
     if lo is not None and hi is not None and np.isfinite(lo) and np.isfinite(hi):
-        s += f" (95% CI {lo:.2f}-{hi:.2f})"
+        s += f" (95% CI {bound(lo)}-{bound(hi)})"
     return s
 
 

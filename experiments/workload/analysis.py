@@ -16,11 +16,21 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from analysis.findings import bound
 from analysis.plotting import PALETTE, note, plt, yerr
 from analysis.stats import median_ci
 from analysis.stats import summarise as generic_summarise
 from experiments.workload import KNOBS
-from experiments.workload.recommend import as_env, as_json, as_python, describe_changes, gain_windows, recommendation
+from experiments.workload.recommend import (
+    as_env,
+    as_json,
+    as_python,
+    describe_changes,
+    gain_windows,
+    recommendation,
+    search_sentence,
+    untried_knobs,
+)
 from experiments.workload.search import geomean_ci
 
 STAT_COLUMNS = ["median", "q1", "q3", "iqr", "iqr_pct", "ci_low", "ci_high", "baseline_median"]
@@ -49,11 +59,12 @@ def data(summary: pd.DataFrame, replicates: pd.DataFrame, jobs: list[dict], host
     search's comparisons (:func:`search_trail`) and the user's shell."""
     d = recommendation(summary, replicates, jobs)
     d["search"]["trail"] = search_trail(replicates, jobs).to_dict("records")
+    d["search"]["untried"] = untried_knobs(jobs, d["search"]["trail"], d["search"].get("skipped_knobs") or {})
     return {**d, "user_environment": host.get("user_environment") or {}}
 
 
 def _x(v: float, ci) -> str:
-    return f"{v:.2f}x (95% CI {ci[0]:.2f}-{ci[1]:.2f})"
+    return f"{v:.2f}x (95% CI {bound(ci[0])}-{bound(ci[1])})"
 
 
 def _recommendation_sentence(d: dict) -> str:
@@ -75,17 +86,6 @@ def _recommendation_sentence(d: dict) -> str:
         f"Your current settings are fine here: the search's best configuration gave {_x(d['gain'], d['gain_ci'])} "
         "in the verification, not clearly faster."
     )
-
-
-def _search_sentence(d: dict) -> str:
-    s = d.get("search") or {}
-    if not s.get("comparisons"):
-        return ""
-    how = {"converged": "it converged", "budget": "its time budget ran out", "passes": "its passes were spent"}
-    text = f"The search compared {s['comparisons']} candidates in {s.get('spent_s') or 0:.0f} s of its "
-    text += f"{s.get('budget_s') or 0:.0f} s budget and stopped because {how.get(s.get('stopped'), s.get('stopped'))}."
-    skipped = s.get("skipped_knobs") or {}
-    return text + "".join(f" {why}." for why in skipped.values())
 
 
 def _measured_sentences(d: dict) -> list[str]:
@@ -161,7 +161,7 @@ def findings(summary: pd.DataFrame, host: dict, replicates: pd.DataFrame, jobs: 
     """The recommendation (or why there is none), the search, data stall, CPU and memory,
     bfloat16's numerical cost, and the user's shell."""
     d = data(summary, replicates, jobs, host)
-    out = [_recommendation_sentence(d), _search_sentence(d), *_measured_sentences(d), *_numerics_sentences(d)]
+    out = [_recommendation_sentence(d), search_sentence(d), *_measured_sentences(d), *_numerics_sentences(d)]
     out += environment_sentences(d["user_environment"], host.get("available_cpus"))
     return [s for s in out if s]
 

@@ -105,6 +105,15 @@ class Bench:
     def _run(self, pool, setup, steps, epoch: bool) -> dict:
         return pool.run(setup, steps, epoch) if pool is not None else self.local.run(setup, steps=steps, epoch=epoch)
 
+    def check(self, cfg: dict) -> None:
+        """Make ``cfg`` ready and run one untimed step of it (the start, before the search).
+
+        Raises:
+            CandidateError: if ``cfg`` cannot be made ready; whatever the step raises.
+        """
+        pool, setup, _ = self._ready(cfg)
+        self._run(pool, setup, 1, False)
+
     def measure(self, cfg: dict, epoch: bool = False, epoch_steps_max: int = 0):
         """One window of ``cfg``; returns ``(window, row, spans)``: ``row`` has the knobs and
         ``samples_per_s``, ``data_stall_pct``, ``batches``, the memory columns, ``setup_s``,

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from experiments.workload import KNOB_TYPES
@@ -113,11 +115,23 @@ def check_current(current: Mapping, where: str) -> dict:
             raise WorkloadError(f"{where}: current settings: unknown knob {knob!r}; allowed: {', '.join(KNOB_TYPES)}")
         tp, choices = KNOB_TYPES[knob]
         ok = isinstance(value, tp) and not (tp is int and isinstance(value, bool))
-        if not ok or (choices and value not in choices):
+        low = CURRENT_MINIMUM.get(knob)
+        if not ok or (choices and value not in choices) or (low is not None and value < low):
             allowed = f"one of {list(choices)}" if choices else tp.__name__
+            allowed += f" >= {low}" if low is not None else ""
             raise WorkloadError(f"{where}: current settings: {knob}={value!r}; allowed: {allowed}")
         out[knob] = value
+    if out.get("num_workers") == 0 and ("prefetch_factor" in out or out.get("persistent_workers")):
+        # DataLoader itself raises for these with num_workers 0: they would fail the start
+        raise WorkloadError(
+            f"{where}: current settings: prefetch_factor and persistent_workers apply with num_workers > 0;"
+            " allowed with num_workers 0: neither"
+        )
     return out
+
+
+#: The smallest value of each integer knob in the current settings (DataLoader's and torch's own).
+CURRENT_MINIMUM = {"num_workers": 0, "prefetch_factor": 1, "threads": 1, "processes": 1}
 
 
 def _first_batch(dataset, batch_size: int, where: str):
@@ -126,6 +140,11 @@ def _first_batch(dataset, batch_size: int, where: str):
     n = len(dataset)
     if n < 1:
         raise WorkloadError(f"{where}: the dataset is empty")
+    if n < batch_size:
+        raise WorkloadError(
+            f"{where}: the dataset has {n} items, fewer than workload.batch_size {batch_size}: no full batch"
+            " (the lab drops an epoch's last, incomplete batch); allowed: a batch_size of at most the dataset's length"
+        )
     samples = []
     for i in range(min(batch_size, n)):
         try:
@@ -159,7 +178,22 @@ def _check_forward(model, loss, batch, task: str, where: str) -> int:
             raise WorkloadError(f"{where}: the loss failed on the model's output ({cause})") from None
         if not (isinstance(value, torch.Tensor) and value.numel() == 1):
             raise WorkloadError(f"{where}: the loss must return a scalar tensor, got {type(value).__name__}")
+        _check_backward(model, loss, x, y, where)
     return x.dim() if isinstance(x, torch.Tensor) else 0
+
+
+def _check_backward(model, loss, x, y, where: str) -> None:
+    """A training step needs parameters to train and a loss that backpropagates to them; the
+    gradients of this check are dropped, the model is left as it was."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise WorkloadError(f"{where}: task train needs a model with trainable parameters; this one has none")
+    try:
+        loss(model(x), y).backward()
+    except Exception as exc:  # the user's model or loss
+        raise WorkloadError(f"{where}: the backward pass failed ({type(exc).__name__}: {exc})") from None
+    finally:
+        model.zero_grad(set_to_none=True)
 
 
 def load(entry: str, task: str, batch_size: int) -> Workload:
@@ -181,5 +215,33 @@ def load(entry: str, task: str, batch_size: int) -> Workload:
         raise WorkloadError(f"{where}: calling it raised {type(exc).__name__}: {exc}") from None
     model, dataset, loss, current = _unpack(out, where, task)
     current = check_current(current, where)
+    if task == "train" and current.get("mode", "eager") != "eager":
+        mode = current["mode"]
+        raise WorkloadError(f"{where}: current settings: mode={mode!r} applies to task infer; allowed: eager")
     dims = _check_forward(model, loss, _first_batch(dataset, batch_size, where), task, where)
     return Workload(entry or BUILTIN, model, dataset, loss if task == "train" else None, current, dims)
+
+
+def user_code(entry: str) -> Path:
+    """Where the workload's own code lives: the directory of the entry's top-level package, or
+    the built-in workload's file (the lab's own modules are not the user's)."""
+    module_name = (entry or BUILTIN).partition(":")[0]
+    top = module_name.split(".")[0]
+    if top == "experiments":
+        return Path(importlib.import_module(module_name).__file__)
+    spec = importlib.util.find_spec(top)
+    origin = Path(spec.origin) if spec and spec.origin else Path(top)
+    return origin.parent if origin.name == "__init__.py" else origin
+
+
+def raised_by_user(exc: BaseException, entry: str) -> bool:
+    """Whether ``exc`` came from the workload's own code: a frame of its traceback lies in
+    :func:`user_code`, or its message quotes such a frame (DataLoader re-raises a worker's
+    exception with the worker's traceback as text)."""
+    root = str(user_code(entry))
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename.startswith(root):
+            return True
+        tb = tb.tb_next
+    return root in str(exc)

@@ -33,6 +33,7 @@ from experiments.results import RunResult
 from experiments.window import Meter
 from experiments.workload import EXPERIMENT, KNOBS
 from experiments.workload.candidates import defaults, fit_threads, invalid_reason, knob_space
+from experiments.workload.loader import WorkloadError
 from experiments.workload.search import MIN_ROUNDS
 
 Precision = Literal["float32", "bfloat16"]
@@ -150,6 +151,38 @@ def _open(params: Params, host_files: dict | None, max_oversubscription: float |
     return workload, start, space, skipped, lambda cfg: invalid_reason(cfg, params, workload, skipped, limit)
 
 
+def _where(params: Params) -> str:
+    return f"config key workload.entry: {params.entry!r}" if params.entry else "the built-in workload"
+
+
+def _check_start(bench, workload, start: dict, params: Params) -> None:
+    """Run one step of the start (the current settings) before the search, so that a start
+    that cannot run is reported as such and not blamed on the candidates.
+
+    Raises:
+        WorkloadError: naming the settings and the cause.
+    """
+    from experiments.workload.session import CandidateError, label
+
+    source = "your current settings" if workload.current else "PyTorch's defaults"
+    try:
+        bench.check(start)
+    except (CandidateError, RuntimeError) as exc:
+        raise WorkloadError(f"{_where(params)}: {source} ({label(start)}) do not run on this workload: {exc}") from None
+
+
+def _user_failure(exc: BaseException, params: Params) -> RunResult | None:
+    """A failed point when ``exc`` came from the workload's own code (a ``__getitem__`` that
+    raises at item 100, say); None when it is the lab's own error."""
+    from experiments.workload.loader import raised_by_user
+
+    if not raised_by_user(exc, params.entry):
+        return None
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()] or [""]
+    said = lines[0] if len(lines) == 1 else f"{lines[0]} {lines[-1]}"  # a worker's: where, then what
+    return RunResult.failed(f"{_where(params)}: the workload raised {type(exc).__name__} while measured: {said}")
+
+
 def _numerics(bench, params: Params, space: dict) -> dict:
     return {p: bench.local.numerics(p, params.numerics_steps) for p in space["precision"] if p != "float32"}
 
@@ -157,7 +190,6 @@ def _numerics(bench, params: Params, space: dict) -> dict:
 def search(params: Params, host_files: dict | None, max_oversubscription: float | None) -> RunResult:
     """Stage ``search`` (see the module docstring)."""
     from experiments.workload.bench import Bench
-    from experiments.workload.loader import WorkloadError
     from experiments.workload.search import Search
 
     try:
@@ -167,14 +199,25 @@ def search(params: Params, host_files: dict | None, max_oversubscription: float 
     with Meter(params.sample_hz) as meter:
         bench = Bench(workload, params.job, meter, params.steps, params.warmup)
         try:
+            _check_start(bench, workload, start, params)
             numerics = _numerics(bench, params, space)
             rec = _Recorder(bench, params, numerics, params.memory_budget_gb * 1024)
             t0 = time.monotonic()
             adjust = fit_threads(meter.ncpu, tuple(space["threads"]))
             s = Search(space, start, rec.round, invalid, params.budget_s, max_rounds=params.max_rounds, adjust=adjust)
             winner, trail = s.run()
+        except WorkloadError as exc:
+            return RunResult.failed(str(exc))
+        except Exception as exc:
+            failed = _user_failure(exc, params)
+            if failed is None:
+                raise
+            return failed
         finally:
             bench.close()
+    if not rec.result.rows:  # nothing was compared: one row that says why, so the point is not empty
+        why = "nothing to compare: every knob has one value, or no candidate could be measured (see the trail)"
+        rec.result.rows.append({"repeat": 0, "role": "point", "status": "skipped", "reason": why, "stage": "search"})
     rec.result.outcome = {
         "start": start,
         "current_source": "your current settings" if workload.current else "PyTorch's defaults",
@@ -192,7 +235,7 @@ def search(params: Params, host_files: dict | None, max_oversubscription: float 
 def verify(params: Params, after: list[dict] | None, host_files: dict | None) -> RunResult:
     """Stage ``verify`` (see the module docstring)."""
     from experiments.workload.bench import Bench
-    from experiments.workload.loader import WorkloadError, load
+    from experiments.workload.loader import load
 
     found = (after or [{}])[0]
     outcome = found.get("outcome") or {}
@@ -208,19 +251,28 @@ def verify(params: Params, after: list[dict] | None, host_files: dict | None) ->
         bench = Bench(workload, params.job, meter, params.steps, params.warmup)
         try:
             rec = _Recorder(bench, params, outcome.get("numerics", {}), 0)
-            if not params.verify_epochs:  # repeat 0: one whole epoch of each, for the timeline
-                for role, cfg in (("baseline", start), ("point", winner)):
-                    rec.window(cfg, role, spans=True, epoch=True)
-                rec.repeat += 1
-            for r in range(params.repeats):
-                order = [("point", winner), ("baseline", start)]
-                for role, cfg in order[:: 1 if r % 2 == 0 else -1]:
-                    rec.window(cfg, role, spans=params.verify_epochs and r == 0, epoch=params.verify_epochs)
-                rec.repeat += 1
+            _verify_rounds(rec, params, start, winner)
+        except Exception as exc:
+            failed = _user_failure(exc, params)
+            if failed is None:
+                raise
+            return failed
         finally:
             bench.close()
     rec.result.outcome = {"start": start, "winner": winner}
     return rec.result
+
+
+def _verify_rounds(rec: _Recorder, params: Params, start: dict, winner: dict) -> None:
+    if not params.verify_epochs:  # repeat 0: one whole epoch of each, for the timeline
+        for role, cfg in (("baseline", start), ("point", winner)):
+            rec.window(cfg, role, spans=True, epoch=True)
+        rec.repeat += 1
+    for r in range(params.repeats):
+        order = [("point", winner), ("baseline", start)]
+        for role, cfg in order[:: 1 if r % 2 == 0 else -1]:
+            rec.window(cfg, role, spans=params.verify_epochs and r == 0, epoch=params.verify_epochs)
+        rec.repeat += 1
 
 
 def run(

@@ -17,13 +17,16 @@ import math
 import numpy as np
 import pandas as pd
 
+from analysis.findings import bound
 from analysis.stats import median_ci
-from experiments.workload import KNOBS
+from experiments.workload import KNOB_TYPES, KNOBS
 
 
 def _config(rows: pd.DataFrame) -> dict:
+    """The knobs of the first row, each as its own type (a column that also holds a failed or
+    skipped row's empty cells is read as float: 2.0 workers must not reach the snippet)."""
     r = rows.iloc[0]
-    return {k: (r[k].item() if hasattr(r[k], "item") else r[k]) for k in KNOBS}
+    return {k: KNOB_TYPES[k][0](r[k].item() if hasattr(r[k], "item") else r[k]) for k in KNOBS}
 
 
 def _median(rows: pd.DataFrame, column: str) -> dict:
@@ -65,7 +68,7 @@ def recommendation(summary: pd.DataFrame, replicates: pd.DataFrame, jobs: list[d
         for k in ("entry", "task", "batch_size")
     }
     base["search"] = {k: search.get(k) for k in ("stopped", "spent_s", "budget_s", "skipped_knobs")}
-    base["search"]["comparisons"] = len(search.get("trail", []))
+    base["search"]["comparisons"] = sum(1 for c in search.get("trail", []) if c.get("ratios"))
     base["numerics"] = search.get("numerics", {})
     base["current_source"] = search.get("current_source") or "the current settings"
     if ver.empty or ver["status"].iloc[0] != "ok":
@@ -77,7 +80,8 @@ def recommendation(summary: pd.DataFrame, replicates: pd.DataFrame, jobs: list[d
     rows = gain_windows(every)
     current, best = _config(rows[rows["role"] == "baseline"]), _config(rows[rows["role"] == "point"])
     lo, hi = r["speedup_ci_low"], r["speedup_ci_high"]
-    verified = bool(np.isfinite(lo) and lo > 1)
+    # a gain is a recommendation only when its CI lies above 1 and the search's best differs
+    verified = bool(np.isfinite(lo) and lo > 1) and best != current
     sides = {"current": rows[rows["role"] == "baseline"], "best_found": rows[rows["role"] == "point"]}
     measured = {
         col: {side: _median(sub, col) for side, sub in sides.items()}
@@ -107,6 +111,33 @@ def recommendation(summary: pd.DataFrame, replicates: pd.DataFrame, jobs: list[d
         if "worker_uss_growth_mb" in every and every["worker_uss_growth_mb"].notna().any()
         else None,
     }
+
+
+def untried_knobs(jobs: list[dict], trail: list[dict], skipped: dict) -> list[str]:
+    """Knobs the config gave several values that the search never compared (its budget ran out
+    first), in search order; knobs dropped for a reason (``skipped``) are not among them."""
+    params = next((j.get("params") or {} for j in jobs if (j.get("params") or {}).get("stage") == "search"), {})
+    tried = {c.get("knob") for c in trail}
+    several = [k for k in KNOBS if isinstance(params.get(k), (list, tuple)) and len(set(params[k])) > 1]
+    return [k for k in several if k not in tried and k not in skipped]
+
+
+def search_sentence(d: dict) -> str:
+    """What the search compared, in how long, why it stopped and what it did not try."""
+    s = d.get("search") or {}
+    if not s.get("comparisons"):
+        return ""
+    how = {"converged": "it converged", "budget": "its time budget ran out", "passes": "its passes were spent"}
+    spent, budget = s.get("spent_s") or 0, s.get("budget_s") or 0
+    text = f"The search compared {s['comparisons']} candidates in {spent:.0f} s of its {budget:.0f} s budget"
+    text += " (the comparison under way finished its round)" if spent > budget else ""
+    text += f" and stopped because {how.get(s.get('stopped'), s.get('stopped'))}."
+    skipped = s.get("skipped_knobs") or {}
+    text += "".join(f" {why}." for why in skipped.values())
+    untried = s.get("untried") or []
+    if untried:
+        text += f" Not tried within the budget: {', '.join(untried)} (a larger workload.budget_s would)."
+    return text
 
 
 def payoff_calls(current: pd.DataFrame, recommended: pd.DataFrame) -> int | None:
@@ -151,7 +182,7 @@ def _finite(obj):
 def _header(data: dict, comment: str) -> list[str]:
     if data.get("status") != "ok":
         return [f"{comment} No recommendation: {data.get('reason')}"]
-    gain = f"{data['gain']:.2f}x (95% CI {data['gain_ci'][0]:.2f}-{data['gain_ci'][1]:.2f})"
+    gain = f"{data['gain']:.2f}x (95% CI {bound(data['gain_ci'][0])}-{bound(data['gain_ci'][1])})"
     if data["verified"]:
         return [
             f"{comment} Measured here: {gain} the throughput of the current settings"
@@ -161,53 +192,70 @@ def _header(data: dict, comment: str) -> list[str]:
 
 
 def as_env(data: dict) -> str:
-    """``recommended.env``: the thread variables of the recommended settings."""
-    lines = ["# Thread settings for the workload, from the lab's verified measurement.", *_header(data, "#")]
+    """``recommended.env``: the thread variables of the recommended settings, as ``export``
+    lines (``source recommended.env`` before ``python train.py``)."""
+    lines = ["# Thread settings for the workload, from the lab's measurement.", *_header(data, "#")]
     if data.get("status") == "ok":
         t = data["recommended"]["threads"]
-        lines += [f"OMP_NUM_THREADS={t}", f"MKL_NUM_THREADS={t}"]
+        lines += [f"export OMP_NUM_THREADS={t}", f"export MKL_NUM_THREADS={t}"]
         if data["recommended"]["processes"] > 1:
             lines.append(f"# {data['recommended']['processes']} processes of {t} threads each (see recommended.py)")
     return "\n".join(lines) + "\n"
 
 
-def _snippet(cfg: dict, task: str, batch_size: int) -> list[str]:
-    loader = f"batch_size={batch_size}, shuffle={task == 'train'}, num_workers={cfg['num_workers']}"
+def _loader_line(cfg: dict, task: str, batch_size: int) -> list[str]:
+    ddp = cfg["processes"] > 1 and task == "train"
+    order = "sampler=torch.utils.data.DistributedSampler(dataset)" if ddp else f"shuffle={task == 'train'}"
+    args = f"batch_size={batch_size}, {order}, num_workers={cfg['num_workers']}"
     if cfg["num_workers"]:
-        loader += f", persistent_workers={cfg['persistent_workers']}, prefetch_factor={cfg['prefetch_factor']}"
-    lines = ["import torch", "", f"torch.set_num_threads({cfg['threads']})"]
-    lines += [f"loader = torch.utils.data.DataLoader(dataset, {loader})"]
-    if cfg["channels_last"]:
-        lines += ["model = model.to(memory_format=torch.channels_last)  # and each batch:"]
-        lines += ["# x = x.contiguous(memory_format=torch.channels_last)"]
-    if task == "infer" and cfg["mode"] == "script":
-        lines += ["model = torch.jit.script(model.eval())"]
-    if task == "infer" and cfg["mode"] == "compile":
-        lines += ["model = torch.compile(model.eval())  # the first call compiles (seconds)"]
+        args += f", persistent_workers={cfg['persistent_workers']}, prefetch_factor={cfg['prefetch_factor']}"
+    return [f"loader = torch.utils.data.DataLoader(dataset, {args})"]
+
+
+def _layout(cfg: dict, task: str) -> list[str]:
     if cfg["processes"] > 1 and task == "train":
-        lines += [
-            "# data parallel: start with `torchrun --standalone --nproc-per-node="
-            + str(cfg["processes"])
-            + " train.py`,",
-            '# torch.distributed.init_process_group("gloo"); model = torch.nn.parallel.DistributedDataParallel(model)',
-            "# and a torch.utils.data.DistributedSampler(dataset) for the loader",
+        return [
+            f"# data parallel: start with `torchrun --standalone --nproc-per-node={cfg['processes']} train.py`;",
+            '# torch.distributed.init_process_group("gloo") first, then:',
+            "model = torch.nn.parallel.DistributedDataParallel(model)",
         ]
-    if cfg["processes"] > 1 and task == "infer":
-        lines += [
+    if cfg["processes"] > 1:
+        return [
             f"# {cfg['processes']} instances: python -m torch.backends.xeon.run_cpu"
             f" --ninstances {cfg['processes']} serve.py"
         ]
-    step = "loss = loss_fn(model(x), y)" if task == "train" else "out = model(x)"
-    if cfg["precision"] == "bfloat16":
-        lines += ['with torch.autocast("cpu", dtype=torch.bfloat16):', f"    {step}"]
-    else:
-        lines += [step]
-    return lines
+    return []
+
+
+def _loop(cfg: dict, task: str) -> list[str]:
+    cast = ['    with torch.autocast("cpu", dtype=torch.bfloat16):'] if cfg["precision"] == "bfloat16" else []
+    pad = "    " * (1 + len(cast))
+    x = "x = x.contiguous(memory_format=torch.channels_last)" if cfg["channels_last"] else ""
+    if task == "train":
+        body = ["for x, y in loader:", *([f"    {x}"] if x else []), "    optimizer.zero_grad(set_to_none=True)"]
+        body += [*cast, f"{pad}loss = loss_fn(model(x), y)", "    loss.backward()", "    optimizer.step()"]
+        return body
+    body = ["with torch.inference_mode():", "    for x, *_ in loader:", *([f"        {x}"] if x else [])]
+    return body + [f"    {c}" for c in cast] + [f"    {pad}out = model(x)"]
+
+
+def _snippet(cfg: dict, task: str, batch_size: int) -> list[str]:
+    """The settings as Python, around the user's own ``model``, ``dataset``, ``loss_fn`` and
+    ``optimizer`` (the names a training script has)."""
+    lines = ["# model, dataset, loss_fn and optimizer are yours.", "import torch", ""]
+    lines += [f"torch.set_num_threads({cfg['threads']})", *_loader_line(cfg, task, batch_size)]
+    if cfg["channels_last"]:
+        lines += ["model = model.to(memory_format=torch.channels_last)"]
+    if task == "infer" and cfg["mode"] == "script":
+        lines += ["model = torch.jit.script(model.eval())  # or torch.jit.trace(model.eval(), x) where script fails"]
+    if task == "infer" and cfg["mode"] == "compile":
+        lines += ["model = torch.compile(model.eval())  # the first call compiles (seconds)"]
+    return lines + _layout(cfg, task) + _loop(cfg, task)
 
 
 def as_python(data: dict) -> str:
     """``recommended.py``: a snippet that reproduces the recommended settings."""
-    lines = ["# Settings for the workload, from the lab's verified measurement.", *_header(data, "#")]
+    lines = ["# Settings for the workload, from the lab's measurement.", *_header(data, "#")]
     if data.get("status") == "ok":
         lines += _snippet(data["recommended"], data.get("task") or "train", int(data.get("batch_size") or 32))
     return "\n".join(lines) + "\n"

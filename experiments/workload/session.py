@@ -284,12 +284,27 @@ class Session:
                 opt.step()
                 loss = float(value.detach())
             with torch.inference_mode(), autocast:
-                outputs[p] = model(split(batches[0])[0]).float()
+                outputs[p] = _tensors(model(split(batches[0])[0]))
             losses[p] = loss
-        diff = float((outputs[precision] - outputs["float32"]).abs().max())
+        pairs = list(zip(outputs[precision], outputs["float32"]))
+        diff = max((float((a - b).abs().max()) for a, b in pairs if a.numel()), default=float("nan"))
         return {"loss_after": losses[precision], "loss_after_fp32": losses["float32"], "max_abs_diff": diff}
 
     def release(self, setup: Setup) -> None:
         """Stop the setup's DataLoader workers."""
         setup.iterator = None
         setup.loader = None
+
+
+def _tensors(out) -> list:
+    """The floating-point tensors of a model's output (a tensor, or dicts, lists and tuples of
+    them, as Hugging Face models return), as float32, in a fixed order."""
+    import torch
+
+    if isinstance(out, torch.Tensor):
+        return [out.float()] if out.is_floating_point() else []
+    if isinstance(out, dict):
+        return [t for k in sorted(out, key=str) for t in _tensors(out[k])]
+    if isinstance(out, (list, tuple)):
+        return [t for v in out for t in _tensors(v)]
+    return []
