@@ -16,6 +16,7 @@ sys.path.insert(0, workflow.basedir)
 from analysis.runinfo import RUN_FIGURES
 from experiments import registry
 from experiments.userenv import capture as capture_user_env
+from experiments.interpreters import labels as interpreter_labels
 from experiments.host import (
     available_cpus,
     default_host,
@@ -51,8 +52,12 @@ prepare_environment(workflow.basedir, ".snakemake/lab", short_dir=MEASURE_TMPDIR
 
 
 def sweep_values(experiment, key):
-    """Values swept for `key` of `experiment`, symbolic ones (e.g. 'auto') resolved here."""
+    """Values swept for `key` of `experiment`, symbolic ones (e.g. 'auto') resolved here; the
+    key `interpreter` of an experiment run under every interpreter sweeps their labels.
+    """
     spec = REGISTRY[experiment].spec
+    if spec.interpreters and key == "interpreter":
+        return interpreter_labels(config.get("interpreters"))
     return spec.sweep_values(key, config[experiment][key], available_cpus())
 
 
@@ -95,6 +100,8 @@ def point_args(wildcards):
     args = {"sample_hz": config["sample_hz"]}
     for key, value in config[wildcards.experiment].items():
         args[key] = _arg_value(spec, key, value, point)
+    # swept keys that no config section holds (the interpreter's label)
+    args.update({k: v for k, v in point.items() if k not in args})
     args["max_oversubscription"] = config["max_oversubscription"]
     text = " ".join(
         f"--{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in args.items()
@@ -158,6 +165,7 @@ def analysis_inputs(wildcards):
     return {
         "host": f"results/{wildcards.host}/host.json",
         "user_env": f"results/{wildcards.host}/user_env.json",
+        "interpreters": f"results/{wildcards.host}/interpreters.json",
         "metrics": metrics_files(exp, wildcards.host),
         "samples": metrics_files(exp, wildcards.host, "samples.csv"),
         "spans": metrics_files(exp, wildcards.host, "spans.csv"),
@@ -177,6 +185,7 @@ def figure_inputs(wildcards):
         "spans": f"{host}/{exp}/spans.csv",
         "samples": f"{host}/{exp}/samples.csv",
         "host": f"{host}/host.json",
+        "interpreters": f"{host}/interpreters.json",
     }
 
 
@@ -225,6 +234,7 @@ def report_inputs(wildcards):
     files = {
         "host": f"results/{host}/host.json",
         "user_env": f"results/{host}/user_env.json",
+        "interpreters": f"results/{host}/interpreters.json",
         "config": f"results/{host}/config.yaml",
         "fidelity": f"results/{host}/fidelity.csv",
         "run": f"results/{host}/run.json",

@@ -40,6 +40,8 @@ def cmd_summarise(args) -> int:
     host = json.loads(Path(args.host_json).read_text()) if args.host_json else {}
     if args.user_env:  # the user's shell (experiments/userenv.py), for findings about it
         host["user_environment"] = json.loads(Path(args.user_env).read_text())
+    if args.interpreters:  # the interpreters the measured code ran under (experiments/interpreters.py)
+        host["interpreters"] = json.loads(Path(args.interpreters).read_text())["interpreters"]
     if "available_cpus" not in host:  # no host.json: the CPUs the windows were measured against
         cpus = pd.to_numeric(reps.get("available_cpus", pd.Series(dtype=float)), errors="coerce").max()
         host["available_cpus"] = int(cpus) if pd.notna(cpus) else None
@@ -66,6 +68,8 @@ def _figure_data(name: str, host_dir: Path) -> dict:
     for key in inspect.signature(drawing(name)).parameters:
         if key == "host":
             data["host"] = json.loads((host_dir / "host.json").read_text())
+            if (host_dir / "interpreters.json").exists():
+                data["host"]["interpreters"] = json.loads((host_dir / "interpreters.json").read_text())["interpreters"]
         elif key == "findings" and experiment:
             data["findings"] = json.loads((host_dir / experiment / "findings.json").read_text())
         elif key in files:
@@ -249,6 +253,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--out-dir", required=True)
     s.add_argument("--host-json", default=None)
     s.add_argument("--user-env", default=None, help="user_env.json (the user's shell thread settings)")
+    s.add_argument("--interpreters", default=None, help="interpreters.json (what each configured interpreter is)")
     s.add_argument("metrics", nargs="+", help="per-point metrics.csv files")
     f = sub.add_parser("figure", help="draw one figure")
     f.add_argument("name", help="a figure name (an experiment's declared figures, or job_schedule)")

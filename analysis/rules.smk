@@ -17,7 +17,7 @@ rule analyse:
         "../environment.yml"
     shell:
         "python -m analysis summarise --experiment {wildcards.experiment:q} --host-json {input.host:q}"
-        " --user-env {input.user_env:q}"
+        " --user-env {input.user_env:q} --interpreters {input.interpreters:q}"
         ' --out-dir "$(dirname {output.summary:q})" {input.metrics:q} > {log:q} 2>&1'
 
 

@@ -165,6 +165,26 @@ def read_table(path: str | Path, experiment: str | None = None, types: dict[str,
         raise DataError(path, "file is empty (no header, no rows)") from None
     except (pd.errors.ParserError, UnicodeDecodeError) as exc:
         raise DataError(path, f"not a readable CSV file ({type(exc).__name__}: {str(exc).splitlines()[0]})") from None
+    if experiment:
+        raw = with_added_keys(raw, experiment)
     known = KNOWN | (experiment_types(experiment) if experiment else {}) | (types or {})
     out = {col: _convert(raw[col], known.get(col) or infer(raw[col]), path, col) for col in raw.columns}
     return pd.DataFrame(out, index=raw.index)
+
+
+def with_added_keys(raw: pd.DataFrame, experiment: str) -> pd.DataFrame:
+    """A table of an experiment run under every interpreter (``Experiment.interpreters``) that
+    was written before the key ``interpreter`` existed, with that column added: ``default``,
+    the pipeline's own Python, which is what those points ran under. Any other table, or one
+    with none of the experiment's other keys, is returned as it is."""
+    from experiments.interpreters import DEFAULT
+
+    spec = registry.get(experiment).spec
+    others = [k for k in spec.keys if k != "interpreter"]
+    if not spec.interpreters or "interpreter" in raw.columns or not any(k in raw.columns for k in others):
+        return raw
+    raw = raw.copy()
+    first = next(k for k in others if k in raw.columns)
+    at = raw.columns.get_loc(first) if spec.keys.index("interpreter") == 0 else len(raw.columns)
+    raw.insert(at, "interpreter", DEFAULT[0]["label"])
+    return raw

@@ -110,6 +110,19 @@ def _snakemake_validate(data: dict, schema_path: Path, prefix: str = "") -> None
         raise ConfigError(explain(data, schema_path, prefix) or f"config does not match {schema_path}") from None
 
 
+def _check_labels(entries: list) -> None:
+    """Interpreter labels name paths: each must be unique."""
+    seen: set[str] = set()
+    for i, entry in enumerate(entries):
+        label = str(entry["label"])
+        if label in seen:
+            raise ConfigError(
+                f"config key interpreters.{i}.label: {label!r} is not allowed (used twice);"
+                " allowed: a label no other interpreter has"
+            )
+        seen.add(label)
+
+
 def validate_config(config: dict, schema_path: str | Path, sections: Mapping[str, str | Path]) -> None:
     """Validate ``config`` in place and fill in the schemas' defaults.
 
@@ -139,6 +152,7 @@ def validate_config(config: dict, schema_path: str | Path, sections: Mapping[str
                 f" allowed: object with keys {', '.join(keys)}"
             )
     _snakemake_validate(config, schema_path)
+    _check_labels(config.get("interpreters") or [])
     config.setdefault("experiments", list(sections))
     for i, name in enumerate(config["experiments"]):
         if name not in sections:

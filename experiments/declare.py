@@ -145,6 +145,10 @@ class Experiment:
             ``user_env.json``; they reach ``run(..., host_files={name: content})``.
         artefacts: files its ``analysis.ARTEFACTS`` writes into ``results/<host>/<name>/`` beside
             the summary (the workload's ``recommended.json``, ...).
+        interpreters: its measured code runs under each interpreter of config ``interpreters``
+            (:mod:`experiments.interpreters`): the key ``interpreter`` (which must be in
+            ``keys``) sweeps their labels, and its jobs read ``interpreters.json`` (which must be
+            in ``host_files``).
         timeline: set if the experiment records work spans.
         order: position in the report (lower first; ties by name).
     """
@@ -165,6 +169,7 @@ class Experiment:
     host_files: tuple[str, ...] = ()
     artefacts: tuple[str, ...] = ()
     timeline: Timeline | None = None
+    interpreters: bool = False
     order: int = 100
 
     def __post_init__(self) -> None:
@@ -177,6 +182,11 @@ class Experiment:
         unknown = [k for k in (*self.group, *self.baseline) if k not in self.keys]
         if unknown:
             raise ValueError(f"experiment {self.name!r}: group and baseline keys {unknown} are not in keys {self.keys}")
+        if self.interpreters and ("interpreter" not in self.keys or "interpreters.json" not in self.host_files):
+            raise ValueError(
+                f"experiment {self.name!r}: interpreters=True needs the key 'interpreter' in keys and"
+                " 'interpreters.json' in host_files"
+            )
 
     def metric(self, point: Mapping[str, Any]) -> str:
         """The metric column of a point (``point`` maps keys to values)."""

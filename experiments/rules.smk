@@ -41,6 +41,25 @@ rule user_env:
         "python -m experiments.userenv --env {params.env} --out {output:q} > {log:q} 2>&1"
 
 
+rule interpreters:
+    output:
+        "results/{host}/interpreters.json",
+    log:
+        "logs/{host}/interpreters.log",
+    # starts each configured interpreter once: measurements first, in the measurement slot
+    priority: 10
+    conda:
+        "../environment.yml"
+    threads: workflow.cores
+    resources:
+        measure=1,
+        tmpdir=MEASURE_TMPDIR,
+    params:
+        interpreters=json.dumps(config["interpreters"]),
+    shell:
+        "python -m experiments.interpreters --config {params.interpreters:q} --out {output:q} > {log:q} 2>&1"
+
+
 rule selfcheck:
     input:
         host="results/{host}/host.json",

@@ -78,8 +78,9 @@ def descendants(pid: int) -> list[int]:
 def tree_cpu_seconds(
     proc: psutil.Process, exclude: frozenset[int] = frozenset(), known: dict[int, psutil.Process] | None = None
 ) -> float:
-    """CPU seconds (user + system) of ``proc``, its reaped children and live descendants,
-    skipping the pids in ``exclude`` and descendants that vanish while being read.
+    """CPU seconds (user + system) of ``proc``, its reaped children and live descendants with
+    theirs (a reaped process's time moves to its parent's ``children_*`` fields), skipping the
+    pids in ``exclude`` and descendants that vanish while being read.
 
     Args:
         known: the caller's cache of ``psutil.Process`` objects by pid (filled and pruned here),
@@ -97,7 +98,8 @@ def tree_cpu_seconds(
         except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
             known.pop(pid, None)
             continue
-        total += ct.user + ct.system
+        # a descendant's own reaped children too: the workers a child interpreter forked
+        total += ct.user + ct.system + ct.children_user + ct.children_system
     return total
 
 

@@ -23,6 +23,7 @@ import yaml
 from analysis.tables import read_table
 from experiments import registry
 from experiments.declare import point_label
+from experiments.interpreters import describe
 
 #: The report's own prose: captions of the figures of the whole run, the comparison's caption.
 SECTIONS = yaml.safe_load((Path(__file__).with_name("sections.yaml")).read_text(encoding="utf-8"))
@@ -48,6 +49,16 @@ def _fmt(v, digits: int = 3) -> str:
             return "< 0.001"
         return f"{v:.{digits}g}"
     return str(v)
+
+
+def interpreter_rows(entries: list[dict]) -> list[tuple[str, str]]:
+    """Label/value pairs, one per configured interpreter (``interpreters.json``): what it is,
+    its build and GIL state, and where it was found."""
+    rows = []
+    for e in entries:
+        where = e.get("executable") or e.get("path") or e.get("command") or ""
+        rows.append((f"interpreter {e['label']}", f"{describe(e)}" + (f"; {where}" if where and e.get("ok") else "")))
+    return rows
 
 
 def user_env_rows(env: dict) -> list[tuple[str, str]]:
@@ -261,6 +272,8 @@ def build_context(host_dir: str | Path, experiments: list[str]) -> dict:
     trust = trust_context(fidelity, run, exps, now.timestamp())
     user_env = host_dir / "user_env.json"
     env = json.loads(user_env.read_text()) if user_env.exists() else {}
+    interp = host_dir / "interpreters.json"
+    interps = json.loads(interp.read_text())["interpreters"] if interp.exists() else []
     schedule = host_dir / "figures" / "job_schedule.png"
     trust["schedule"] = (
         figure(host_dir, "job_schedule", SECTIONS["figures"]["job_schedule"]) if schedule.exists() else None
@@ -271,7 +284,7 @@ def build_context(host_dir: str | Path, experiments: list[str]) -> dict:
         "host": host.get("host", host_dir.name),
         "cpu_model": host.get("cpu_model") or "unknown CPU",
         "available_cpus": host.get("available_cpus"),
-        "environment": environment_rows(host) + user_env_rows(env),
+        "environment": environment_rows(host) + interpreter_rows(interps) + user_env_rows(env),
         "headlines": headlines(exps, trust),
         "parallel_info": host.get("torch_parallel_info", ""),
         "generated": now.strftime("%Y-%m-%d %H:%M UTC"),

@@ -85,19 +85,19 @@ def test_ratios_significance_and_grid_mismatch(two_hosts):
     hosts = [load_host(a, ["gil", "jit"]), load_host(b, ["gil", "jit"])]
     t = compare_hosts(hosts, "two-cpu", ["gil", "jit"])
     c = t["comparison"].set_index(["host", "point"])
-    proc = c.loc[("one-cpu", "workload=cpu mode=processes workers=2")]
+    proc = c.loc[("one-cpu", "interpreter=default workload=cpu mode=processes workers=2")]
     assert proc["status"] == "compared"
     assert proc["ratio"] == pytest.approx(0.5)  # 10 / 20
     assert proc["ratio_per_cpu"] == pytest.approx(1.0)  # per available CPU the hosts are equal
     assert proc["p_value"] == pytest.approx(2 / 252)  # exact, 5 vs 5 fully separated
     assert proc["verdict"] == "slower" and proc["ratio_ci_high"] < 1
-    seq = c.loc[("one-cpu", "workload=cpu mode=sequential workers=2")]
+    seq = c.loc[("one-cpu", "interpreter=default workload=cpu mode=sequential workers=2")]
     assert seq["ratio"] == pytest.approx(1.0) and seq["verdict"] == "no significant difference"
     assert seq["p_value"] > 0.5
-    assert c.loc[("two-cpu", "workload=cpu mode=sequential workers=2"), "status"] == "baseline"
-    only_b = c.loc[("one-cpu", "workload=cpu mode=sequential workers=4")]
+    assert c.loc[("two-cpu", "interpreter=default workload=cpu mode=sequential workers=2"), "status"] == "baseline"
+    only_b = c.loc[("one-cpu", "interpreter=default workload=cpu mode=sequential workers=4")]
     assert only_b["status"] == "not comparable" and "measured on one-cpu only" in only_b["reason"]
-    only_a = c.loc[("one-cpu", "workload=io mode=sequential workers=2")]
+    only_a = c.loc[("one-cpu", "interpreter=default workload=io mode=sequential workers=2")]
     assert only_a["status"] == "not comparable" and "measured on two-cpu only" in only_a["reason"]
     jit = t["comparison"][t["comparison"]["experiment"] == "jit"]
     assert set(jit["status"]) == {"not comparable"} and len(jit) == 2
@@ -106,11 +106,15 @@ def test_ratios_significance_and_grid_mismatch(two_hosts):
     assert env.loc["available CPUs", "two-cpu"] == 2 and env.loc["available CPUs", "one-cpu"] == 1
     assert bool(env.loc["available CPUs", "differs"]) and not bool(env.loc["schema version", "differs"])
     # own speedups: processes 2x on two-cpu, 1x on one-cpu (separate-job baselines here)
-    assert c.loc[("two-cpu", "workload=cpu mode=processes workers=2"), "speedup"] == pytest.approx(2.0)
-    assert c.loc[("one-cpu", "workload=cpu mode=processes workers=2"), "speedup"] == pytest.approx(1.0)
+    assert c.loc[("two-cpu", "interpreter=default workload=cpu mode=processes workers=2"), "speedup"] == pytest.approx(
+        2.0
+    )
+    assert c.loc[("one-cpu", "interpreter=default workload=cpu mode=processes workers=2"), "speedup"] == pytest.approx(
+        1.0
+    )
     best = t["best"].set_index(["host", "group"])
-    assert best.loc[("two-cpu", "workload=cpu workers=2"), "best"] == "mode=processes"
-    assert bool(best.loc[("two-cpu", "workload=cpu workers=2"), "shifts"])
+    assert best.loc[("two-cpu", "interpreter=default workload=cpu workers=2"), "best"] == "mode=processes"
+    assert bool(best.loc[("two-cpu", "interpreter=default workload=cpu workers=2"), "shifts"])
 
 
 def test_other_parameters_and_schema_version_make_points_incomparable(tmp_path):
@@ -178,7 +182,7 @@ def test_cli_and_report(two_hosts, tmp_path, capsys):
     assert "CPU &lt;one-cpu&gt;" in text and "<one-cpu>" not in text  # data is escaped
     assert "0.50x (" in text and "slower" in text and "measured on one-cpu only" in text
     assert 'src="data:image/png;base64,' in text
-    assert "| workload=cpu mode=processes workers=2 | one-cpu |" in md.read_text()
+    assert "| interpreter=default workload=cpu mode=processes workers=2 | one-cpu |" in md.read_text()
     # a broken host is a one-line error naming the file, exit status 1
     (b / "host.json").write_text("{")
     assert analysis_main(args) == 1
@@ -201,8 +205,8 @@ def test_a_failed_point_does_not_poison_the_others(tmp_path):
     summary.to_csv(b / "gil" / "summary.csv", index=False)
     t = compare_hosts([load_host(a, ["gil"]), load_host(b, ["gil"])], "a", ["gil"])["comparison"]
     t = t[t["host"] == "b"].set_index("point")
-    assert t.loc["workload=cpu mode=sequential workers=2", "status"] == "compared"
-    assert t.loc["workload=cpu mode=threads workers=2", "reason"] == "status failed on b, ok on a"
+    assert t.loc["interpreter=default workload=cpu mode=sequential workers=2", "status"] == "compared"
+    assert t.loc["interpreter=default workload=cpu mode=threads workers=2", "reason"] == "status failed on b, ok on a"
 
 
 def test_a_group_without_measurements_has_no_best(tmp_path):
@@ -214,9 +218,10 @@ def test_a_group_without_measurements_has_no_best(tmp_path):
     assert not summary.loc[summary["workload"] == "io", "best"].any()  # not the skipped baseline
     best = compare_hosts([load_host(a, ["gil"]), load_host(b, ["gil"])], "a", ["gil"])["best"]
     best = best.set_index(["host", "group"])["best"]
-    assert best[("b", "workload=io workers=2")] == "none (skipped)"
-    assert best[("a", "workload=io workers=2")] == "mode=sequential"  # equal throughput: nothing beat it
-    assert best[("b", "workload=cpu workers=2")] == best[("a", "workload=cpu workers=2")] == "mode=processes"
+    assert best[("b", "interpreter=default workload=io workers=2")] == "none (skipped)"
+    io, cpu = "interpreter=default workload=io workers=2", "interpreter=default workload=cpu workers=2"
+    assert best[("a", io)] == "mode=sequential"  # equal throughput: nothing beat it
+    assert best[("b", cpu)] == best[("a", cpu)] == "mode=processes"
 
 
 def test_ties_never_beat_the_exact_floor():

@@ -36,7 +36,7 @@ CHILD = textwrap.dedent(
 
 
 def _supervise(tmp_path, body: str, timeout_s: float = 60, wait: bool = True):
-    out = tmp_path / "results" / "h" / "gil" / "workload~cpu" / "mode~threads" / "workers~2"
+    out = tmp_path / "results" / "h" / "gil" / "interpreter~default" / "workload~cpu" / "mode~threads" / "workers~2"
     pids = tmp_path / "pids.txt"
     script = tmp_path / "child.py"
     script.write_text(CHILD.replace("BODY", body))
@@ -113,7 +113,7 @@ def test_crash_is_recorded_as_failed_with_the_log(tmp_path, capsys):
     assert s.loc[0, "status"] == "failed" and s.loc[0, "n"] == 0
     assert analysis_main(["status", "--out", str(tmp_path / "status.csv"), str(summary_dir / "summary.csv")]) == 1
     st = pd.read_csv(tmp_path / "status.csv")
-    assert st.loc[0, "metrics"].endswith("gil/workload~cpu/mode~threads/workers~2/metrics.csv")
+    assert st.loc[0, "metrics"].endswith("gil/interpreter~default/workload~cpu/mode~threads/workers~2/metrics.csv")
     err = capsys.readouterr().err
     assert f"--forcerun {st.loc[0, 'metrics']} --config host=h" in err and "fix that key" not in err
 
@@ -147,8 +147,8 @@ def test_supervisor_killed_outright_takes_the_child_along(tmp_path):
 
 
 def test_success_passes_through(tmp_path):
-    point = "results/h/gil/workload~cpu/mode~threads/workers~2"
-    csv = "host,experiment,workload,mode,workers,repeat,status\\nh,gil,cpu,threads,2,0,ok\\n"
+    point = "results/h/gil/interpreter~default/workload~cpu/mode~threads/workers~2"
+    csv = "host,experiment,interpreter,workload,mode,workers,repeat,status\\nh,gil,default,cpu,threads,2,0,ok\\n"
     body = (
         f"p.kill(); d = os.path.join(os.path.dirname(sys.argv[1]), '{point}'); os.makedirs(d, exist_ok=True); "
         f"open(os.path.join(d, 'metrics.csv'), 'w').write('{csv}')"

@@ -31,6 +31,7 @@ def _gil_data():
                 share = 1.0 if mode == "sequential" else 0.5
                 spans.append(
                     {
+                        "interpreter": "default",
                         "workload": "cpu",
                         "mode": mode,
                         "workers": 2,
@@ -48,6 +49,7 @@ def _gil_data():
             for series, v in (("tree", 50.0), ("system", 55.0), ("cpu0", 100.0), ("cpu1", 10.0)):
                 samples.append(
                     {
+                        "interpreter": "default",
                         "workload": "cpu",
                         "mode": mode,
                         "workers": 2,
@@ -69,15 +71,15 @@ def test_timeline_points_per_experiment():
     gil = _summary(
         "gil",
         [
-            {"workload": w, "mode": m, "workers": n}
+            {"interpreter": "default", "workload": w, "mode": m, "workers": n}
             for w in ("io", "cpu")
             for m in ("processes", "sequential")
             for n in (4, 2)
         ],
     )
     assert timelines.timeline_points("gil", gil) == [
-        {"workload": "cpu", "mode": "sequential", "workers": 2},
-        {"workload": "cpu", "mode": "processes", "workers": 2},
+        {"interpreter": "default", "workload": "cpu", "mode": "sequential", "workers": 2},
+        {"interpreter": "default", "workload": "cpu", "mode": "processes", "workers": 2},
     ]
     mp = _summary(
         "multiprocessing",
@@ -126,8 +128,8 @@ def test_timeline_and_heatmap_draw_the_chosen_windows():
     fig = timelines.timeline("gil", spans, samples, summary, {"available_cpus": 2})
     titles = [sf._suptitle.get_text() for sf in fig.subfigs[1:]]
     assert titles == [
-        "workload=cpu mode=sequential workers=2: window of 0.4 s, 4 CPU samples",
-        "workload=cpu mode=threads workers=2: window of 0.4 s, 4 CPU samples",
+        "interpreter=default workload=cpu mode=sequential workers=2: window of 0.4 s, 4 CPU samples",
+        "interpreter=default workload=cpu mode=threads workers=2: window of 0.4 s, 4 CPU samples",
     ]
     gantt = fig.subfigs[2].axes[0]
     assert [t.get_text() for t in gantt.get_yticklabels()] == ["thread-0", "thread-1"]
@@ -197,7 +199,10 @@ def test_experiment_trace_is_valid_and_exact():
     assert first["ts"] == pytest.approx(100_000) and first["dur"] == pytest.approx(100_000)  # microseconds
     assert first["args"]["cpu_s"] == pytest.approx(0.1)
     names = {(e["pid"], e["args"]["name"]) for e in ev if e["ph"] == "M" and e["name"] == "process_name"}
-    assert names == {(1, "gil workload=cpu mode=sequential workers=2"), (2, "gil workload=cpu mode=threads workers=2")}
+    assert names == {
+        (1, "gil interpreter=default workload=cpu mode=sequential workers=2"),
+        (2, "gil interpreter=default workload=cpu mode=threads workers=2"),
+    }
     counters = [e for e in ev if e["ph"] == "C" and e["name"] == "CPU busy %"]
     assert len(counters) == 8 and counters[0]["args"] == {"tree": 50.0, "system": 55.0}
     assert n == len(ev)

@@ -5,7 +5,7 @@ theory checks in :mod:`experiments.gil.analysis`, the report's prose in ``report
 config section's schema in ``schema.yaml``.
 """
 
-from experiments.declare import Experiment, SpanKind, Timeline
+from experiments.declare import Experiment, Flag, SpanKind, Timeline
 
 
 def parallel_units(point) -> float:
@@ -15,26 +15,36 @@ def parallel_units(point) -> float:
 
 EXPERIMENT = Experiment(
     name="gil",
-    keys=("workload", "mode", "workers"),
+    keys=("interpreter", "workload", "mode", "workers"),
     metrics={"tasks_per_s": "tasks/s"},
-    group=("workload", "workers"),
+    group=("interpreter", "workload", "workers"),
     baseline={"mode": "sequential"},
     parallel_units=parallel_units,
     figures=("gil_speedup",),
     free_params=frozenset({"warmup"}),
+    flags=(Flag("gil_enabled", "GIL off", "all"),),
     timeline=Timeline(
         title="GIL timeline: work spans per thread or process, and CPU utilisation",
         kinds=(
             SpanKind("cpu", "#0072B2", "CPU-bound chunk"),
             SpanKind("io", "#56B4E9", "sleep-loop chunk"),
+            SpanKind("release", "#009E73", "sha256 chunk (releases the GIL)"),
+            SpanKind("shared", "#CC79A7", "shared list/dict chunk"),
         ),
         on_cpu_share=True,
     ),
+    host_files=("interpreters.json",),
+    interpreters=True,
     order=10,
 )
 
 #: Workloads in report order and what the report calls them.
-WORKLOADS = {"cpu": "CPU-bound Python (counting loop)", "io": "I/O-bound Python (sleep loop)"}
+WORKLOADS = {
+    "cpu": "CPU-bound Python (counting loop)",
+    "io": "I/O-bound Python (sleep loop)",
+    "release": "C code that releases the GIL (sha256)",
+    "shared": "Threads on one shared list and dict",
+}
 
 #: Modes in report order.
 MODES = ("sequential", "threads", "processes")

@@ -4,6 +4,8 @@ scaling with CPUs)."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
@@ -12,6 +14,10 @@ from analysis.fidelity import capacity_reason, speedup_check
 from analysis.findings import fmt_x, in_order, pick
 from analysis.plotting import SPEEDUP, noisy_mask, plt, yerr
 from experiments.gil import MODES, WORKLOADS
+from experiments.interpreters import DEFAULT, describe
+
+#: The label of the pipeline's own Python in the default config: the timeline's reference.
+DEFAULT_LABEL = DEFAULT[0]["label"]
 
 #: The seed article's published timings (002_c724ca3a57c5b9fb: 4-core i5-4460, Python 3.5),
 #: sequential against two threads, in seconds.
@@ -43,51 +49,134 @@ def _threads_verdict(r: pd.Series) -> str:
     return f"Threads running pure-Python bytecode gave {r['speedup']:.2f}x, not clearly different from 1x"
 
 
-def findings(summary: pd.DataFrame, host: dict) -> list[str]:
-    """Per workload and task count, what threads and processes gave over sequential; then
-    what the CPU-bound threads say about the GIL."""
+def with_interpreter(summary: pd.DataFrame | None) -> pd.DataFrame | None:
+    """``summary`` with an ``interpreter`` column (``default`` where a table has none)."""
+    if summary is None or "interpreter" in summary.columns:
+        return summary
+    return summary.assign(interpreter="default")
+
+
+def labels(summary: pd.DataFrame, host: dict) -> list[str]:
+    """The labels of the interpreters ``summary`` has measurements of (a speedup), in config
+    order (``host["interpreters"]``); one that did not run has its reason in the status table."""
+    order = [e["label"] for e in host.get("interpreters", [])]
+    measured = summary[summary["speedup"].notna()] if "speedup" in summary.columns else summary
+    present = list(dict.fromkeys(measured["interpreter"].astype(str)))
+    return [x for x in order if x in present] + [x for x in present if x not in order]
+
+
+def gil_on(summary: pd.DataFrame, label: str) -> bool:
+    """Whether the GIL was on in the measured processes of ``label`` (True where not recorded)."""
+    if "gil_enabled" not in summary.columns:
+        return True
+    values = summary.loc[(summary["interpreter"] == label) & summary["gil_enabled"].notna(), "gil_enabled"]
+    return bool(values.iloc[0]) if len(values) else True
+
+
+def name(label: str, host: dict) -> str:
+    """``3.13t (CPython 3.13.5, free-threaded build, GIL off (PYTHON_GIL=0))``; the label alone
+    where interpreters.json is not known."""
+    for e in host.get("interpreters", []):
+        if e["label"] == label:
+            return f"{label} ({describe(e)})"
+    return label
+
+
+def _point_lines(summary: pd.DataFrame, label: str, prefix: str) -> list[str]:
     out = []
-    for workload in in_order(summary["workload"], WORKLOADS):
-        for workers in sorted(summary.loc[summary["workload"] == workload, "workers"].unique()):
+    sub = summary[summary["interpreter"] == label]
+    for workload in in_order(sub["workload"], WORKLOADS):
+        for workers in sorted(sub.loc[sub["workload"] == workload, "workers"].unique()):
             parts = []
             for mode in ("threads", "processes"):
-                r = pick(summary, workload=workload, workers=workers, mode=mode)
+                r = pick(sub, workload=workload, workers=workers, mode=mode)
                 if r is not None and np.isfinite(r["speedup"]):
                     parts.append(f"{workers} {mode} gave {fmt_x(r)}")
             if parts:
-                out.append(f"{WORKLOADS[workload]}, {workers} tasks, over sequential: " + "; ".join(parts) + ".")
-    r = pick(summary, workload="cpu", mode="threads")
-    if r is not None and np.isfinite(r["speedup"]):
-        out.append(
-            _threads_verdict(r) + ". The GIL lets one thread execute bytecode at a time; "
-            "sleeping releases it, so I/O-bound threads overlap."
-        )
+                what = f"{prefix}{WORKLOADS[workload]}, {workers} tasks, over sequential: "
+                out.append(what + "; ".join(parts) + ".")
+    return out
+
+
+def _verdict(summary: pd.DataFrame, label: str, prefix: str) -> list[str]:
+    r = pick(summary, interpreter=label, workload="cpu", mode="threads")
+    if r is None or not np.isfinite(r["speedup"]):
+        return []
+    if gil_on(summary, label):
+        return [
+            prefix + _threads_verdict(r) + ". The GIL lets one thread execute bytecode at a time; "
+            "sleeping and C code that releases it (hashlib, PyTorch operators) let threads overlap."
+        ]
+    return [
+        f"{prefix}with the GIL off, {int(r['workers'])} threads running pure-Python bytecode gave {fmt_x(r)}: "
+        "bytecode runs in parallel, as processes do, within one process."
+    ]
+
+
+def across(summary: pd.DataFrame, host: dict, workload: str = "cpu") -> str | None:
+    """One line putting the interpreters side by side on ``workload``, threads at the fewest tasks:
+    ``CPU-bound Python, 2 threads over sequential: 1.02x under default (...); 1.91x under 3.13t (...)``."""
+    sub = summary[(summary["workload"] == workload) & (summary["mode"] == "threads") & summary["speedup"].notna()]
+    if sub["interpreter"].nunique() < 2:
+        return None
+    n = sub["workers"].min()
+    parts = [
+        f"{fmt_x(r)} under {name(x, host)}"
+        for x in labels(sub, host)
+        if (r := pick(sub, interpreter=x, workers=n)) is not None
+    ]
+    return f"{WORKLOADS[workload]}, {n} threads over sequential: " + "; ".join(parts) + "."
+
+
+def findings(summary: pd.DataFrame, host: dict) -> list[str]:
+    """Per interpreter, workload and task count, what threads and processes gave over
+    sequential; what the CPU-bound threads say about the GIL; the interpreters side by side."""
+    summary = with_interpreter(summary)
+    out = []
+    several = summary["interpreter"].nunique() > 1
+    for label in labels(summary, host):
+        prefix = f"Under {name(label, host)}: " if several else ""
+        out += _point_lines(summary, label, prefix)
+        out += _verdict(summary, label, prefix)
+    for workload in ("cpu", "release", "shared"):
+        line = across(summary, host, workload)
+        if line:
+            out.append(line)
     return out
 
 
 def headlines(summary: pd.DataFrame, host: dict) -> list[dict]:
-    """Processes or threads for CPU-bound Python, at the fewest tasks swept."""
+    """Processes or threads for CPU-bound Python, at the fewest tasks swept, under the first
+    interpreter; where an interpreter ran with the GIL off, its threads too."""
+    summary = with_interpreter(summary)
     cpu = summary[(summary["workload"] == "cpu") & summary["speedup"].notna()]
     if cpu.empty:
         return []
-    n = cpu["workers"].min()
+    first, *others = labels(cpu, host)
+    mine = cpu[cpu["interpreter"] == first]
+    n = mine["workers"].min()
     parts = [
         f"{n} {mode} {fmt_x(r)}"
         for mode in ("processes", "threads")
-        if (r := pick(cpu, workers=n, mode=mode)) is not None
+        if (r := pick(mine, workers=n, mode=mode)) is not None
     ]
-    best = cpu[(cpu["workers"] == n) & cpu["best"]]
+    best = mine[(mine["workers"] == n) & mine["best"]]
     verdict = f"{best.iloc[0]['mode']}" if len(best) else "no clear winner"
-    return [
-        {"question": "Processes or threads for CPU-bound Python code?", "answer": f"{verdict}: " + "; ".join(parts)}
-    ]
+    answer = f"{verdict}: " + "; ".join(parts)
+    for label in others:
+        r = pick(cpu, interpreter=label, workers=n, mode="threads")
+        if r is not None and not gil_on(cpu, label):
+            answer += f"; under {label} with the GIL off, {n} threads {fmt_x(r)}"
+    return [{"question": "Processes or threads for CPU-bound Python code?", "answer": answer}]
 
 
-def seed_comparison(summary: pd.DataFrame) -> list[dict]:
-    """The seed article's sequential/threads ratios beside this machine's (2 tasks, or fewest)."""
+def seed_comparison(summary: pd.DataFrame, host: dict) -> list[dict]:
+    """The seed article's sequential/threads ratios beside this machine's (2 tasks, or fewest),
+    under each interpreter."""
     rows = []
-    for workload, seed in SEED_TIMINGS.items():
+    for (workload, seed), label in itertools.product(SEED_TIMINGS.items(), labels(summary, host)):
         sub = summary[(summary["workload"] == workload) & (summary["mode"] == "threads")]
+        sub = sub[sub["interpreter"] == label]
         if sub.empty:
             continue
         r = sub.sort_values("workers").iloc[0]
@@ -99,24 +188,33 @@ def seed_comparison(summary: pd.DataFrame) -> list[dict]:
             here += f" (95% CI {r['speedup_ci_low']:.2f}-{r['speedup_ci_high']:.2f})"
         speedup = seed["sequential_s"] / seed["threads_s"]
         seed_text = f"{seed['sequential_s']:.2f} s vs {seed['threads_s']:.2f} s = {speedup:.2f}x"
-        rows.append({"workload": workload, "seed": seed_text, "here": here, "workers": int(r["workers"])})
+        rows.append(
+            {"workload": workload, "interpreter": label, "seed": seed_text, "here": here, "workers": int(r["workers"])}
+        )
     return rows
 
 
 def tables(summary: pd.DataFrame, host: dict) -> list[dict]:
     """The seed article's published timings beside this machine's ratio, as a report table."""
-    rows = seed_comparison(summary)
+    summary = with_interpreter(summary)
+    rows = seed_comparison(summary, host)
     if not rows:
         return []
+    rows.sort(key=lambda r: list(SEED_TIMINGS).index(r["workload"]))
+    several = len({r["interpreter"] for r in rows}) > 1
     return [
         {
             "caption": "Seed article's published timings beside this machine's ratio (sequential time / threads time)",
             "columns": [
                 "workload",
                 f"seed article ({SEED_MACHINE}), 2 tasks",
+                *(["interpreter here"] if several else []),
                 f"this machine, {rows[0]['workers']} tasks",
             ],
-            "rows": [[r["workload"], r["seed"], r["here"]] for r in rows],
+            "rows": [
+                [r["workload"], r["seed"], *([name(r["interpreter"], host)] if several else []), r["here"]]
+                for r in rows
+            ],
         }
     ]
 
@@ -137,36 +235,51 @@ def _bars(ax, sub: pd.DataFrame, workers: list, modes: list[str]) -> None:
             edgecolor="black",
             linewidth=0.5,
         )
-        for b, noisy, v in zip(bars, noisy_mask(m), m["speedup"]):
+        for b, noisy, v, hi in zip(bars, noisy_mask(m), m["speedup"], m["speedup_ci_high"]):
             if noisy:
                 b.set_hatch("//")
             if np.isfinite(v):
-                pos = (b.get_x() + b.get_width() / 2, v)
+                pos = (b.get_x() + b.get_width() / 2, max(v, hi) if np.isfinite(hi) else v)
                 ax.annotate(f"{v:.2f}x", pos, xytext=(0, 12), textcoords="offset points", ha="center", fontsize=8)
 
 
+def _ideal(workload: str, workers: int, ncpu: int) -> float:
+    """The ideal speedup: sleepers ``workers``; CPU work that can run in parallel
+    ``min(workers, CPUs)`` (under the GIL, pure-Python threads cannot: drawn at the same line,
+    as the ideal of the machine, and the bar shows how far the GIL keeps them)."""
+    return float(workers) if workload == "io" else float(min(workers, ncpu))
+
+
 def gil_speedup(summary: pd.DataFrame, host: dict) -> Figure:
-    """Speedup over sequential of threads and processes, per workload and task count."""
+    """Speedup over sequential of threads and processes: one row of panels per interpreter,
+    one panel per workload, bars per task count and mode."""
+    summary = with_interpreter(summary)
     workloads = in_order(summary["workload"], WORKLOADS)
-    fig, axes = plt.subplots(1, len(workloads), figsize=(5.2 * len(workloads), 4.2), squeeze=False)
-    for ax, workload in zip(axes[0], workloads):
-        sub = summary[summary["workload"] == workload]
-        workers = sorted(sub["workers"].unique())
-        modes = in_order(sub["mode"], MODES)
-        _bars(ax, sub, workers, modes)
-        for w_i, w in enumerate(workers):  # ideal: min(workers, CPUs) for CPU-bound work, workers for sleepers
-            ideal = min(w, host.get("available_cpus", w)) if workload == "cpu" else w
-            ax.hlines(ideal, w_i - 0.45, w_i + 0.45, colors="#444444", linestyles=":", linewidth=1)
-        ax.axhline(1.0, color="black", linewidth=0.8)
-        ax.set_xticks(np.arange(len(workers)), [f"{w} tasks" for w in workers])
-        ax.set_ylabel("speedup over sequential (x)")
-        ax.set_title(WORKLOADS[workload])
-        top = sub["speedup_ci_high"].fillna(sub["speedup"])
-        ax.set_ylim(0, max(float(np.nanmax(top)) if top.notna().any() else 1.0, max(workers)) * 1.25)
-        ax.legend(loc="upper center", ncol=len(modes), fontsize=9)
-    fig.suptitle(
-        f"GIL: threads vs processes on {host.get('available_cpus', '?')} available CPUs (dotted: ideal)", fontsize=11
+    interps = labels(summary, host)
+    ncpu = host.get("available_cpus") or 1
+    fig, axes = plt.subplots(
+        len(interps), len(workloads), figsize=(4.3 * len(workloads), 3.6 * len(interps)), squeeze=False
     )
+    top_all = summary["speedup_ci_high"].fillna(summary["speedup"])
+    ymax = max(float(np.nanmax(top_all)) if top_all.notna().any() else 1.0, float(summary["workers"].max())) * 1.4
+    for row, label in zip(axes, interps):
+        for ax, workload in zip(row, workloads):
+            sub = summary[(summary["workload"] == workload) & (summary["interpreter"] == label)]
+            workers = sorted(sub["workers"].unique())
+            modes = in_order(sub["mode"], MODES)
+            _bars(ax, sub, workers, modes)
+            for w_i, w in enumerate(workers):
+                ideal = _ideal(workload, w, ncpu)
+                ax.hlines(ideal, w_i - 0.45, w_i + 0.45, colors="#444444", linestyles=":", linewidth=1)
+            ax.axhline(1.0, color="black", linewidth=0.8)
+            ax.set_xticks(np.arange(len(workers)), [f"{w} tasks" for w in workers])
+            ax.set_ylabel("speedup over sequential (x)")
+            gil = "GIL on" if gil_on(summary, label) else "GIL off"
+            title = f"{WORKLOADS[workload]}\n{label} ({gil})" if len(interps) > 1 else WORKLOADS[workload]
+            ax.set_title(title, fontsize=10)
+            ax.set_ylim(0, ymax)
+            ax.legend(loc="upper center", ncol=len(modes), fontsize=8)
+    fig.suptitle(f"GIL: threads vs processes on {ncpu} available CPUs (dotted: ideal)", fontsize=11)
     fig.text(
         0.01,
         0.005,
@@ -174,7 +287,7 @@ def gil_speedup(summary: pd.DataFrame, host: dict) -> Figure:
         fontsize=8,
         color="#555555",
     )
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.tight_layout(rect=(0, 0.03, 1, 0.97))
     return fig
 
 
@@ -182,60 +295,103 @@ FIGURES = {"gil_speedup": gil_speedup}
 
 
 def timeline_points(summary: pd.DataFrame) -> list[dict]:
-    """The CPU-bound workload (else the first measured one), fewest tasks, every mode."""
+    """The CPU-bound workload (else the first measured one), fewest tasks: every mode under the
+    first interpreter, then the threads under each other one (GIL against free-threaded)."""
+    summary = with_interpreter(summary)
     ok = summary[summary["status"] == "ok"]
     if ok.empty:
         return []
     workload = "cpu" if "cpu" in set(ok["workload"]) else ok["workload"].iloc[0]
     sub = ok[ok["workload"] == workload]
     sub = sub[sub["workers"] == sub["workers"].min()]
+    found = list(dict.fromkeys(sub["interpreter"]))
+    first = DEFAULT_LABEL if DEFAULT_LABEL in found else next((x for x in found if gil_on(sub, x)), found[0])
+    others = [x for x in found if x != first]
     order = {m: i for i, m in enumerate(MODES)}
-    return [
-        {k: r[k] for k in ("workload", "mode", "workers")}
-        for _, r in sub.sort_values("mode", key=lambda m: m.map(order)).iterrows()
-    ]
+    mine = sub[sub["interpreter"] == first].sort_values("mode", key=lambda m: m.map(order))
+    rest = sub[sub["interpreter"].isin(others) & (sub["mode"] == "threads")]
+    keys = ("interpreter", "workload", "mode", "workers")
+    return [{k: r[k] for k in keys} for _, r in pd.concat([mine, rest]).iterrows()]
 
 
-def fidelity(summary: pd.DataFrame | None, ncpu: int) -> list[dict]:
-    """Theory checks: CPU-bound Python, 2 threads over sequential, 0.70x to 1.15x (the GIL
-    serialises bytecode); N sleeping threads at least 0.9 N (sleep releases the GIL); N processes
-    at least 0.7 min(N, available CPUs) (each process has its own interpreter)."""
-    rows = [
-        speedup_check(
-            summary,
-            {"workload": "cpu", "mode": "threads", "workers": 2},
-            "CPU-bound Python: 2 threads over sequential",
-            "0.70x to 1.15x",
-            lambda s: 0.7 <= s <= 1.15,
-            "the GIL lets one thread run bytecode at a time",
-            "outside the range the GIL allows: measurement noise or a GIL-free build?",
+def _scaling_checks(summary: pd.DataFrame | None, label: str, tag: str, workers: list, ncpu: int) -> list[dict]:
+    rows = []
+    for n in workers:
+        cpus = min(n, ncpu)
+        generic = "the work did not use the available CPUs: contention, or fewer real cores"
+        cases = [("cpu", "processes", "CPU-bound Python", "each process has its own interpreter and GIL")]
+        cases.append(("release", "threads", "C code that releases the GIL (sha256)", "hashlib releases the GIL"))
+        if summary is not None and not gil_on(summary, label):
+            cases.append(("cpu", "threads", "CPU-bound Python, GIL off", "with the GIL off, bytecode runs in parallel"))
+        for workload, mode, what, why in cases:
+            rows.append(
+                speedup_check(
+                    summary,
+                    {"interpreter": label, "workload": workload, "mode": mode, "workers": n},
+                    f"{what}{tag}: {n} {mode} over sequential",
+                    f">= {0.7 * cpus:.2f}x",
+                    lambda s, need=0.7 * cpus: s >= need,
+                    why,
+                    lambda r, s, cpus=cpus, generic=generic: capacity_reason(r, s, cpus, generic),
+                )
+            )
+    return rows
+
+
+def _interpreter_checks(summary: pd.DataFrame | None, label: str, tag: str, ncpu: int) -> list[dict]:
+    rows = []
+    if summary is None or gil_on(summary, label):
+        rows.append(
+            speedup_check(
+                summary,
+                {"interpreter": label, "workload": "cpu", "mode": "threads", "workers": 2},
+                f"CPU-bound Python{tag}: 2 threads over sequential",
+                "0.70x to 1.15x",
+                lambda s: 0.7 <= s <= 1.15,
+                "the GIL lets one thread run bytecode at a time",
+                "outside the range the GIL allows: measurement noise or a GIL-free build?",
+            )
         )
-    ]
     workers = sorted(summary["workers"].unique()) if summary is not None else [2]
     for n in workers:
         rows.append(
             speedup_check(
                 summary,
-                {"workload": "io", "mode": "threads", "workers": n},
-                f"I/O-bound sleep loop: {n} threads over sequential",
+                {"interpreter": label, "workload": "io", "mode": "threads", "workers": n},
+                f"I/O-bound sleep loop{tag}: {n} threads over sequential",
                 f">= {0.9 * n:.2f}x",
                 lambda s, n=n: s >= 0.9 * n,
                 "sleeping threads release the GIL and overlap",
                 "sleeping threads did not overlap as expected",
             )
         )
-    for n in workers:
-        need, cpus = 0.7 * min(n, ncpu), min(n, ncpu)
-        generic = "processes did not use the available CPUs: contention, or fewer real cores"
-        rows.append(
-            speedup_check(
-                summary,
-                {"workload": "cpu", "mode": "processes", "workers": n},
-                f"CPU-bound Python: {n} processes over sequential",
-                f">= {need:.2f}x",
-                lambda s, need=need: s >= need,
-                "each process has its own interpreter and GIL",
-                lambda r, s, cpus=cpus, generic=generic: capacity_reason(r, s, cpus, generic),
-            )
-        )
+    return rows + _scaling_checks(summary, label, tag, workers, ncpu)
+
+
+def fidelity(summary: pd.DataFrame | None, ncpu: int) -> list[dict]:
+    """Theory checks per interpreter: under the GIL, CPU-bound Python on 2 threads 0.70x to
+    1.15x of sequential (the GIL serialises bytecode); with the GIL off, CPU-bound threads at
+    least 0.7 min(N, CPUs); N sleeping threads at least 0.9 N (sleep releases the GIL); C code
+    that releases the GIL (sha256) on N threads and CPU-bound Python on N processes at least
+    0.7 min(N, available CPUs), under any build. A workload not measured gives no check
+    (``speedup_check`` on a missing point reports it as not measured)."""
+    summary = with_interpreter(summary)
+    if summary is None:
+        return _interpreter_checks(None, "default", "", ncpu)[:1]
+    measured = summary[summary["status"] == "ok"] if "status" in summary.columns else summary
+    several = measured["interpreter"].nunique() > 1
+    rows = []
+    for label in dict.fromkeys(measured["interpreter"]):
+        tag = f" ({label})" if several else ""
+        present = set(summary.loc[summary["interpreter"] == label, "workload"])
+        rows += [r for r in _interpreter_checks(summary, label, tag, ncpu) if _workload_of(r["check"]) in present]
     return rows
+
+
+def _workload_of(check: str) -> str:
+    """The workload a check's text is about."""
+    if check.startswith("I/O-bound"):
+        return "io"
+    if check.startswith("C code"):
+        return "release"
+    return "cpu"

@@ -1,40 +1,51 @@
 """GIL experiment, measurement: do threads speed up CPU-bound Python? I/O-bound Python? Processes?
+C code that releases the GIL? Under which interpreter?
 
 Reproduces the seed article's experiment (A: two pure-Python counting loops; B: loops that
-``time.sleep(0.01)`` every iteration) and extends it to ``workers`` tasks run
+``time.sleep(0.01)`` every iteration), adds C code that releases the GIL (``hashlib.sha256``) and
+threads contending on one shared list and dict, and runs each as ``workers`` tasks
 
 * ``sequential``: one after another in the main thread;
 * ``threads``: one ``threading.Thread`` per task;
 * ``processes``: one ``multiprocessing.Process`` per task (start method ``fork``).
 
-The clock starts before the first worker is created and stops after *all* workers are
-joined (the article's thread version joined only one). Creating the threads or processes is
-part of the measured cost, as it is for a user.
+The tasks run in a child process under the point's interpreter (config ``interpreters``, see
+:mod:`experiments.interpreters`): :mod:`experiments.gil.payload`, standard library only, started
+once per point and role and kept for all its rounds. The measured window, the CPU sampler and
+the CSV writing stay here, in the pipeline's Python; the window opens before the request is sent
+and closes after the child's answer arrives (a pipe round trip, about 0.1 ms, against windows of
+0.1 s and more).
 
-Each task is cut into ``chunks`` pieces; for every piece the worker records a span: its wall
-start and end (``time.perf_counter``, CLOCK_MONOTONIC, comparable across processes) and the
-thread CPU time spent inside (``time.thread_time``), so ``cpu_s / (end_s - start_s)`` is the
-share of the span the worker was actually on a CPU. With two CPU-bound threads each is on
-CPU about half of its wall time: the GIL hands the interpreter back and forth.
+The clock starts before the first worker is created and stops after *all* workers are joined
+(the article's thread version joined only one). Creating the threads or processes is part of the
+measured cost, as it is for a user. Each task is cut into ``chunks`` pieces; for every piece the
+worker records a span: its wall start and end (``time.perf_counter``, CLOCK_MONOTONIC,
+comparable across processes) and the thread CPU time spent inside (``time.thread_time``), so
+``cpu_s / (end_s - start_s)`` is the share of the span the worker was actually on a CPU.
 
-Expected (CPython with the GIL): CPU-bound threads give about 1x, sleeping threads about
-``workers``x, processes about ``min(workers, available CPUs)``x on CPU-bound work.
+Expected: with the GIL, CPU-bound threads about 1x, sleeping threads and threads in C code that
+releases the GIL about ``min(workers, CPUs)``x (sleepers ``workers``x), processes about
+``min(workers, CPUs)``x on CPU-bound work; on a free-threaded build with the GIL off,
+CPU-bound threads scale like processes.
 """
 
 from __future__ import annotations
 
-import multiprocessing
-import threading
-import time
+import json
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
+from experiments import interpreters
 from experiments.cli import cli_main
 from experiments.gil import EXPERIMENT
-from experiments.host import die_with_parent
 from experiments.params import check_min
 from experiments.results import Measured, RunResult, interleave
 from experiments.window import Meter
+
+#: The measured code, started by path under the point's interpreter.
+PAYLOAD = Path(__file__).with_name("payload.py")
 
 
 @dataclass(frozen=True)
@@ -45,12 +56,21 @@ class Params:
         ValueError: for a count below its minimum (the message names the field).
     """
 
-    workload: Literal["cpu", "io"] = field(default="cpu", metadata={"help": "cpu: counting loop; io: sleep loop"})
+    interpreter: str = field(default="default", metadata={"help": "label of an entry of config interpreters"})
+    workload: Literal["cpu", "io", "release", "shared"] = field(
+        default="cpu",
+        metadata={
+            "help": "cpu: counting loop; io: sleep loop; release: sha256 (releases the GIL); shared: one list and dict"
+        },
+    )
     mode: Literal["sequential", "threads", "processes"] = "sequential"
     workers: int = field(default=2, metadata={"help": "number of tasks (and threads or processes)"})
     cpu_iterations: int = field(default=12_000_000, metadata={"help": "loop iterations per CPU-bound task"})
     io_iterations: int = field(default=100, metadata={"help": "sleeps per I/O-bound task"})
     io_sleep_s: float = field(default=0.01, metadata={"help": "seconds slept per I/O iteration"})
+    release_iterations: int = field(default=400, metadata={"help": "sha256 digests per release task"})
+    release_kb: int = field(default=1024, metadata={"help": "KiB hashed per digest"})
+    shared_iterations: int = field(default=4_000_000, metadata={"help": "appends and dict updates per shared task"})
     chunks: int = field(default=20, metadata={"help": "spans recorded per task"})
     repeats: int = 3
     warmup: int = field(default=1, metadata={"help": "untimed runs before the repeats"})
@@ -61,9 +81,9 @@ class Params:
         return 1 if self.mode == "sequential" else self.workers
 
     def __post_init__(self) -> None:
-        check_min("workers", self.workers, 1)
-        check_min("cpu_iterations", self.cpu_iterations, 1)
-        check_min("io_iterations", self.io_iterations, 1)
+        for name in ("workers", "cpu_iterations", "io_iterations", "release_iterations", "release_kb"):
+            check_min(name, getattr(self, name), 1)
+        check_min("shared_iterations", self.shared_iterations, 1)
         check_min("io_sleep_s", self.io_sleep_s, 0)
         check_min("chunks", self.chunks, 1)
         check_min("repeats", self.repeats, 1)
@@ -71,123 +91,106 @@ class Params:
         check_min("sample_hz", self.sample_hz, 0.1)
 
     @property
-    def chunk_sizes(self) -> list[int]:
-        """Iterations per chunk; they add up to the task's iterations."""
-        total = self.cpu_iterations if self.workload == "cpu" else self.io_iterations
-        n = min(self.chunks, total)
-        base, extra = divmod(total, n)
-        return [base + (1 if i < extra else 0) for i in range(n)]
+    def iterations(self) -> int:
+        """Iterations of one task of this point's workload."""
+        return {
+            "cpu": self.cpu_iterations,
+            "io": self.io_iterations,
+            "release": self.release_iterations,
+            "shared": self.shared_iterations,
+        }[self.workload]
+
+    def task_spec(self) -> dict:
+        """The request :mod:`experiments.gil.payload` runs (``{"run": spec}``)."""
+        keys = ("workload", "mode", "workers", "io_sleep_s", "release_kb", "chunks")
+        return {**{k: getattr(self, k) for k in keys}, "iterations": self.iterations}
 
 
-def count(n: int) -> None:
-    """The seed's CPU-bound loop: ``for i in range(n): i = i + 1`` (pure bytecode)."""
-    for i in range(n):
-        i = i + 1  # noqa: PLW2901 - the seed's loop, kept verbatim
+class Child:
+    """The payload running under one interpreter: started on creation, answers run requests.
 
+    Raises:
+        RuntimeError: when the child does not start or a run fails in it (the message holds
+            the child's error and the end of its stderr).
+    """
 
-def sleep_loop(n: int, sleep_s: float) -> None:
-    """The seed's I/O-bound loop: ``n`` iterations of a count step and ``time.sleep``."""
-    for i in range(n):
-        i = i + 1  # noqa: PLW2901
-        time.sleep(sleep_s)
+    def __init__(self, entry: dict) -> None:
+        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - open for the child's life, closed in close()
+        self.label = entry["label"]
+        self.proc = interpreters.start(entry, PAYLOAD, self.stderr)
+        self.hello = self._read()["hello"]
 
+    def _read(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            self.stderr.seek(0)
+            tail = self.stderr.read().decode(errors="replace").strip().splitlines()[-3:]
+            raise RuntimeError(f"interpreter {self.label!r} stopped answering: " + " | ".join(tail))
+        return json.loads(line)
 
-def task(params: Params, actor: str, t0: float) -> list[dict]:
-    """Run one task in the calling thread and return its spans (seconds from ``t0``)."""
-    spans = []
-    for k, size in enumerate(params.chunk_sizes):
-        w0, c0 = time.perf_counter(), time.thread_time()
-        if params.workload == "cpu":
-            count(size)
-        else:
-            sleep_loop(size, params.io_sleep_s)
-        w1, c1 = time.perf_counter(), time.thread_time()
-        spans.append(
-            {
-                "actor": actor,
-                "kind": params.workload,
-                "start_s": w0 - t0,
-                "end_s": w1 - t0,
-                "cpu_s": c1 - c0,
-                "chunk": k,
-            }
-        )
-    return spans
+    def ask(self, request: dict) -> dict:
+        """Send one request line; return the child's answer (raises on ``{"error": ...}``)."""
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        reply = self._read()
+        if "error" in reply:
+            raise RuntimeError(f"under interpreter {self.label!r}: {reply['error']}")
+        return reply
 
-
-def _process_target(params: Params, actor: str, t0: float, queue) -> None:
-    die_with_parent()
-    queue.put(task(params, actor, t0))
-
-
-def run_once(params: Params, t0: float) -> list[dict]:
-    """Run ``params.workers`` tasks in the configured mode; return all spans."""
-    spans: list[dict] = []
-    if params.mode == "sequential":
-        for i in range(params.workers):
-            for s in task(params, "main", t0):
-                spans.append({**s, "task": i})
-    elif params.mode == "threads":
-        results: list[list[dict]] = [[] for _ in range(params.workers)]
-
-        def target(i: int) -> None:
-            results[i] = task(params, f"thread-{i}", t0)
-
-        threads = [threading.Thread(target=target, args=(i,)) for i in range(params.workers)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        for i, r in enumerate(results):
-            spans.extend({**s, "task": i} for s in r)
-    else:
-        ctx = multiprocessing.get_context("fork")
-        queue = ctx.SimpleQueue()
-        procs = [
-            ctx.Process(target=_process_target, args=(params, f"process-{i}", t0, queue)) for i in range(params.workers)
-        ]
-        for p in procs:
-            p.start()
-        collected = [queue.get() for _ in procs]  # drain before join: a full pipe blocks
-        for p in procs:
-            p.join()
-            if p.exitcode != 0:
-                raise RuntimeError(f"worker process exited with code {p.exitcode}")
-        for r in collected:
-            i = int(r[0]["actor"].split("-")[1])
-            spans.extend({**s, "task": i} for s in r)
-    return spans
+    def close(self) -> None:
+        """End the child (end of input) and close its stderr file."""
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=10)
+        except Exception:  # noqa: BLE001 - a child that does not stop is killed
+            self.proc.kill()
+        self.stderr.close()
 
 
 class Runner:
-    """One gil point made ready to measure (warm-up runs done on creation)."""
+    """One gil point made ready to measure: its interpreter started, warm-up runs done."""
 
-    def __init__(self, params: Params, meter: Meter) -> None:
+    def __init__(self, params: Params, meter: Meter, entry: dict) -> None:
         self.params, self.meter = params, meter
+        self.child = Child(entry)
+        self.request = {"run": params.task_spec()}
         for _ in range(params.warmup):
-            run_once(params, time.perf_counter())
+            self.child.ask(self.request)
 
     def once(self) -> Measured:
         """Run the point's tasks once inside a measured window."""
         p = self.params
         with self.meter.window() as win:
-            spans = run_once(p, win.t0)
+            reply = self.child.ask(self.request)
+        spans = [{**s, "start_s": s["start_s"] - win.t0, "end_s": s["end_s"] - win.t0} for s in reply["spans"]]
         row = {"tasks_per_s": p.workers / win.wall_s, "start_method": "fork" if p.mode == "processes" else ""}
+        said = self.child.hello  # what the interpreter said of itself when it started
+        row |= {"python_version": said["version"], "free_threaded": said["free_threaded"]}
+        row["gil_enabled"] = said["gil_enabled"]
         return Measured(win, row, spans)
 
     def close(self) -> None:
-        pass
+        self.child.close()
 
 
-def run(params: Params, baseline: Params | None = None) -> RunResult:
-    """Measure ``params.repeats`` rounds of a point, interleaved with ``baseline`` if given.
+def run(params: Params, baseline: Params | None = None, host_files: dict | None = None) -> RunResult:
+    """Measure ``params.repeats`` rounds of a point, interleaved with ``baseline`` if given,
+    under the point's interpreter (its entry in ``host_files["interpreters.json"]``).
 
     Returns:
         A :class:`~experiments.results.RunResult` with one row per repeat and role: ``wall_s``
-        (s), ``tasks_per_s`` (tasks/s), ``cpu_util_pct`` (0-100), ``start_method``; spans as
-        described in the module docstring, with ``cpu_s`` (s of thread CPU time).
+        (s), ``tasks_per_s`` (tasks/s), ``cpu_util_pct`` (0-100), ``start_method``, and what
+        the interpreter said of itself: ``python_version``, ``free_threaded`` (its build) and
+        ``gil_enabled`` (``sys._is_gil_enabled()`` in the measured process); spans as
+        described in the module docstring, with ``cpu_s`` (s of thread CPU time). A point whose
+        interpreter is missing or does not start is skipped with the probe's reason.
     """
-    return interleave(Runner, params, baseline)
+    probe = interpreters.find(
+        (host_files or {}).get("interpreters.json", interpreters.collect(None)), params.interpreter
+    )
+    if not probe["ok"]:
+        return RunResult.skipped(probe["reason"])
+    return interleave(lambda p, meter: Runner(p, meter, probe), params, baseline)
 
 
 def main(argv: list[str] | None = None) -> int:

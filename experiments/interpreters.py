@@ -1,0 +1,181 @@
+"""The Python interpreters whose measured code the lab runs: config, probe and child processes.
+
+Config ``interpreters:`` is a list of ``{label, command, python_gil}``: ``command`` a path or a
+name on PATH (omitted: the pipeline's own Python, ``sys.executable``), ``python_gil`` ``"0"`` or
+``"1"`` on a free-threaded build (omitted: the build's default). The same binary listed twice,
+with ``python_gil`` 0 and 1, measures the GIL's effect with nothing else changed.
+
+An experiment whose declaration sets ``interpreters=True`` sweeps the key ``interpreter`` over
+the labels (``interpreter~<label>`` in the path scheme) and reads ``results/<host>/interpreters.json``,
+which the ``interpreters`` rule writes with this module's CLI: per label, the command as given
+and as found, the ``PYTHON_GIL`` setting, and what the interpreter says of itself (version,
+implementation, ``Py_GIL_DISABLED`` of its build, ``sys._is_gil_enabled()`` at run time), or
+why it did not start. The measured code runs in a child process started by :func:`start`:
+standard library only, with ``-I`` (isolated: no user site, no ``PYTHON*`` variables) and the
+GIL chosen with ``-X gil=N``, which ``-I`` does not override.
+
+Usage (the ``interpreters`` rule):
+``python -m experiments.interpreters --config JSON --out interpreters.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import typing
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from experiments.fileio import write_json
+from experiments.host import die_with_parent
+
+#: The default of ``interpreters:``: the pipeline's own Python.
+DEFAULT = ({"label": "default"},)
+
+_PROBE = (
+    "import json, sys, sysconfig; g = getattr(sys, '_is_gil_enabled', None); "
+    "print(json.dumps({'version': sys.version.split()[0], 'implementation': sys.implementation.name, "
+    "'executable': sys.executable, 'free_threaded': sysconfig.get_config_var('Py_GIL_DISABLED') == 1, "
+    "'gil_enabled': bool(g()) if g else True}))"
+)
+
+
+def labels(entries: Sequence[Mapping] | None) -> list[str]:
+    """The labels of config ``interpreters`` (the default's when it is empty or None)."""
+    return [str(e["label"]) for e in (entries or DEFAULT)]
+
+
+def python_gil(entry: Mapping) -> str:
+    """The entry's ``python_gil`` as text: ``"0"``, ``"1"`` or ``""`` (the build's default)."""
+    value = entry.get("python_gil")
+    return "" if value is None else str(value)
+
+
+def argv(entry: Mapping) -> list[str]:
+    """The command line that starts ``entry``'s interpreter before the script or ``-c``:
+    the command (``sys.executable`` when omitted, ``~`` expanded), ``-I`` and, where set,
+    ``-X gil=N``."""
+    command = os.path.expanduser(str(entry["command"])) if entry.get("command") else sys.executable
+    gil = python_gil(entry)
+    return [command, "-I", *(["-X", f"gil={gil}"] if gil else [])]
+
+
+def child_env(entry: Mapping) -> dict[str, str]:
+    """The child's environment: this one, with ``PYTHON_GIL`` set as configured (recorded for
+    the reader; ``-I`` makes the child ignore it, ``-X gil`` decides)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON_GIL"}
+    if python_gil(entry):
+        env["PYTHON_GIL"] = python_gil(entry)
+    return env
+
+
+def probe(entry: Mapping, timeout_s: float = 60) -> dict:
+    """Start ``entry``'s interpreter once and read what it says of itself.
+
+    Returns:
+        ``{label, command, python_gil, path, ok, reason, version, implementation, executable,
+        free_threaded, gil_enabled}``; ``ok`` False with the ``reason`` when the command is not
+        found or the interpreter does not start (e.g. ``-X gil=0`` on a build with the GIL).
+    """
+    cmd = argv(entry)
+    out = {
+        "label": str(entry["label"]),
+        "command": str(entry.get("command") or ""),
+        "python_gil": python_gil(entry),
+        "path": shutil.which(cmd[0]) or "",
+    }
+    if not out["path"]:
+        return {
+            **out,
+            "ok": False,
+            "reason": f"interpreter {cmd[0]!r} not found (config interpreters, label {out['label']!r})",
+        }
+    try:
+        done = subprocess.run(
+            [*cmd, "-c", _PROBE], env=child_env(entry), capture_output=True, text=True, timeout=timeout_s
+        )
+    except (OSError, subprocess.SubprocessError) as exc:
+        return {**out, "ok": False, "reason": f"interpreter {cmd[0]!r} did not start: {exc}"}
+    if done.returncode != 0:
+        lines = done.stderr.strip().splitlines() or ["no output"]
+        said = next((line for line in lines if line.startswith("Fatal Python error")), lines[-1])
+        return {**out, "ok": False, "reason": f"interpreter {' '.join(cmd)!r} exited {done.returncode}: {said}"}
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    if out["python_gil"] and not said["free_threaded"]:
+        why = f"python_gil {out['python_gil']} needs a free-threaded build; {cmd[0]} ({said['version']}) has the GIL"
+        return {**out, **said, "ok": False, "reason": why}
+    return {**out, **said, "ok": True, "reason": ""}
+
+
+def collect(entries: Sequence[Mapping] | None) -> dict:
+    """The content of ``interpreters.json``: ``{"interpreters": [probe(e), ...]}`` in config order."""
+    return {"interpreters": [probe(e) for e in (entries or DEFAULT)]}
+
+
+def describe(entry: Mapping) -> str:
+    """An interpreter in words, from its probe: ``CPython 3.13.5, free-threaded build, GIL off
+    (PYTHON_GIL=0)``, or ``not run: <reason>``."""
+    if not entry.get("ok"):
+        return f"not run: {entry.get('reason', 'unknown')}"
+    impl = {"cpython": "CPython", "pypy": "PyPy"}.get(entry.get("implementation", ""), entry.get("implementation"))
+    parts = [f"{impl} {entry.get('version', '')}".strip()]
+    if entry.get("free_threaded"):
+        parts.append("free-threaded build, GIL " + ("on" if entry.get("gil_enabled") else "off"))
+    else:
+        parts.append("GIL build")
+    text = ", ".join(parts)
+    if entry.get("python_gil"):
+        text += f" (PYTHON_GIL={entry['python_gil']})"
+    return text
+
+
+def find(interpreters_json: Mapping, label: str) -> dict:
+    """The probe of ``label`` in the content of ``interpreters.json``.
+
+    Raises:
+        KeyError: naming the label and the labels there are.
+    """
+    for entry in interpreters_json.get("interpreters", []):
+        if entry["label"] == label:
+            return entry
+    known = [e["label"] for e in interpreters_json.get("interpreters", [])]
+    raise KeyError(f"interpreter {label!r} is not in interpreters.json (labels: {known})")
+
+
+def start(entry: Mapping, script: Path, stderr: typing.IO[bytes]) -> subprocess.Popen:
+    """Start ``script`` under ``entry``'s interpreter as a child that reads requests on stdin
+    and answers on stdout, one JSON line each (its stderr goes to the open file ``stderr``)."""
+    return subprocess.Popen(
+        [*argv(entry), str(script)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        env=child_env(entry),
+        text=True,
+        bufsize=1,
+        preexec_fn=die_with_parent,  # the harness has no other thread; a killed job leaves no child
+    )
+
+
+def main(argv_: list[str] | None = None) -> int:
+    """``python -m experiments.interpreters --config JSON --out interpreters.json``."""
+    p = argparse.ArgumentParser(prog="python -m experiments.interpreters", description=__doc__.splitlines()[0])
+    p.add_argument("--config", required=True, help="config interpreters as a JSON list")
+    p.add_argument("--out", required=True, help="path of interpreters.json to write")
+    args = p.parse_args(argv_)
+    entries = json.loads(args.config)
+    if not isinstance(entries, list):
+        p.error(f"--config must be a JSON list, got {args.config!r}")
+    data = collect(entries)
+    for e in data["interpreters"]:
+        print(f"{e['label']}: " + (f"{e['implementation']} {e['version']}" if e["ok"] else e["reason"]))
+    write_json(Path(args.out), data, sort_keys=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,176 @@
+"""Interpreters as a sweep dimension: the probe, the child protocol, the process tree's CPU, and
+an end-to-end run under a GIL build and a free-threaded one whose verdicts must follow physics.
+
+The free-threaded interpreter comes from ``scripts/build-free-threaded-python.sh`` (CI builds it;
+``LAB_FT_PYTHON`` names another). Without it the end-to-end test is skipped, except under
+``LAB_REQUIRE_FT=1`` (CI), where it fails.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from experiments import interpreters
+from experiments.configcheck import ConfigError, validate_config
+from experiments.gil.measure import Params, run
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILT = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cpu-lab/python3.13t/bin/python3.13t"
+
+
+def free_threaded_python() -> str | None:
+    """The free-threaded interpreter to test with, or None (``LAB_FT_PYTHON``, else the build's cache)."""
+    for candidate in (os.environ.get("LAB_FT_PYTHON"), str(BUILT)):
+        if candidate and Path(candidate).exists():
+            probe = interpreters.probe({"label": "ft", "command": candidate, "python_gil": 0})
+            if probe["ok"] and probe["free_threaded"] and not probe["gil_enabled"]:
+                return candidate
+    return None
+
+
+def test_a_missing_interpreter_and_a_gil_switch_on_a_gil_build_say_why():
+    missing = interpreters.probe({"label": "gone", "command": "/no/such/python"})
+    assert not missing["ok"]
+    assert missing["reason"] == "interpreter '/no/such/python' not found (config interpreters, label 'gone')"
+    switch = interpreters.probe({"label": "g", "python_gil": 0})  # this interpreter has the GIL
+    assert not switch["ok"] and "needs a free-threaded build" in switch["reason"]
+    own = interpreters.probe({"label": "default"})
+    assert own["ok"] and own["version"] == sys.version.split()[0] and own["gil_enabled"] is True
+    assert interpreters.describe(own).startswith(f"CPython {own['version']}, GIL build")
+    assert interpreters.labels(None) == ["default"]
+
+
+def test_interpreter_labels_must_be_unique_and_path_safe():
+    schemas = {}
+    base = ROOT / "schemas" / "config.schema.yaml"
+    with pytest.raises(ConfigError, match=r"interpreters.1.label: 'a' is not allowed \(used twice\)"):
+        validate_config({"interpreters": [{"label": "a"}, {"label": "a"}]}, base, schemas)
+    with pytest.raises(ConfigError, match="interpreters.0.label"):
+        validate_config({"interpreters": [{"label": "a/b"}]}, base, schemas)
+    with pytest.raises(ConfigError, match="interpreters.0.python_gil"):
+        validate_config({"interpreters": [{"label": "a", "python_gil": 2}]}, base, schemas)
+
+
+def _json(*entries) -> dict:
+    return {"interpreters.json": interpreters.collect(list(entries))}
+
+
+def test_the_child_runs_each_workload_and_reports_what_it_is():
+    """Under the pipeline's own Python as a child: every workload's spans come back in the
+    window's clock, and the rows say which interpreter ran them."""
+    small = {"cpu_iterations": 20_000, "io_iterations": 2, "io_sleep_s": 0.001, "release_iterations": 4}
+    small |= {"release_kb": 64, "shared_iterations": 5_000, "chunks": 2, "repeats": 2, "warmup": 0}
+    for workload in ("cpu", "io", "release", "shared"):
+        p = Params(workload=workload, mode="threads", workers=2, **small)
+        base = Params(workload=workload, mode="sequential", workers=2, **small)
+        res = run(p, base, host_files=_json({"label": "default"}))
+        rows = pd.DataFrame(res.rows)
+        assert set(rows["status"]) == {"ok"} and set(rows["role"]) == {"point", "baseline"}
+        assert set(rows["python_version"]) == {sys.version.split()[0]} and set(rows["gil_enabled"]) == {True}
+        spans = pd.DataFrame(res.spans)
+        assert set(spans["kind"]) == {workload} and len(spans) == 2 * 2 * 2 * 2  # roles x repeats x tasks x chunks
+        assert (spans["start_s"] >= -0.001).all() and (spans["end_s"] <= rows["wall_s"].max() + 0.001).all()
+
+
+def test_a_point_whose_interpreter_does_not_start_is_skipped_with_the_reason():
+    res = run(Params(interpreter="gone"), host_files=_json({"label": "gone", "command": "/no/such/python"}))
+    assert [r["status"] for r in res.rows] == ["skipped"]
+    assert res.rows[0]["reason"].startswith("interpreter '/no/such/python' not found")
+
+
+def test_processes_of_a_child_interpreter_count_in_the_trees_cpu():
+    """Workers forked by the child interpreter are the job's grandchildren; once reaped, their CPU
+    time is in the child's children_* fields, which the tree's CPU time must include."""
+    p = Params(workload="cpu", mode="processes", workers=2, cpu_iterations=3_000_000, repeats=2, warmup=0)
+    rows = pd.DataFrame(run(p, host_files=_json({"label": "default"})).rows)
+    # two busy processes for most of the window: well above one CPU's share on any machine here
+    assert (rows["cpu_util_pct"] > 30).all(), rows[["wall_s", "cpu_util_pct"]]
+
+
+@pytest.fixture(scope="module")
+def interpreters_run(tmp_path_factory) -> Path:
+    """The quick config's gil experiment (counting loop and sha256) under the pipeline's Python,
+    a free-threaded build with the GIL off and on, and an interpreter that does not exist."""
+    ft = free_threaded_python()
+    if ft is None:
+        why = "no free-threaded CPython: run scripts/build-free-threaded-python.sh (or set LAB_FT_PYTHON)"
+        if os.environ.get("LAB_REQUIRE_FT") == "1":
+            pytest.fail(why)
+        pytest.skip(why)
+    from conftest import IGNORE
+    from helpers import snakemake_in
+
+    work = tmp_path_factory.mktemp("interp") / "repo"
+    shutil.copytree(ROOT, work, ignore=IGNORE)
+    (work / "interp.yaml").write_text(
+        json.dumps(
+            {
+                "experiments": ["gil"],
+                "gil": {"workload": ["cpu", "release"]},
+                "interpreters": [
+                    {"label": "default"},
+                    {"label": "3.13t", "command": ft, "python_gil": 0},
+                    {"label": "3.13t-gil", "command": ft, "python_gil": 1},
+                    {"label": "gone", "command": "/no/such/python"},
+                ],
+            }
+        )
+    )
+    proc = snakemake_in(work, "--cores", "4", "--configfile", "config.quick.yaml", "interp.yaml", "--config", "host=ft")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    return work / "results" / "ft"
+
+
+@pytest.mark.slow
+def test_verdicts_follow_physics_under_each_interpreter(interpreters_run):
+    """CPU-bound threads: no faster than sequential under the GIL (a GIL build, and the
+    free-threaded binary with PYTHON_GIL=1), faster with the GIL off; sha256 threads faster under
+    every build. Bounds leave room for a shared 2-CPU VM (ratios move by up to 30%)."""
+    s = pd.read_csv(interpreters_run / "gil" / "summary.csv")
+    threads = s[(s["mode"] == "threads")].set_index(["interpreter", "workload"])
+    for gil in ("default", "3.13t-gil"):
+        assert threads.loc[(gil, "cpu"), "speedup"] < 1.3, threads.loc[(gil, "cpu")]
+    assert threads.loc[("3.13t", "cpu"), "speedup"] > 1.4
+    assert threads.loc[("3.13t", "cpu"), "speedup_ci_low"] > threads.loc[("3.13t-gil", "cpu"), "speedup_ci_high"] - 0.3
+    for label in ("default", "3.13t", "3.13t-gil"):
+        assert threads.loc[(label, "release"), "speedup"] > 1.3
+    gone = s[s["interpreter"] == "gone"]
+    assert set(gone["status"]) == {"skipped"} and gone["reason"].str.contains("not found").all()
+    probes = {e["label"]: e for e in json.loads((interpreters_run / "interpreters.json").read_text())["interpreters"]}
+    ft = probes["3.13t"]
+    assert ft["free_threaded"] and not ft["gil_enabled"] and ft["python_gil"] == "0"
+    assert probes["3.13t-gil"]["gil_enabled"] and not probes["gone"]["ok"]
+    fidelity = pd.read_csv(interpreters_run / "fidelity.csv").set_index("check")
+    assert fidelity.loc["CPU-bound Python, GIL off (3.13t): 2 threads over sequential", "verdict"] in ("pass", "warn")
+    assert not fidelity.index.str.contains("gone").any()
+    report = (interpreters_run / "report.md").read_text()
+    assert "CPU-bound Python (counting loop), 2 threads over sequential: " in report
+    assert "under 3.13t (CPython 3.13" in report and "free-threaded build, GIL off (PYTHON_GIL=0)" in report
+    assert "| interpreter 3.13t-gil | CPython 3.13" in report  # the environment table, per interpreter
+
+
+def test_old_results_without_the_interpreter_column_read_as_the_default(tmp_path):
+    from analysis.tables import read_table
+
+    p = tmp_path / "metrics.csv"
+    p.write_text("host,experiment,workload,mode,workers,repeat,status\nh,gil,cpu,threads,2,0,ok\n")
+    df = read_table(p, "gil")
+    assert list(df.columns[:5]) == ["host", "experiment", "interpreter", "workload", "mode"]
+    assert df.loc[0, "interpreter"] == "default"
+
+
+def test_the_build_script_reuses_a_build():
+    if free_threaded_python() is None or free_threaded_python() != str(BUILT):
+        pytest.skip("no cached build to reuse")
+    env = {**os.environ, "LAB_CACHE_DIR": str(BUILT.parents[2])}  # the tests point XDG_CACHE_HOME elsewhere
+    script = str(ROOT / "scripts" / "build-free-threaded-python.sh")
+    out = subprocess.run(["bash", script], capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 0 and out.stdout.strip() == str(BUILT)
