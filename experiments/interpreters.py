@@ -26,6 +26,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -159,6 +160,48 @@ def start(entry: Mapping, script: Path, stderr: typing.IO[bytes]) -> subprocess.
         bufsize=1,
         preexec_fn=die_with_parent,  # the harness has no other thread; a killed job leaves no child
     )
+
+
+class Child:
+    """A script (:mod:`experiments.pytasks`) running under one interpreter: started on
+    creation, it answers one JSON line per request line.
+
+    Raises:
+        RuntimeError: when the child does not start or a run fails in it (the message holds
+            the child's error and the end of its stderr).
+    """
+
+    def __init__(self, entry: Mapping, script: Path) -> None:
+        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - open for the child's life, closed in close()
+        self.label = entry["label"]
+        self.proc = start(entry, script, self.stderr)
+        self.hello = self._read()["hello"]
+
+    def _read(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            self.stderr.seek(0)
+            tail = self.stderr.read().decode(errors="replace").strip().splitlines()[-3:]
+            raise RuntimeError(f"interpreter {self.label!r} stopped answering: " + " | ".join(tail))
+        return json.loads(line)
+
+    def ask(self, request: dict) -> dict:
+        """Send one request line; return the child's answer (raises on ``{"error": ...}``)."""
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        reply = self._read()
+        if "error" in reply:
+            raise RuntimeError(f"under interpreter {self.label!r}: {reply['error']}")
+        return reply
+
+    def close(self) -> None:
+        """End the child (end of input) and close its stderr file."""
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=10)
+        except Exception:  # noqa: BLE001 - a child that does not stop is killed
+            self.proc.kill()
+        self.stderr.close()
 
 
 def main(argv_: list[str] | None = None) -> int:

@@ -49,7 +49,8 @@ IGNORE = shutil.ignore_patterns(
 #: and the config section it adds for it: one folder and a config section, nothing else.
 FIXTURE_EXPERIMENT = ROOT / "tests" / "fixtures" / "nap"
 FIXTURE_CONFIG = (
-    "experiments: [workload, gil, multiprocessing, dataloader, intraop, jit, nap]\nnap:\n  sleepers: [1, 2]\n"
+    "experiments: [workload, gil, singlethread, multiprocessing, dataloader, intraop, jit, nap]\n"
+    + "nap:\n  sleepers: [1, 2]\n"
 )
 FIXTURE_FIGURES = ("nap_speedup",)
 #: The end-to-end run's config files (config.yaml is always read first).

@@ -10,7 +10,7 @@ threads contending on one shared list and dict, and runs each as ``workers`` tas
 * ``processes``: one ``multiprocessing.Process`` per task (start method ``fork``).
 
 The tasks run in a child process under the point's interpreter (config ``interpreters``, see
-:mod:`experiments.interpreters`): :mod:`experiments.gil.payload`, standard library only, started
+:mod:`experiments.interpreters`): :mod:`experiments.pytasks`, standard library only, started
 once per point and role and kept for all its rounds. The measured window, the CPU sampler and
 the CSV writing stay here, in the pipeline's Python; the window opens before the request is sent
 and closes after the child's answer arrives (a pipe round trip, about 0.1 ms, against windows of
@@ -31,8 +31,6 @@ CPU-bound threads scale like processes.
 
 from __future__ import annotations
 
-import json
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -45,7 +43,7 @@ from experiments.results import Measured, RunResult, interleave
 from experiments.window import Meter
 
 #: The measured code, started by path under the point's interpreter.
-PAYLOAD = Path(__file__).with_name("payload.py")
+PAYLOAD = Path(interpreters.__file__).with_name("pytasks.py")
 
 
 @dataclass(frozen=True)
@@ -101,50 +99,9 @@ class Params:
         }[self.workload]
 
     def task_spec(self) -> dict:
-        """The request :mod:`experiments.gil.payload` runs (``{"run": spec}``)."""
+        """The request :mod:`experiments.pytasks` runs (``{"run": spec}``)."""
         keys = ("workload", "mode", "workers", "io_sleep_s", "release_kb", "chunks")
         return {**{k: getattr(self, k) for k in keys}, "iterations": self.iterations}
-
-
-class Child:
-    """The payload running under one interpreter: started on creation, answers run requests.
-
-    Raises:
-        RuntimeError: when the child does not start or a run fails in it (the message holds
-            the child's error and the end of its stderr).
-    """
-
-    def __init__(self, entry: dict) -> None:
-        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - open for the child's life, closed in close()
-        self.label = entry["label"]
-        self.proc = interpreters.start(entry, PAYLOAD, self.stderr)
-        self.hello = self._read()["hello"]
-
-    def _read(self) -> dict:
-        line = self.proc.stdout.readline()
-        if not line:
-            self.stderr.seek(0)
-            tail = self.stderr.read().decode(errors="replace").strip().splitlines()[-3:]
-            raise RuntimeError(f"interpreter {self.label!r} stopped answering: " + " | ".join(tail))
-        return json.loads(line)
-
-    def ask(self, request: dict) -> dict:
-        """Send one request line; return the child's answer (raises on ``{"error": ...}``)."""
-        self.proc.stdin.write(json.dumps(request) + "\n")
-        self.proc.stdin.flush()
-        reply = self._read()
-        if "error" in reply:
-            raise RuntimeError(f"under interpreter {self.label!r}: {reply['error']}")
-        return reply
-
-    def close(self) -> None:
-        """End the child (end of input) and close its stderr file."""
-        try:
-            self.proc.stdin.close()
-            self.proc.wait(timeout=10)
-        except Exception:  # noqa: BLE001 - a child that does not stop is killed
-            self.proc.kill()
-        self.stderr.close()
 
 
 class Runner:
@@ -152,7 +109,7 @@ class Runner:
 
     def __init__(self, params: Params, meter: Meter, entry: dict) -> None:
         self.params, self.meter = params, meter
-        self.child = Child(entry)
+        self.child = interpreters.Child(entry, PAYLOAD)
         self.request = {"run": params.task_spec()}
         for _ in range(params.warmup):
             self.child.ask(self.request)

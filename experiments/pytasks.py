@@ -1,10 +1,10 @@
-"""The gil experiment's measured code, run under the interpreter being measured.
+"""Pure-Python tasks, run under the interpreter being measured (the gil and singlethread experiments).
 
 Standard library only, and nothing from this repository: the file is started by path under any
-CPython (``python3.13t -I -X gil=0 payload.py``), so the interpreter that runs the tasks is the
-one the point names, while the CPU sampler, the harness and the CSV writing stay in the
-pipeline's own Python (:mod:`experiments.gil.measure`). The two talk over the child's stdin
-and stdout, one JSON object per line:
+CPython (``python3.13t -I -X gil=0 pytasks.py``, :class:`experiments.interpreters.Child`), so
+the interpreter that runs the tasks is the one the point names, while the CPU sampler, the
+harness and the CSV writing stay in the pipeline's own Python. The two talk over the child's
+stdin and stdout, one JSON object per line:
 
 * on start the child prints ``{"hello": {...}}``: version, implementation, whether the build
   is free-threaded (``sysconfig.get_config_var("Py_GIL_DISABLED")``) and whether the GIL is on
