@@ -9,7 +9,8 @@ stdin and stdout, one JSON object per line:
 * on start the child prints ``{"hello": {...}}``: version, implementation, whether the build
   is free-threaded (``sysconfig.get_config_var("Py_GIL_DISABLED")``) and whether the GIL is on
   at run time (``sys._is_gil_enabled()``);
-* for each ``{"run": {...}}`` (a task description) it runs the tasks once and prints
+* for each ``{"run": {...}}`` (a task description; ``{"convoy": {...}}``: :func:`convoy`) it
+  runs the tasks once and prints
   ``{"spans": [...]}`` with ``start_s``/``end_s`` as ``time.perf_counter()`` values
   (CLOCK_MONOTONIC on Linux, the same clock in every process of the machine, so the harness
   places them in its own window), or ``{"error": "..."}``;
@@ -174,6 +175,59 @@ def run_once(spec):
     raise ValueError("unknown mode {!r}; allowed: sequential, threads, processes".format(spec["mode"]))
 
 
+def convoy(spec):
+    """The convoy effect (python/cpython#90204): one thread sleeps ``io_sleep_s`` per
+    iteration, ``io_iterations`` times, next to a thread that counts in chunks of
+    ``cpu_chunk`` iterations until the sleeper is done (``neighbour`` False: the sleeper
+    alone). Under ``sys.setswitchinterval(switch_interval_s)``. Spans: every sleep iteration
+    (kind ``io``, with ``latency_ms``: how much longer than the sleep it took) and every
+    counting chunk (kind ``cpu``)."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(spec["switch_interval_s"])
+    done = threading.Event()
+    cpu_spans, io_spans = [], []
+
+    def counter():
+        k = 0
+        while not done.is_set():
+            w0, c0 = time.perf_counter(), time.thread_time()
+            count(spec["cpu_chunk"])
+            w1, c1 = time.perf_counter(), time.thread_time()
+            cpu_spans.append(
+                {"actor": "cpu-thread", "kind": "cpu", "start_s": w0, "end_s": w1, "cpu_s": c1 - c0, "chunk": k}
+            )
+            k += 1
+
+    def sleeper():
+        for k in range(spec["io_iterations"]):
+            w0, c0 = time.perf_counter(), time.thread_time()
+            time.sleep(spec["io_sleep_s"])
+            w1, c1 = time.perf_counter(), time.thread_time()
+            late = 1000.0 * (w1 - w0 - spec["io_sleep_s"])
+            io_spans.append(
+                {
+                    "actor": "io-thread",
+                    "kind": "io",
+                    "start_s": w0,
+                    "end_s": w1,
+                    "cpu_s": c1 - c0,
+                    "chunk": k,
+                    "latency_ms": late,
+                }
+            )
+        done.set()
+
+    threads = [threading.Thread(target=sleeper)] + ([threading.Thread(target=counter)] if spec["neighbour"] else [])
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    return io_spans + cpu_spans
+
+
 def serve(stdin, stdout):
     """Answer ``{"run": spec}`` lines until end of input (the protocol in the module docstring)."""
     stdout.write(json.dumps({"hello": hello()}) + "\n")
@@ -183,9 +237,7 @@ def serve(stdin, stdout):
             continue
         try:
             request = json.loads(line)
-            if "switch_interval_s" in request:
-                sys.setswitchinterval(request["switch_interval_s"])
-            reply = {"spans": run_once(request["run"])}
+            reply = {"spans": convoy(request["convoy"]) if "convoy" in request else run_once(request["run"])}
         except Exception as exc:  # noqa: BLE001 - reported to the harness, which fails the point
             reply = {"error": f"{type(exc).__name__}: {exc}"}
         stdout.write(json.dumps(reply) + "\n")

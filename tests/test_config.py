@@ -110,7 +110,7 @@ def test_bad_config_is_refused(root, default_config, patch, key):
         ({"gil": 5}, "config key gil: 5 is not allowed (a section is a mapping); allowed: object with keys workload,"),
         (
             {"experiments": ["gil", "nosuch"]},
-            "(no package experiments/nosuch/); allowed: one of workload, gil, singlethread, multiprocessing,",
+            "(no package experiments/nosuch/); allowed: one of workload, gil, singlethread, convoy, multiprocessing,",
         ),
     ],
 )

@@ -113,9 +113,10 @@ def interpreters_run(tmp_path_factory) -> Path:
     (work / "interp.yaml").write_text(
         json.dumps(
             {
-                "experiments": ["gil", "singlethread"],
+                "experiments": ["gil", "singlethread", "convoy"],
                 "gil": {"workload": ["cpu", "release"]},
                 "singlethread": {"workload": ["cpu"]},
+                "convoy": {"switch_interval_ms": [5]},
                 "interpreters": [
                     {"label": "default"},
                     {"label": "3.13t", "command": ft, "python_gil": 0},
@@ -170,6 +171,24 @@ def test_the_single_thread_cost_is_measured_against_the_first_interpreter(interp
     assert s.loc["3.13t", "speedup_ci_high"] < 1.0
     report = (interpreters_run / "report.md").read_text()
     assert "3.13t (CPython 3.13.5, free-threaded build, GIL off (PYTHON_GIL=0)): one thread of" in report
+
+
+@pytest.mark.slow
+def test_the_convoy_waits_for_the_switch_interval_only_under_the_gil(interpreters_run):
+    """Next to a CPU-bound thread, a sleeping thread wakes about one switch interval (5 ms)
+    late under the GIL (python/cpython#90204) and on time with the GIL off (2 CPUs); alone it
+    wakes on time everywhere (its own rate is the baseline of the same job)."""
+    s = pd.read_csv(interpreters_run / "convoy" / "summary.csv").set_index("interpreter")
+    for gil in ("default", "3.13t-gil"):
+        assert s.loc[gil, "latency_p50_ms"] >= 2.5 and s.loc[gil, "speedup"] < 0.9, s.loc[gil]
+    assert s.loc["3.13t", "latency_p50_ms"] < 2.5 and s.loc["3.13t", "speedup"] > 0.9
+    spans = pd.read_csv(interpreters_run / "convoy" / "spans.csv")
+    alone = spans[(spans["kind"] == "io") & (spans["role"] == "baseline")]
+    assert alone["latency_ms"].median() < 2.0  # the sleep itself is kept
+    fidelity = pd.read_csv(interpreters_run / "fidelity.csv").set_index("check")
+    check = "Convoy (default, GIL on): median wake-up delay at 5 ms interval"
+    assert fidelity.loc[check, "verdict"] == "pass"
+    assert (interpreters_run / "figures" / "convoy_latency.png").stat().st_size > 10_000
 
 
 def test_old_results_without_the_interpreter_column_read_as_the_default(tmp_path):

@@ -112,7 +112,7 @@ def test_timeline_points_per_experiment():
         {"dataset": "io", "num_workers": 0},
         {"dataset": "io", "num_workers": 4},
     ]
-    with pytest.raises(ValueError, match="intraop.*timelines exist for .*gil, multiprocessing, dataloader"):
+    with pytest.raises(ValueError, match="intraop.*timelines exist for .*gil, convoy, multiprocessing, dataloader"):
         timelines.timeline_points("intraop", dl)
 
 

@@ -1,0 +1,118 @@
+"""Convoy effect, analysis: how late the sleeping thread wakes, per interpreter and switch
+interval, against the sleeper alone; its latency histogram, the timeline's points and the
+theory check (under the GIL the delay reaches the switch interval)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from analysis.fidelity import check_row
+from analysis.plotting import PALETTE, plt
+from experiments.interpreters import describe
+
+
+def _name(label: str, host: dict) -> str:
+    for e in host.get("interpreters", []):
+        if e["label"] == label:
+            return f"{label} ({describe(e)})"
+    return label
+
+
+def _ok(summary: pd.DataFrame) -> pd.DataFrame:
+    return summary[summary["status"] == "ok"].sort_values(["interpreter", "switch_interval_ms"])
+
+
+def findings(summary: pd.DataFrame, host: dict) -> list[str]:
+    """Per interpreter and switch interval: the sleeper's median and p99 delay next to a
+    CPU-bound thread, and its iteration rate against running alone."""
+    out = []
+    rank = {e["label"]: i for i, e in enumerate(host.get("interpreters", []))}
+    ok = _ok(summary)
+    ok = ok.sort_values("interpreter", key=lambda c: c.map(lambda x: rank.get(x, len(rank))), kind="stable")
+    for _, r in ok.iterrows():
+        gil = "GIL on" if bool(r.get("gil_enabled", True)) else "GIL off"
+        out.append(
+            f"{_name(r['interpreter'], host)}, switch interval {r['switch_interval_ms']:g} ms ({gil}): a sleeping "
+            f"thread next to a CPU-bound thread woke {r['latency_p50_ms']:.2f} ms late at the median "
+            f"(p99 {r['latency_p99_ms']:.2f} ms); its iterations ran at {r['speedup']:.2f}x "
+            f"(95% CI {r['speedup_ci_low']:.2f}-{r['speedup_ci_high']:.2f}) the rate they run alone."
+        )
+    return out
+
+
+def convoy_latency(summary: pd.DataFrame, spans: pd.DataFrame, host: dict) -> Figure:
+    """Histograms of the sleeper's per-iteration delay (ms, log scale): one panel per
+    interpreter and switch interval, next to the CPU-bound thread and alone."""
+    io = spans[spans["kind"] == "io"] if "kind" in spans.columns else spans.iloc[0:0]
+    points = _ok(summary)[["interpreter", "switch_interval_ms"]].drop_duplicates()
+    n = max(1, len(points))
+    cols = min(3, n)
+    rows = int(np.ceil(n / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.2 * rows), squeeze=False)
+    top = max(1.0, float(io["latency_ms"].max())) if len(io) else 1.0
+    bins = np.logspace(-2, np.log10(top * 1.5), 40)
+    for ax, (_, p) in zip(axes.flat, points.iterrows()):
+        sub = io[(io["interpreter"] == p["interpreter"]) & (io["switch_interval_ms"] == p["switch_interval_ms"])]
+        for role, colour, label in (
+            ("baseline", PALETTE[2], "alone"),
+            ("point", PALETTE[0], "next to a CPU-bound thread"),
+        ):
+            v = sub.loc[sub["role"] == role, "latency_ms"].clip(lower=0.01)
+            ax.hist(v, bins=bins, color=colour, alpha=0.7, label=f"{label} (median {v.median():.2f} ms)")
+        ax.axvline(p["switch_interval_ms"], color="#444444", linestyle=":", linewidth=1)
+        ax.set_xscale("log")
+        ax.set_title(f"{p['interpreter']}, switch interval {p['switch_interval_ms']:g} ms", fontsize=10)
+        ax.set_xlabel("wake-up delay per sleep (ms, log)")
+        ax.set_ylabel("iterations")
+        ax.legend(fontsize=7, loc="upper left")
+    for ax in list(axes.flat)[n:]:
+        ax.set_visible(False)
+    fig.suptitle("Convoy effect: how late a sleeping thread wakes (dotted: the switch interval)", fontsize=11)
+    fig.tight_layout(rect=(0, 0, 1, 0.95))
+    return fig
+
+
+FIGURES = {"convoy_latency": convoy_latency}
+
+
+def timeline_points(summary: pd.DataFrame) -> list[dict]:
+    """The default switch interval (5 ms, else the middle one) under every interpreter."""
+    ok = summary[summary["status"] == "ok"]
+    if ok.empty:
+        return []
+    intervals = sorted(ok["switch_interval_ms"].unique())
+    pick = 5.0 if 5.0 in intervals else intervals[len(intervals) // 2]
+    sub = ok[ok["switch_interval_ms"] == pick]
+    return [{"interpreter": r["interpreter"], "switch_interval_ms": r["switch_interval_ms"]} for _, r in sub.iterrows()]
+
+
+def fidelity(summary: pd.DataFrame | None, ncpu: int) -> list[dict]:
+    """Under the GIL, the sleeper's median delay next to a CPU-bound thread is at least half
+    the switch interval (the holder keeps the GIL until the interval has passed since the
+    waiter asked: python/cpython#90204), at every interval of 1 ms and more; with the GIL off
+    and a second CPU, under half of it."""
+    if summary is None:
+        return []
+    rows = []
+    for _, r in _ok(summary).iterrows():
+        interval = float(r["switch_interval_ms"])
+        gil = bool(r.get("gil_enabled", True))
+        if interval < 1 or (not gil and ncpu < 2):
+            continue
+        state = "on" if gil else "off"
+        what = f"Convoy ({r['interpreter']}, GIL {state}): median wake-up delay at {interval:g} ms interval"
+        half = 0.5 * interval
+        if gil:
+            ok = r["latency_p50_ms"] >= half
+            why = (
+                "the waker waits for the GIL holder's switch interval",
+                "the sleeper woke sooner than the GIL allows",
+            )
+            rows.append(check_row(what, f">= {half:g} ms", r["latency_p50_ms"], ok, *why))
+        else:
+            ok = r["latency_p50_ms"] < half
+            why = ("without the GIL the sleeper wakes on its own CPU", "the sleeper waited as if for a lock")
+            rows.append(check_row(what, f"< {half:g} ms", r["latency_p50_ms"], ok, *why))
+    return rows

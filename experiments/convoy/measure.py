@@ -1,0 +1,124 @@
+"""Convoy effect, measurement: one thread that sleeps ``io_sleep_s`` per iteration next to one
+CPU-bound thread, under the point's interpreter and ``sys.setswitchinterval``; interleaved in
+the same job (A B B A), the sleeping thread alone (role ``baseline``).
+
+With the GIL, a thread that wakes from ``time.sleep`` must get the GIL back from the counting
+thread, which holds it until the switch interval has passed since the waiter asked
+(python/cpython#90204, the convoy effect): each iteration takes the sleep plus up to one switch
+interval. Without the GIL (a free-threaded build, ``PYTHON_GIL=0``) it wakes on time when a CPU
+is free. Each window records every sleep iteration as a span with its ``latency_ms`` (how much
+longer than the sleep it took) and the window's median and 99th percentile of those (the
+distribution itself is in spans.csv); the counting thread's chunks are spans too, with the
+thread CPU time inside them (who held the CPU).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from experiments import interpreters
+from experiments.cli import cli_main
+from experiments.convoy import EXPERIMENT
+from experiments.params import check_min
+from experiments.results import Measured, RunResult, interleave
+from experiments.window import Meter
+
+TASKS = Path(interpreters.__file__).with_name("pytasks.py")
+
+
+@dataclass(frozen=True)
+class Params:
+    """One configuration point of the convoy experiment.
+
+    Raises:
+        ValueError: for a value below its minimum (the message names the field).
+    """
+
+    interpreter: str = field(default="default", metadata={"help": "label of an entry of config interpreters"})
+    switch_interval_ms: float = field(default=5.0, metadata={"help": "sys.setswitchinterval, in ms (default 5)"})
+    io_iterations: int = field(default=50, metadata={"help": "sleeps per window"})
+    io_sleep_s: float = field(default=0.01, metadata={"help": "seconds per sleep"})
+    cpu_chunk: int = field(default=200_000, metadata={"help": "loop iterations per counting span"})
+    neighbour: bool = field(default=True, metadata={"help": "run the CPU-bound thread (False: the sleeper alone)"})
+    repeats: int = 5
+    warmup: int = field(default=1, metadata={"help": "untimed windows before the repeats"})
+    sample_hz: float = 10.0
+
+    def cpus_requested(self) -> int:
+        """Two threads, one of them asleep most of the time: one CPU."""
+        return 1
+
+    def __post_init__(self) -> None:
+        check_min("switch_interval_ms", self.switch_interval_ms, 0.001)
+        check_min("io_sleep_s", self.io_sleep_s, 0.0001)
+        for name in ("io_iterations", "cpu_chunk", "repeats"):
+            check_min(name, getattr(self, name), 1)
+        check_min("warmup", self.warmup, 0)
+        check_min("sample_hz", self.sample_hz, 0.1)
+
+    def request(self) -> dict:
+        """The request :func:`experiments.pytasks.convoy` runs."""
+        keys = ("io_iterations", "io_sleep_s", "cpu_chunk", "neighbour")
+        return {"convoy": {**{k: getattr(self, k) for k in keys}, "switch_interval_s": self.switch_interval_ms / 1000}}
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The ``q``-th percentile (0-100) of ``values``, linear interpolation between order
+    statistics (``statistics.quantiles`` with ``method="inclusive"``, numpy's default)."""
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1] if q < 100 else max(values)
+
+
+class Runner:
+    """One side of a convoy point (with or without the CPU-bound thread), its interpreter started."""
+
+    def __init__(self, params: Params, meter: Meter, entry: dict) -> None:
+        self.params, self.meter = params, meter
+        self.child = interpreters.Child(entry, TASKS)
+        for _ in range(params.warmup):
+            self.child.ask(params.request())
+
+    def once(self) -> Measured:
+        """One window: the sleeper's iterations (and the neighbour's chunks)."""
+        p = self.params
+        with self.meter.window() as win:
+            reply = self.child.ask(p.request())
+        spans = [{**s, "start_s": s["start_s"] - win.t0, "end_s": s["end_s"] - win.t0} for s in reply["spans"]]
+        late = [s["latency_ms"] for s in spans if s["kind"] == "io"]
+        said = self.child.hello
+        row = {"io_iterations_per_s": p.io_iterations / win.wall_s, "python_version": said["version"]}
+        row |= {"gil_enabled": said["gil_enabled"], "latency_p50_ms": statistics.median(late)}
+        row["latency_p99_ms"] = percentile(late, 99)
+        return Measured(win, row, spans)
+
+    def close(self) -> None:
+        self.child.close()
+
+
+def run(params: Params, baseline: Params | None = None, host_files: dict | None = None) -> RunResult:
+    """Measure ``params.repeats`` rounds of the sleeping thread next to the CPU-bound one
+    (``point``) and alone (``baseline``), interleaved, under the point's interpreter.
+
+    Returns:
+        A :class:`~experiments.results.RunResult`: rows with ``wall_s`` (s),
+        ``io_iterations_per_s`` (iterations/s of the sleeper), ``latency_p50_ms`` and
+        ``latency_p99_ms`` (ms late per iteration, over the window's iterations),
+        ``python_version``, ``gil_enabled``, ``neighbour``; spans of kind ``io`` (each sleep
+        iteration, with ``latency_ms``) and ``cpu`` (counting chunks, with ``cpu_s``). Skipped
+        when the interpreter did not start, with the reason.
+    """
+    known = (host_files or {}).get("interpreters.json") or interpreters.collect(None)
+    entry = interpreters.find(known, params.interpreter)
+    if not entry["ok"]:
+        return RunResult.skipped(entry["reason"])
+    alone = dataclasses.replace(params, neighbour=False)
+    return interleave(lambda p, meter: Runner(p, meter, entry), dataclasses.replace(params, neighbour=True), alone)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point: ``python -m experiments.convoy --help``."""
+    return cli_main(EXPERIMENT.name, Params, run, __doc__.splitlines()[0], argv)
