@@ -134,6 +134,15 @@ def describe(entry: Mapping) -> str:
     return text
 
 
+def named(label: str, host: Mapping) -> str:
+    """``3.13t (CPython 3.13.5, free-threaded build, GIL off (PYTHON_GIL=0))``: a label with
+    :func:`describe` of its entry in ``host["interpreters"]`` (the label alone when absent)."""
+    for entry in host.get("interpreters", []):
+        if entry["label"] == label:
+            return f"{label} ({describe(entry)})"
+    return label
+
+
 def find(interpreters_json: Mapping, label: str) -> dict:
     """The probe of ``label`` in the content of ``interpreters.json``.
 

@@ -10,14 +10,7 @@ from matplotlib.figure import Figure
 
 from analysis.fidelity import check_row
 from analysis.plotting import PALETTE, plt
-from experiments.interpreters import describe
-
-
-def _name(label: str, host: dict) -> str:
-    for e in host.get("interpreters", []):
-        if e["label"] == label:
-            return f"{label} ({describe(e)})"
-    return label
+from experiments.interpreters import named
 
 
 def _ok(summary: pd.DataFrame) -> pd.DataFrame:
@@ -34,7 +27,7 @@ def findings(summary: pd.DataFrame, host: dict) -> list[str]:
     for _, r in ok.iterrows():
         gil = "GIL on" if bool(r.get("gil_enabled", True)) else "GIL off"
         out.append(
-            f"{_name(r['interpreter'], host)}, switch interval {r['switch_interval_ms']:g} ms ({gil}): a sleeping "
+            f"{named(r['interpreter'], host)}, switch interval {r['switch_interval_ms']:g} ms ({gil}): a sleeping "
             f"thread next to a CPU-bound thread woke {r['latency_p50_ms']:.2f} ms late at the median "
             f"(p99 {r['latency_p99_ms']:.2f} ms); its iterations ran at {r['speedup']:.2f}x "
             f"(95% CI {r['speedup_ci_low']:.2f}-{r['speedup_ci_high']:.2f}) the rate they run alone."

@@ -14,7 +14,7 @@ from analysis.fidelity import capacity_reason, speedup_check
 from analysis.findings import fmt_x, in_order, pick
 from analysis.plotting import SPEEDUP, noisy_mask, plt, yerr
 from experiments.gil import MODES, WORKLOADS
-from experiments.interpreters import DEFAULT, describe
+from experiments.interpreters import DEFAULT, named
 
 #: The label of the pipeline's own Python in the default config: the timeline's reference.
 DEFAULT_LABEL = DEFAULT[0]["label"]
@@ -74,12 +74,8 @@ def gil_on(summary: pd.DataFrame, label: str) -> bool:
 
 
 def name(label: str, host: dict) -> str:
-    """``3.13t (CPython 3.13.5, free-threaded build, GIL off (PYTHON_GIL=0))``; the label alone
-    where interpreters.json is not known."""
-    for e in host.get("interpreters", []):
-        if e["label"] == label:
-            return f"{label} ({describe(e)})"
-    return label
+    """``3.13t (CPython 3.13.5, free-threaded build, GIL off (PYTHON_GIL=0))``."""
+    return named(label, host)
 
 
 def _point_lines(summary: pd.DataFrame, label: str, prefix: str) -> list[str]:

@@ -10,15 +10,8 @@ from matplotlib.patches import Patch
 
 from analysis.findings import fmt_x, in_order
 from analysis.plotting import PALETTE, noisy_mask, plt, yerr
-from experiments.interpreters import describe
+from experiments.interpreters import named
 from experiments.singlethread import WORKLOADS
-
-
-def _name(label: str, host: dict) -> str:
-    for e in host.get("interpreters", []):
-        if e["label"] == label:
-            return f"{label} ({describe(e)})"
-    return label
 
 
 def _reference(host: dict) -> str:
@@ -37,7 +30,7 @@ def _measured(summary: pd.DataFrame, host: dict) -> pd.DataFrame:
 def findings(summary: pd.DataFrame, host: dict) -> list[str]:
     """Per interpreter and workload: one thread's speed over the reference's, and how much
     slower or faster that is."""
-    ref = _name(_reference(host), host)
+    ref = named(_reference(host), host)
     out = []
     for _, r in _measured(summary, host).iterrows():
         s = r["speedup"]
@@ -49,7 +42,7 @@ def findings(summary: pd.DataFrame, host: dict) -> list[str]:
         else:
             verdict = "not clearly different"
         out.append(
-            f"{_name(r['interpreter'], host)}: one thread of {WORKLOADS[r['workload']]} ran at {fmt_x(r)} "
+            f"{named(r['interpreter'], host)}: one thread of {WORKLOADS[r['workload']]} ran at {fmt_x(r)} "
             f"the speed of {ref}, {verdict}."
         )
     return out
