@@ -49,7 +49,7 @@ IGNORE = shutil.ignore_patterns(
 #: and the config section it adds for it: one folder and a config section, nothing else.
 FIXTURE_EXPERIMENT = ROOT / "tests" / "fixtures" / "nap"
 FIXTURE_CONFIG = (
-    "experiments: [workload, gil, singlethread, convoy, multiprocessing, dataloader, intraop, jit, nap]\n"
+    "experiments: [workload, gil, convoy, multiprocessing, dataloader, intraop, jit, nap]\n"
     + "nap:\n  sleepers: [1, 2]\n"
 )
 FIXTURE_FIGURES = ("nap_speedup",)
