@@ -53,6 +53,24 @@ FIXTURE_CONFIG = (
     + "nap:\n  sleepers: [1, 2]\n"
 )
 FIXTURE_FIGURES = ("nap_speedup",)
+
+
+def e2e_figures() -> list[str]:
+    """The figures the end-to-end run draws: those of the experiments in its config's list (the
+    fixture's included), then those of the whole run."""
+    import yaml
+
+    from analysis.figures import HOST_FIGURES
+    from experiments import registry
+
+    ran = yaml.safe_load(FIXTURE_CONFIG)["experiments"]
+    found = registry.experiments()
+    return [f for name in ran if name in found for f in found[name].spec.all_figures] + [
+        *FIXTURE_FIGURES,
+        *HOST_FIGURES,
+    ]
+
+
 #: The end-to-end run's config files (config.yaml is always read first).
 QUICK_CONFIG = ["--configfile", "config.quick.yaml", "nap.yaml"]
 

@@ -12,9 +12,7 @@ import os
 import shutil
 
 import pytest
-from conftest import FIXTURE_FIGURES
-
-from analysis.figures import all_figures
+from conftest import e2e_figures
 
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
 
@@ -78,7 +76,7 @@ def test_report_in_headless_chromium(quick_run, tmp_path):
     assert failed == []
     # the page itself is the only request: images are inlined, nothing comes from a network
     assert [r for r in requests if not r.startswith("data:")] == [report.as_uri()]
-    expected = len(all_figures()) + len(FIXTURE_FIGURES)  # the run adds the fixture experiment
+    expected = len(e2e_figures())  # the run's experiments, the fixture's included
     assert len(images) == expected
     for img in images:
         assert img["complete"] and img["width"] > 0, img["alt"]

@@ -16,10 +16,9 @@ import pandas as pd
 import psutil
 import pytest
 import yaml
-from conftest import FIXTURE_CONFIG, FIXTURE_FIGURES, IGNORE, QUICK_CONFIG, ROOT
+from conftest import FIXTURE_CONFIG, IGNORE, QUICK_CONFIG, ROOT, e2e_figures
 from helpers import snakemake_in, venv_env
 
-from analysis.figures import all_figures
 from analysis.trace import validate_trace
 from experiments import registry
 
@@ -241,7 +240,7 @@ def test_snakemake_report_collects_every_figure(quick_run, tmp_path):
     proc = snakemake_in(quick_run, "--cores", "4", *QUICK_CONFIG, "--config", "host=e2e", "--report", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
     names = zipfile.ZipFile(out).namelist()
-    for fig in [*all_figures(), *FIXTURE_FIGURES]:
+    for fig in e2e_figures():
         assert any(n.endswith(f"/{fig}.png") for n in names), fig
 
 
@@ -290,7 +289,7 @@ def test_compare_with_a_one_cpu_host(quick_run, tmp_path):
     assert (gil["ratio_per_cpu"] == gil["ratio"] * 2).all()
     assert set(gil["verdict"]) <= {"faster", "slower", "no significant difference"}
     others = c[~c["experiment"].isin(["gil", "workload"]) & (c["host"] == "e2e-1cpu")]
-    ran = set(yaml.safe_load(FIXTURE_CONFIG)["experiments"]) - {"gil", "workload"}  # one row each
+    ran = set(RAN) - {"gil", "workload"}  # one row each (the fixture nap is not compared)
     assert others["reason"].str.contains("was not run on e2e-1cpu").all() and set(others["experiment"]) == ran
     assert len(others) == len(ran)
     # the workload: its verification compared across hosts; each host's recommendation side by side
