@@ -84,7 +84,7 @@ def add_fixture_experiment(work: Path) -> None:
 @pytest.fixture(scope="session")
 def quick_run(tmp_path_factory) -> Path:
     """A temporary copy of the repository, plus the fixture experiment, after ``snakemake
-    --cores 4 --configfile config.quick.yaml nap.yaml --config host=e2e`` (about 4 minutes on 2
+    --cores 4 --configfile config.quick.yaml nap.yaml --config host=e2e`` (about 5 minutes on 2
     CPUs), shared by the end-to-end and browser tests. The copy lives under a path with a space
     and a non-ASCII character: every path that reaches a shell command must be quoted."""
     base = tmp_path_factory.mktemp("e2e")
