@@ -143,6 +143,13 @@ def named(label: str, host: Mapping) -> str:
     return label
 
 
+def known(host_files: Mapping | None) -> dict:
+    """The content of ``interpreters.json`` from a job's host files; the default interpreter,
+    probed now, only when the job was given none (a measurement module run by hand)."""
+    given = (host_files or {}).get("interpreters.json")
+    return given if given else collect(None)
+
+
 def find(interpreters_json: Mapping, label: str) -> dict:
     """The probe of ``label`` in the content of ``interpreters.json``.
 

@@ -111,7 +111,7 @@ def run(params: Params, baseline: Params | None = None, host_files: dict | None 
         iteration, with ``latency_ms``) and ``cpu`` (counting chunks, with ``cpu_s``). Skipped
         when the interpreter did not start, with the reason.
     """
-    known = (host_files or {}).get("interpreters.json") or interpreters.collect(None)
+    known = interpreters.known(host_files)
     entry = interpreters.find(known, params.interpreter)
     if not entry["ok"]:
         return RunResult.skipped(entry["reason"])

@@ -142,9 +142,7 @@ def run(params: Params, baseline: Params | None = None, host_files: dict | None 
         described in the module docstring, with ``cpu_s`` (s of thread CPU time). A point whose
         interpreter is missing or does not start is skipped with the probe's reason.
     """
-    probe = interpreters.find(
-        (host_files or {}).get("interpreters.json", interpreters.collect(None)), params.interpreter
-    )
+    probe = interpreters.find(interpreters.known(host_files), params.interpreter)
     if not probe["ok"]:
         return RunResult.skipped(probe["reason"])
     return interleave(lambda p, meter: Runner(p, meter, probe), params, baseline)

@@ -101,7 +101,7 @@ def run(params: Params, baseline: Params | None = None, host_files: dict | None 
         ``gil_enabled``. Skipped: the reference itself, or an interpreter (either) that did not
         start, with the reason.
     """
-    known = (host_files or {}).get("interpreters.json") or interpreters.collect(None)
+    known = interpreters.known(host_files)
     entries = {e["label"]: e for e in known["interpreters"]}
     reference = known["interpreters"][0]
     if params.interpreter == reference["label"]:
