@@ -15,7 +15,8 @@
 #       ... samples.csv (CPU samples), spans.csv (work spans), job.json (job timing)
 #   results/<host>/<experiment>/{replicates,summary,spans,samples}.csv, findings.json
 #   results/<host>/fidelity.csv                               measured ratios against theory
-#   results/<host>/run.json, jobs.csv                         run duration, share measured; job schedule
+#   results/<host>/run.json, jobs.csv                         run duration, share measured, contention; job schedule
+#   results/<host>/interference.csv                           other processes that took CPU while points were measured
 #   results/<host>/figures/<figure>.png
 #   results/<host>/traces/<experiment>.json, traces/jobs.json Chrome trace events (Perfetto)
 #   results/<host>/report.html, results/<host>/report.md

@@ -103,6 +103,11 @@ def point_args(wildcards):
     # swept keys that no config section holds (the interpreter's label)
     args.update({k: v for k, v in point.items() if k not in args})
     args["max_oversubscription"] = config["max_oversubscription"]
+    rounds = config["rounds"]
+    args["rounds_target_ci_pct"] = rounds["target_ci_pct"]
+    args["rounds_budget_s"] = rounds["budget_s"]
+    args["rounds_max"] = rounds["max_rounds"]
+    args["rounds_workers"] = rounds["workers"]
     text = " ".join(
         f"--{k.replace('_', '-')} {shlex.quote(str(v))}" for k, v in args.items()
     )
@@ -238,6 +243,7 @@ def report_inputs(wildcards):
         "config": f"results/{host}/config.yaml",
         "fidelity": f"results/{host}/fidelity.csv",
         "run": f"results/{host}/run.json",
+        "interference": f"results/{host}/interference.csv",
         "summaries": [],
         "findings": [],
         "figures": [f"results/{host}/figures/{fig}.png" for fig in RUN_FIGURES],

@@ -225,7 +225,7 @@ def cmd_fidelity(args) -> int:
     summaries = {}
     for path in args.summaries:  # results/<host>/<experiment>/summary.csv
         summaries[Path(path).parent.name] = read_table(path, Path(path).parent.name)
-    table = checks(summaries, selfcheck, int(host["available_cpus"]), args.sample_hz)
+    table = checks(summaries, selfcheck, int(host["available_cpus"]), args.sample_hz, host)
     write_frame(Path(args.out), table)
     for _, r in table.iterrows():
         print(f"{r['verdict']:5} {r['check']}: {r['measured']:.3g} (expected {r['expected']})", file=sys.stderr)
@@ -233,14 +233,17 @@ def cmd_fidelity(args) -> int:
 
 
 def cmd_runinfo(args) -> int:
-    from analysis.runinfo import job_intervals, job_label, run_timing
+    from analysis.runinfo import contention, interference_table, job_intervals, job_label, run_timing
 
     host = json.loads(Path(args.host_json).read_text())
     jobs = [json.loads(Path(p).read_text()) for p in args.jobs]
     metrics = [read_table(Path(p).with_name("metrics.csv")) for p in args.jobs]
-    write_json(Path(args.out), run_timing(jobs, metrics, host))
+    labels = [job_label(p) for p in args.jobs]
+    write_json(Path(args.out), run_timing(jobs, metrics, host) | {"contention": contention(metrics, jobs, host)})
     if args.jobs_csv:
-        write_frame(Path(args.jobs_csv), job_intervals([job_label(p) for p in args.jobs], jobs, metrics))
+        write_frame(Path(args.jobs_csv), job_intervals(labels, jobs, metrics))
+    if args.interference_csv:
+        write_frame(Path(args.interference_csv), interference_table(labels, jobs))
     return 0
 
 
@@ -274,6 +277,9 @@ def _parser() -> argparse.ArgumentParser:
     ri.add_argument("--host-json", required=True)
     ri.add_argument("--out", required=True)
     ri.add_argument("--jobs-csv", default=None, help="also write every job's phases and windows (jobs.csv)")
+    ri.add_argument(
+        "--interference-csv", default=None, help="also write the other processes that used the CPUs (interference.csv)"
+    )
     ri.add_argument("jobs", nargs="+", help="job.json of every measurement job")
     st = sub.add_parser("status", help="every point's status (status.csv); exit 1 if any failed or timed out")
     st.add_argument("--out", required=True)

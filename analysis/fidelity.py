@@ -27,7 +27,8 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from analysis.findings import pick
+from analysis.capacity import causes
+from analysis.findings import call, pick
 from experiments import registry
 
 #: CPU time the sampler may spend per sample (ms): 1% of one CPU at 10 samples/s.
@@ -63,7 +64,7 @@ def speedup_check(
     Args:
         holds: whether a measured speedup agrees with theory.
         reason_warn: the reason of a warning, or a function of the summary row and the speedup
-            that explains it from what was measured (e.g. :func:`capacity_reason`).
+            that explains it from what was measured (e.g. :func:`analysis.capacity.capacity_reason`).
     """
     r = pick(summary, **where)
     s = r["speedup"] if r is not None else None
@@ -73,28 +74,19 @@ def speedup_check(
     return check_row(check, expected, s, ok, reason_ok, warn, ci)
 
 
-def capacity_reason(r: pd.Series | None, s: float | None, n: int, generic: str) -> str:
-    """Why a scaling check warned, from the point's own CPU utilisation: if the CPUs were busy
-    but the work did not go faster, each CPU delivered only part of a core. Else ``generic``."""
-    util = r.get("cpu_util_pct") if r is not None else None
-    if s is not None and util is not None and np.isfinite(util) and util >= 70 and n > 1:
-        per_cpu = 100.0 * s / n
-        return (
-            f"the CPUs were {util:.0f}% busy yet the work ran only {s:.2f}x faster: each of the {n} CPUs "
-            f"delivered about {per_cpu:.0f}% of a full core (SMT siblings, host throttling or steal)"
-        )
-    return generic
-
-
 def sampler_checks(selfcheck: pd.DataFrame | None, ncpu: int, sample_hz: float) -> list[dict]:
-    """The sampler against a busy loop, and its own cost (see the module docstring)."""
+    """The sampler against a busy loop, and its own cost (see the module docstring). Where the
+    loop got less than 90% of a CPU, the reason names what was measured to take the rest (steal,
+    other processes) or says that nothing inside the machine did."""
     busy = selfcheck[(selfcheck["load"] == "busy") & (selfcheck["role"] == "point")] if selfcheck is not None else None
     has = busy is not None and len(busy) > 0
     m = float(np.median(busy["sampler_tree_pct"])) if has else None
     kernel = float(np.median(busy["process_cpu_pct"])) if has else float("nan")
     ideal = 100.0 / ncpu
     got = f"the loop got {kernel / ideal:.0%} of a CPU"
-    short = f"; {got}: the host did not deliver a whole CPU (steal time or other load)"
+    found = causes({c: np.median(busy[c]) for c in ("interference_pct", "steal_pct") if c in busy}) if has else []
+    why = "; ".join(found) or "no steal time and no other process was measured inside the machine"
+    short = f"; {got}: the host did not deliver a whole CPU ({why})"
     rows = [
         check_row(
             "sampler: one busy-looping process",
@@ -122,16 +114,22 @@ def sampler_checks(selfcheck: pd.DataFrame | None, ncpu: int, sample_hz: float) 
 
 
 def checks(
-    summaries: dict[str, pd.DataFrame | None], selfcheck: pd.DataFrame | None, ncpu: int, sample_hz: float
+    summaries: dict[str, pd.DataFrame | None],
+    selfcheck: pd.DataFrame | None,
+    ncpu: int,
+    sample_hz: float,
+    host: dict | None = None,
 ) -> pd.DataFrame:
     """Run every check: each registered experiment's (its summary, or None if it was not run,
-    which gives ``n/a`` rows), then the sampler's.
+    which gives ``n/a`` rows), then the sampler's. A package's ``fidelity`` hook takes
+    ``summary`` and ``ncpu`` and, if it names it, ``host`` (host.json: quota, SMT siblings).
 
     Args:
         summaries: experiment -> summary table (``analysis.stats.summarise``).
         selfcheck: the self-check's metrics rows (``experiments.selfcheck``) or None.
         ncpu: available CPUs of the host.
         sample_hz: the sampler's rate (samples/s).
+        host: host.json.
 
     Returns:
         One row per check with columns :data:`COLUMNS`.
@@ -140,6 +138,6 @@ def checks(
     for name, exp in registry.experiments().items():
         module = exp.analysis()
         if hasattr(module, "fidelity"):
-            rows += module.fidelity(summaries.get(name), ncpu)
+            rows += call(module.fidelity, summary=summaries.get(name), ncpu=ncpu, host=host or {"available_cpus": ncpu})
     rows += sampler_checks(selfcheck, ncpu, sample_hz)
     return pd.DataFrame(rows, columns=COLUMNS)

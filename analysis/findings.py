@@ -51,6 +51,28 @@ def best_row(summary: pd.DataFrame) -> pd.Series:
     return flagged.iloc[0] if len(flagged) else summary.loc[summary["median"].idxmax()]
 
 
+def winner(summary: pd.DataFrame) -> pd.Series | None:
+    """The group's clear winner: the row flagged ``best`` whose speedup's 95% CI lies above 1
+    (:func:`analysis.stats.summarise`), or the baseline when every other measured point's CI
+    lies below 1; None when some point's interval holds 1 and none clears it, which findings
+    call "no clear winner"."""
+    if "best" not in summary or summary.empty:
+        return None
+    flagged = summary[summary["best"] & (summary["speedup_ci_low"] > 1)]
+    if len(flagged):
+        return flagged.iloc[0]
+    base = summary[summary["speedup_source"] == "baseline"] if "speedup_source" in summary else summary.iloc[0:0]
+    others = summary[summary["speedup"].notna() & (summary["speedup_source"] != "baseline")]
+    if len(base) and len(others) and (others["speedup_ci_high"] < 1).all():
+        return base.iloc[0]
+    return None
+
+
+def slower(summary: pd.DataFrame) -> pd.DataFrame:
+    """The points clearly slower than their baseline (speedup CI below 1)."""
+    return summary[summary["speedup_ci_high"] < 1] if "speedup_ci_high" in summary else summary.iloc[0:0]
+
+
 def pick(summary: pd.DataFrame | None, **where) -> pd.Series | None:
     """The first row whose columns equal ``where`` (typed values), or None."""
     if summary is None:

@@ -1,6 +1,6 @@
 """Shared chart style and helpers; every figure of every experiment is drawn with these.
 
-Every measured quantity is drawn with its uncertainty: error bars span the 95% bootstrap
+Every measured quantity is drawn with its uncertainty: error bars span the 95%
 confidence interval of the median; points flagged noisy (IQR > 10% of the median) get a hollow
 marker or hatching. Colours are the Okabe-Ito colour-blind-safe palette. The backend is Agg
 (headless), set before pyplot is imported.
@@ -80,7 +80,7 @@ def speedup_note(fig: Figure, extra: str = "", noisy: str = "Hollow") -> None:
         0.01,
         0.005,
         "Speedup: median of per-round ratios to the baseline measured interleaved in the same job; "
-        f"error bars: 95% bootstrap CI. {noisy}: noisy (IQR > 10% of median)." + extra,
+        f"error bars: 95% CI. {noisy}: noisy (IQR > 10% of median)." + extra,
         fontsize=7.5,
         color="#555555",
     )

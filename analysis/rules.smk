@@ -44,13 +44,14 @@ rule run_info:
     output:
         run="results/{host}/run.json",
         jobs="results/{host}/jobs.csv",
+        interference="results/{host}/interference.csv",
     log:
         "logs/{host}/run_info.log",
     conda:
         "../environment.yml"
     shell:
         "python -m analysis runinfo --host-json {input.host:q} --out {output.run:q} --jobs-csv {output.jobs:q}"
-        " {input.jobs:q} > {log:q} 2>&1"
+        " --interference-csv {output.interference:q} {input.jobs:q} > {log:q} 2>&1"
 
 
 rule figure:

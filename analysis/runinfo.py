@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from experiments.window import CONTENDED_PCT
+
 
 def run_timing(jobs: list[dict], metrics: list[pd.DataFrame], host: dict) -> dict:
     """Summarise the measurement phase.
@@ -45,6 +47,92 @@ def run_timing(jobs: list[dict], metrics: list[pd.DataFrame], host: dict) -> dic
         "measured_share_pct": 100.0 * measured / phase if phase > 0 else float("nan"),
         "measurement_jobs": len(jobs),
         "overhead_per_job_s": (job_s - measured) / len(jobs),
+    }
+
+
+#: Columns of ``interference.csv`` (:func:`interference_table`).
+INTERFERENCE_COLUMNS = ["pid", "name", "cmdline", "points", "windows", "cpu_pct_median", "cpu_pct_max", "labels"]
+
+
+def interference_table(labels: list[str], jobs: list[dict]) -> pd.DataFrame:
+    """The processes outside the pipeline's jobs that used the most CPU while points were
+    measured, from every job.json's ``others`` (per window, the top 3 of that window).
+
+    Returns:
+        One row per process (pid and name), most CPU first: ``points`` (jobs in whose windows
+        it was among the top), ``windows``, ``cpu_pct_median`` and ``cpu_pct_max`` (% of one
+        CPU over a window, over the windows it was seen in), ``labels`` (the first three
+        points, ``;``-separated); columns :data:`INTERFERENCE_COLUMNS`.
+    """
+    rows = [
+        {**o, "job": label}
+        for label, j in zip(labels, jobs)
+        for o in (j.get("others") or [])
+        if o.get("pid") is not None
+    ]
+    if not rows:
+        return pd.DataFrame(columns=INTERFERENCE_COLUMNS)
+    df = pd.DataFrame(rows)
+    out = (
+        df.groupby(["pid", "name"], sort=False)
+        .agg(
+            cmdline=("cmdline", "first"),
+            points=("job", "nunique"),
+            windows=("cpu_pct", "size"),
+            cpu_pct_median=("cpu_pct", "median"),
+            cpu_pct_max=("cpu_pct", "max"),
+            labels=("job", lambda x: "; ".join(list(dict.fromkeys(x))[:3])),
+        )
+        .reset_index()
+    )
+    out["_weight"] = out["cpu_pct_median"] * out["windows"]
+    return out.sort_values("_weight", ascending=False).drop(columns="_weight")[INTERFERENCE_COLUMNS]
+
+
+def contention(metrics: list[pd.DataFrame], jobs: list[dict], host: dict) -> dict:
+    """How much of the run was contended and what it did to the numbers (run.json).
+
+    Returns:
+        ``windows``, ``contended_windows``, ``contended_time_pct`` (share of measured time in
+        contended windows), ``points``, ``contended_points`` (jobs whose median window was
+        contended, as summary.csv's ``contended``),
+        ``other_cpu_median`` (CPUs other processes used in the contended windows, median),
+        ``cpus_left`` (available CPUs minus that: what CPU-bound work could use then),
+        ``steal_pct_median`` and ``throttled_s`` (sum) over every window, and ``rounds``:
+        how many jobs' rounds ended for each reason (:data:`experiments.rounds.STOPPED`).
+    """
+    frames = [m for m in metrics if len(m) and "wall_s" in m]
+    w = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["wall_s"])
+    w = w[w["status"] == "ok"] if "status" in w else w
+    wall = pd.to_numeric(w["wall_s"], errors="coerce").fillna(0.0)
+    contended = w["contended"].fillna(False).astype(bool) if "contended" in w else pd.Series(False, index=w.index)
+    other = pd.to_numeric(w.get("interference_pct", pd.Series(dtype=float)), errors="coerce")
+    ncpu = host.get("available_cpus") or 1
+    other_cpu = float(other[contended].median() / 100) if contended.any() else 0.0
+    per_job = [
+        bool(pd.to_numeric(m["interference_pct"], errors="coerce").median() > CONTENDED_PCT)
+        if "interference_pct" in m
+        else False
+        for m in frames
+    ]
+    stopped = pd.Series([(j.get("rounds") or {}).get("stopped") for j in jobs], dtype=object).dropna()
+
+    def median(col):
+        v = pd.to_numeric(w[col], errors="coerce").dropna() if col in w else pd.Series(dtype=float)
+        return float(v.median()) if len(v) else None
+
+    throttled = pd.to_numeric(w["throttled_s"], errors="coerce").dropna() if "throttled_s" in w else None
+    return {
+        "windows": int(len(w)),
+        "contended_windows": int(contended.sum()),
+        "contended_time_pct": float(100.0 * wall[contended].sum() / wall.sum()) if wall.sum() > 0 else 0.0,
+        "points": len(frames),
+        "contended_points": int(sum(per_job)),
+        "other_cpu_median": other_cpu,
+        "cpus_left": max(0.0, ncpu - other_cpu),
+        "steal_pct_median": median("steal_pct"),
+        "throttled_s": float(throttled.sum()) if throttled is not None and len(throttled) else None,
+        "rounds": {str(k): int(v) for k, v in stopped.value_counts().items()},
     }
 
 

@@ -1,16 +1,18 @@
-"""Per-point statistics: median, IQR, bootstrap confidence intervals, speedup, efficiency.
+"""Per-point statistics: median, IQR, confidence intervals, speedup, efficiency.
 
 Definitions (per configuration point, over its ``ok`` replicates of the throughput metric):
 
 * ``median``; ``q1``, ``q3`` (25th/75th percentiles, linear interpolation); ``iqr = q3 - q1``;
   ``iqr_pct = 100 * iqr / median``; ``noisy`` when ``iqr_pct > 10``.
-* ``ci_low``, ``ci_high``: 95% bootstrap confidence interval of the median
-  (``scipy.stats.bootstrap``, percentile method, 2000 resamples, fixed seed); NaN with fewer
-  than 2 replicates.
+* ``ci_low``, ``ci_high``: 95% distribution-free confidence interval of the median from order
+  statistics (:mod:`experiments.intervals`; Conover 1999; equal to
+  ``scipy.stats.quantile_test``'s); NaN with fewer than 6 replicates, where no pair of order
+  statistics covers 95%. The percentile bootstrap this replaced was too narrow with few
+  replicates: it covered the median 75% of the time with 3 and about 82% with 9.
 * ``speedup``: with a baseline measured interleaved inside the point's own job
   (``role == "baseline"``, ``speedup_source = "interleaved"``), the median over rounds of the
   paired ratio ``point_r / baseline_r`` (the two windows of a round are adjacent in time),
-  with a 95% bootstrap interval of that median. Pairing matters on shared machines: here the
+  with the same distribution-free 95% interval of that median. Pairing matters on shared machines: here the
   host switched between states in which the same loop ran 2x faster or slower for seconds at
   a time, and on one quick run's data the ratio of medians gave 0.745x for two GIL-bound
   threads where the paired median gave 0.98x. ``speedup_ratio_of_medians`` =
@@ -29,10 +31,11 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from experiments import registry
+from analysis.capacity import capacity_columns
+from experiments import intervals, registry
 from experiments.declare import Experiment
 
-CONFIDENCE = 0.95
+CONFIDENCE = intervals.CONFIDENCE
 N_RESAMPLES = 2000
 NOISY_IQR_PCT = 10.0
 
@@ -41,16 +44,12 @@ SPEEDUP_COLUMNS = ["baseline_median", "speedup_ratio_of_medians", "speedup", "sp
 
 
 def median_ci(x: np.ndarray, seed: int = 0) -> tuple[float, float]:
-    """95% percentile-bootstrap confidence interval of the median of ``x`` (1-D)."""
-    x = np.asarray(x, dtype=float)
-    if len(x) < 2:
-        return np.nan, np.nan
-    if np.all(x == x[0]):  # no spread: the bootstrap distribution is degenerate
-        return float(x[0]), float(x[0])
-    res = stats.bootstrap(
-        (x,), np.median, confidence_level=CONFIDENCE, n_resamples=N_RESAMPLES, method="percentile", rng=seed
-    )
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+    """95% distribution-free confidence interval of the median of ``x`` (1-D): the order
+    statistics of :func:`experiments.intervals.median_ci` (Conover 1999, section 3.2; the same
+    as ``scipy.stats.quantile_test(x).confidence_interval()``); ``(nan, nan)`` with fewer than
+    6 values, for which no such interval reaches 95%. ``seed`` is unused (kept for callers of
+    the bootstrap this replaced)."""
+    return intervals.median_ci(np.asarray(x, dtype=float))
 
 
 def _ratio_of_medians(a, b, axis=-1):
@@ -114,23 +113,23 @@ def _flags(spec: Experiment, grp: pd.DataFrame, ok: pd.DataFrame) -> dict:
     return row
 
 
-def _point_row(spec: Experiment, point: dict, grp: pd.DataFrame, baselines: pd.DataFrame) -> dict:
+def _point_row(spec: Experiment, point: dict, grp: pd.DataFrame, baselines: pd.DataFrame, jobs: pd.DataFrame) -> dict:
     """One summary row, with the arrays the speedup needs under private ``_`` keys."""
     ok = grp[grp["status"] == "ok"]
     values = ok["value"].to_numpy(dtype=float)
     row = {**point, "metric": grp["metric"].iloc[0], **_metric_stats(values, grp)}
     row["cpu_util_pct"] = float(np.median(ok["cpu_util_pct"])) if len(ok) else np.nan
     row["noisy"] = bool(row["iqr_pct"] > NOISY_IQR_PCT) if np.isfinite(row["iqr_pct"]) else False
-    row["contended"] = bool(ok["contended"].fillna(False).astype(bool).any()) if "contended" in ok else False
-    has_interference = "interference_pct" in ok and len(ok)
-    row["interference_pct"] = float(np.median(ok["interference_pct"].astype(float))) if has_interference else np.nan
+    row |= capacity_columns(ok, jobs[jobs["source"].isin(grp["source"])] if "source" in jobs else grp)
     over = grp["oversubscribed"].fillna(False).astype(bool).any() if "oversubscribed" in grp else False
     row["oversubscribed"] = bool(over)
     row |= _flags(spec, grp, ok)
     own_base = baselines[baselines["source"].isin(grp["source"])]
-    paired = ok[["repeat", "value"]].merge(own_base[["repeat", "value"]], on="repeat", suffixes=("", "_base"))
+    cols = ["repeat", "value", *(["worker"] if "worker" in ok else [])]
+    paired = ok[cols].merge(own_base[["repeat", "value"]], on="repeat", suffixes=("", "_base"))
     row["_values"], row["_base_values"] = values, own_base["value"].to_numpy(dtype=float)
     row["_ratios"] = (paired["value"] / paired["value_base"]).to_numpy(dtype=float)
+    row["_workers"] = paired["worker"].fillna(0).to_numpy() if "worker" in paired else np.zeros(len(paired))
     row["_is_base"] = spec.is_baseline(point)
     return row
 
@@ -156,6 +155,64 @@ def _speedup(r: pd.Series, group_base: np.ndarray) -> tuple[str, list[float]]:
     return source, [float(np.median(base)), ratio_of_medians, speedup, lo, hi]
 
 
+#: Standard error of a sample median over that of the mean for normal data, sqrt(pi / 2)
+#: (the median's asymptotic efficiency 2 / pi; Kendall and Stuart, *The Advanced Theory of
+#: Statistics*, vol. 1, section 10.10).
+MEDIAN_SE = float(np.sqrt(np.pi / 2))
+
+
+def worker_chi2(ratios: np.ndarray, workers: np.ndarray) -> tuple[float, int]:
+    """How far a point's per-worker median log ratios lie apart, against what their rounds
+    let on: ``(chi2, df)`` with ``chi2 = sum_w (m_w - m)^2 / se_w^2``, ``m_w`` the median log
+    ratio of worker ``w``, ``se_w = sqrt(pi/2) s / sqrt(n_w)`` (``s`` the pooled within-worker
+    standard deviation), ``m`` their inverse-variance mean, ``df`` = workers - 1. ``(0, 0)``
+    with fewer than 2 workers of 2 rounds, or no spread within them."""
+    logs = np.log(np.asarray(ratios, dtype=float))
+    ws = np.asarray(workers)
+    groups = [logs[ws == w] for w in np.unique(ws)]
+    groups = [g[np.isfinite(g)] for g in groups]
+    groups = [g for g in groups if len(g) >= 2]
+    dof = sum(len(g) - 1 for g in groups)
+    if len(groups) < 2 or dof == 0:
+        return 0.0, 0
+    s = np.sqrt(sum(((g - g.mean()) ** 2).sum() for g in groups) / dof)
+    if s == 0:
+        return 0.0, 0
+    se = np.array([MEDIAN_SE * s / np.sqrt(len(g)) for g in groups])
+    m = np.array([np.median(g) for g in groups])
+    centre = np.sum(m / se**2) / np.sum(1 / se**2)
+    return float(np.sum((m - centre) ** 2 / se**2)), len(groups) - 1
+
+
+def worker_scale(summary: pd.DataFrame) -> float:
+    """The factor by which an experiment's speedup intervals are widened for the spread
+    between worker processes (:mod:`experiments.workers`): the Particle Data Group's scale
+    factor ``S = sqrt(chi2 / df)`` pooled over the experiment's interleaved points
+    (:func:`worker_chi2`; Review of Particle Physics, Introduction, section 5.2.2, after R. T.
+    Birge, Phys. Rev. 40, 207, 1932), at least 1. 1 where no point was measured in 2 or more
+    workers."""
+    chi2 = dof = 0
+    for _, r in summary.iterrows():
+        if r["_is_base"] or not len(r["_ratios"]) or r["speedup_source"] != "interleaved":
+            continue
+        c, d = worker_chi2(r["_ratios"], r["_workers"])
+        chi2, dof = chi2 + c, dof + d
+    return float(np.sqrt(max(1.0, chi2 / dof))) if dof else 1.0
+
+
+def _widen(summary: pd.DataFrame) -> None:
+    """Widen the interleaved speedups' intervals by ``worker_scale``, on the log scale around
+    the speedup: ``low' = speedup (low / speedup)^S``, ``high' = speedup (high / speedup)^S``."""
+    for idx, r in summary.iterrows():
+        scale, sp = r["worker_scale"], r["speedup"]
+        if scale <= 1 or r["speedup_source"] != "interleaved" or not (np.isfinite(sp) and sp > 0):
+            continue
+        lo, hi = r["speedup_ci_low"], r["speedup_ci_high"]
+        if np.isfinite(lo) and lo > 0 and np.isfinite(hi) and hi > 0:
+            summary.loc[idx, "speedup_ci_low"] = sp * (lo / sp) ** scale
+            summary.loc[idx, "speedup_ci_high"] = sp * (hi / sp) ** scale
+
+
 def _groups(summary: pd.DataFrame, spec: Experiment):
     return summary.groupby(list(spec.group), sort=False) if spec.group else [((), summary)]
 
@@ -179,11 +236,13 @@ def summarise(replicates: pd.DataFrame, experiment: str) -> pd.DataFrame:
     Returns:
         One row per point, sorted by the swept keys: ``experiment``, the keys, ``metric``,
         ``status``, ``reason``, ``n``, ``median``, ``q1``, ``q3``, ``iqr``, ``iqr_pct``,
-        ``ci_low``, ``ci_high``, ``cpu_util_pct`` (median), ``noisy``, ``contended`` (any
-        replicate whose interference exceeded 10% of one CPU), ``interference_pct`` (median, %
-        of one CPU), ``oversubscribed``, each declared extra column with ``<column>_ci_low`` and
-        ``<column>_ci_high``, each declared flag, ``speedup_source`` (interleaved, separate jobs,
-        baseline; empty where the point or its baseline has no ok replicate),
+        ``ci_low``, ``ci_high``, ``cpu_util_pct`` (median), ``noisy``, the capacity columns of
+        :func:`capacity_columns` (``contended``, ``interference_pct``, ``steal_pct``,
+        ``throttled_s``, ``cpu_freq_mhz``, ``top_other``, ``top_other_pid``,
+        ``top_other_cpu_pct``, ``rounds_stopped``), ``oversubscribed``, each declared extra column
+        with ``<column>_ci_low`` and ``<column>_ci_high``, each declared flag, ``speedup_source``
+        (interleaved, separate jobs, baseline; empty where the point or its baseline has no ok
+        replicate),
         :data:`SPEEDUP_COLUMNS`, ``best`` and ``parallel_efficiency`` (see the module docstring).
 
     Raises:
@@ -194,7 +253,7 @@ def summarise(replicates: pd.DataFrame, experiment: str) -> pd.DataFrame:
     reps = replicates if "role" in replicates else replicates.assign(role="point")
     baselines = reps[(reps["role"] == "baseline") & (reps["status"] == "ok")]
     points = reps[reps["role"] == "point"]
-    rows = [_point_row(spec, dict(zip(keys, kv)), g, baselines) for kv, g in points.groupby(keys, sort=True)]
+    rows = [_point_row(spec, dict(zip(keys, kv)), g, baselines, reps) for kv, g in points.groupby(keys, sort=True)]
     summary = pd.DataFrame(rows)
     for _, grp in _groups(summary, spec):
         base = grp[grp["_is_base"]]
@@ -203,6 +262,8 @@ def summarise(replicates: pd.DataFrame, experiment: str) -> pd.DataFrame:
             source, values = _speedup(r, group_base)
             summary.loc[idx, "speedup_source"] = source
             summary.loc[idx, SPEEDUP_COLUMNS] = values
+    summary["worker_scale"] = worker_scale(summary)
+    _widen(summary)
     summary["best"] = False
     for _, grp in _groups(summary, spec):
         best = _best(grp)
@@ -213,4 +274,4 @@ def summarise(replicates: pd.DataFrame, experiment: str) -> pd.DataFrame:
         for s, r in zip(summary["speedup"], summary[keys].to_dict("records"))
     ]
     summary.insert(0, "experiment", experiment)
-    return summary.drop(columns=["_values", "_base_values", "_ratios", "_is_base"])
+    return summary.drop(columns=["_values", "_base_values", "_ratios", "_workers", "_is_base"])

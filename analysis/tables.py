@@ -32,8 +32,11 @@ BOOL, INT, FLOAT, STR = "bool", "int", "float", "str"
 #: samples, fidelity, jobs, comparison files).
 KNOWN = {
     **dict.fromkeys(("host", "experiment", "role", "status", "reason", "metric", "source", "speedup_source"), STR),
+    **dict.fromkeys(("top_other", "rounds_stopped", "name", "cmdline", "capacity_note"), STR),
     **dict.fromkeys(("actor", "kind", "series", "check", "expected", "verdict", "job", "phase", "point"), STR),
-    **dict.fromkeys(("repeat", "available_cpus", "n", "samples"), INT),
+    **dict.fromkeys(
+        ("repeat", "available_cpus", "n", "samples", "rounds", "points", "windows", "pid", "top_other_pid"), INT
+    ),
     **dict.fromkeys(("contended", "oversubscribed", "noisy", "best", "differs", "shifts"), BOOL),
     **dict.fromkeys(
         (
@@ -41,6 +44,11 @@ KNOWN = {
             "cpu_util_pct",
             "interference_pct",
             "sampler_cpu_pct",
+            "steal_pct",
+            "throttled_s",
+            "cpu_freq_mhz",
+            "top_other_cpu_pct",
+            "cpu_pct",
             "window_start_unix",
             "window_end_unix",
             "value",
@@ -58,7 +66,7 @@ KNOWN = {
     **dict.fromkeys(("median", "q1", "q3", "iqr", "iqr_pct", "ci_low", "ci_high", "baseline_median"), FLOAT),
     **dict.fromkeys(("speedup", "speedup_ci_low", "speedup_ci_high", "speedup_ratio_of_medians"), FLOAT),
     **dict.fromkeys(("parallel_efficiency", "ratio", "ratio_ci_low", "ratio_ci_high", "ratio_per_cpu"), FLOAT),
-    **dict.fromkeys(("median_per_cpu", "mannwhitney_u", "p_value"), FLOAT),
+    **dict.fromkeys(("median_per_cpu", "mannwhitney_u", "p_value", "worker_scale"), FLOAT),
 }
 
 _PY_TYPES = {bool: BOOL, int: INT, float: FLOAT, str: STR}

@@ -15,4 +15,7 @@ JOB_START_UNIX = _time.time()
 #: Version of the results' file formats (docs/csv-schema.md), recorded in host.json. Hosts
 #: with different versions are not compared (analysis/compare.py).
 #: 2: selfcheck ``process_cpu_pct``; intraop ``matmul_bf16``, parameter ``bf16``, column ``dtype``.
-SCHEMA_VERSION = 2
+#: 3: order-statistic intervals widened by the spread between worker processes (summary
+#: ``ci_*``, ``speedup_ci_*``, ``worker_scale``); adaptive rounds (``rounds_stopped``, ``worker``);
+#: capacity columns (``steal_pct``, ``throttled_s``, ``cpu_freq_mhz``, ``top_other*``).
+SCHEMA_VERSION = 3

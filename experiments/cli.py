@@ -25,10 +25,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from experiments import capacity
 from experiments.fileio import write_csv, write_json
-from experiments.host import OWNED_DIRS, available_cpus, default_host, sanitise_host
+from experiments.host import OWNED_DIRS, affinity, available_cpus, default_host, sanitise_host
 from experiments.params import field_type, is_tuple, oversubscription_skip, parse_bool, parse_overrides, parse_value
 from experiments.results import SAMPLE_COLUMNS, RunResult, metrics_rows, span_columns
+from experiments.rounds import Rounds
+from experiments.workers import run_workers
 
 
 @contextmanager
@@ -58,12 +61,28 @@ def _tuple_arg(params_cls, name: str, text: str) -> tuple:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _rounds_options(p: argparse.ArgumentParser) -> None:
+    """The options of :func:`rounds_policy` (how many interleaved rounds, in how many workers)."""
+    g = p.add_argument_group("rounds", "how many interleaved rounds (experiments/rounds.py, experiments/workers.py)")
+    g.add_argument(
+        "--rounds-target-ci-pct",
+        type=float,
+        default=0.0,
+        metavar="PCT",
+        help="measure rounds until the speedup's 95%% CI half-width is below PCT %% of it (0: exactly --repeats)",
+    )
+    g.add_argument("--rounds-budget-s", type=float, default=0.0, metavar="S", help="wall time the rounds may take")
+    g.add_argument("--rounds-max", type=int, default=0, metavar="N", help="at most N rounds (0: --repeats)")
+    g.add_argument("--rounds-workers", type=int, default=1, metavar="W", help="split the rounds over W processes")
+
+
 def build_parser(params_cls, description: str, prog: str | None = None) -> argparse.ArgumentParser:
     """An ``argparse`` parser with one ``--option`` per field of the ``Params`` dataclass.
 
     ``Literal[...]`` fields become choices; defaults come from the dataclass; a field's
     ``metadata["help"]`` is its help text. Common options: ``--out DIR`` (where the CSVs go),
-    ``--host LABEL``, ``--lock PATH``, ``--max-oversubscription FACTOR`` and ``--baseline``.
+    ``--host LABEL``, ``--lock PATH``, ``--max-oversubscription FACTOR``, ``--baseline``,
+    ``--host-file``, ``--after`` and the rounds options (:func:`_rounds_options`).
     """
     p = argparse.ArgumentParser(
         prog=prog, description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter
@@ -92,6 +111,7 @@ def build_parser(params_cls, description: str, prog: str | None = None) -> argpa
         metavar="FACTOR",
         help="skip the point if it asks for more than FACTOR x the available CPUs; no limit if not given",
     )
+    _rounds_options(p)
     p.add_argument(
         "--baseline",
         nargs="*",
@@ -137,26 +157,49 @@ def read_json(path: str | Path, option: str):
         raise ValueError(f"{option} {path}: cannot read it ({type(exc).__name__}: {exc})") from None
 
 
-def job_record(experiment: str, host: str, params, baseline, times: dict, outcome: dict | None = None) -> dict:
+def job_record(experiment: str, host: str, params, baseline, times: dict, result: RunResult | None = None) -> dict:
     """The content of a point's ``job.json``: what ran, where, when, what it decided
-    (``outcome``, see :class:`~experiments.results.RunResult`) and the environment it saw.
+    (``outcome``, see :class:`~experiments.results.RunResult`), how its rounds ended
+    (``rounds``), the processes outside its tree that used the most CPU in each window
+    (``others``), the capacity facts that held for the job (``capacity``,
+    :func:`experiments.capacity.snapshot`) and the environment it saw.
 
     Args:
         times: ``job_start_unix``, ``lock_wait_s``, ``lock_acquired_unix``, ``lock_released_unix``
             (s); ``job_end_unix`` is added here.
     """
+    result = result or RunResult()
     return {
         "experiment": experiment,
         "host": host,
         "params": dataclasses.asdict(params),
         "baseline": dataclasses.asdict(baseline) if baseline else None,
-        "outcome": outcome,
+        "outcome": result.outcome,
+        "rounds": result.rounds,
+        "others": result.others,
+        "capacity": capacity.snapshot(affinity()),
         "pid": os.getpid(),
         "python": platform.python_version(),
         **times,
         "job_end_unix": time.time(),
         "env": {var: os.environ.get(var) for var in (*OWNED_DIRS, "OMP_NUM_THREADS", "MKL_NUM_THREADS")},
     }
+
+
+def rounds_policy(args, experiment: str, params, parser: argparse.ArgumentParser) -> Rounds:
+    """The job's :class:`~experiments.rounds.Rounds` from ``--repeats`` (the minimum),
+    ``--rounds-target-ci-pct``, ``--rounds-budget-s``, ``--rounds-max`` and
+    ``--rounds-workers``; the metric that decides is the experiment's for this point (the
+    registry's declaration). Bad values exit with status 2 and a message naming the option."""
+    from experiments import registry
+
+    try:
+        target = args.rounds_target_ci_pct
+        metric = registry.get(experiment).spec.metric(dataclasses.asdict(params)) if target > 0 else ""
+        max_rounds = args.rounds_max or params.repeats
+        return Rounds(params.repeats, target, args.rounds_budget_s, max_rounds, metric, args.rounds_workers)
+    except (ValueError, KeyError) as exc:
+        parser.error(str(exc))
 
 
 def write_point(out: Path, result: RunResult, host: str, experiment: str, params, job: dict) -> list[dict]:
@@ -212,14 +255,21 @@ def cli_main(
     host = sanitise_host(args.host) if args.host else default_host()
     print(f"[{experiment}] {params}", file=sys.stderr, flush=True)
     skip = oversubscription_skip(params, args.max_oversubscription, available_cpus())
+    wanted = inspect.signature(run).parameters
+    if "max_oversubscription" in wanted:  # a job that chooses its own points
+        after["max_oversubscription"] = args.max_oversubscription
+    policy = rounds_policy(args, experiment, params, parser) if "rounds" in wanted else None
     with exclusive(args.lock) as waited:
         locked_at = time.time()
-        if "max_oversubscription" in inspect.signature(run).parameters:  # a job that chooses its own points
-            after["max_oversubscription"] = args.max_oversubscription
-        result = RunResult.skipped(skip) if skip is not None else run(params, baseline, **after)
+        if skip is not None:
+            result = RunResult.skipped(skip)
+        elif policy is not None:  # a job of interleaved rounds, in one or more worker processes
+            result = run_workers(lambda rounds: run(params, baseline, **after, rounds=rounds), policy)
+        else:
+            result = run(params, baseline, **after)
         released_at = time.time()
     times = {"job_start_unix": JOB_START_UNIX, "lock_wait_s": waited}
     times |= {"lock_acquired_unix": locked_at, "lock_released_unix": released_at}
-    job = job_record(experiment, host, params, baseline, times, result.outcome)
+    job = job_record(experiment, host, params, baseline, times, result)
     _log_rows(experiment, write_point(Path(args.out), result, host, experiment, params, job))
     return 0

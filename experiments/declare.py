@@ -29,7 +29,7 @@ FREE_PARAMS = frozenset({"repeats", "sample_hz"})
 
 @dataclass(frozen=True)
 class Column:
-    """An experiment-specific metrics column summarised per point: its median and 95% bootstrap
+    """An experiment-specific metrics column summarised per point: its median and 95%
     CI become summary columns ``<name>``, ``<name>_ci_low``, ``<name>_ci_high``.
 
     Attributes:

@@ -1,8 +1,8 @@
 """This process on this host: the CPUs it may use, the directories the pipeline owns, its label.
 
 * :func:`available_cpus` -- the denominator of every utilisation figure: the affinity
-  (``os.sched_getaffinity``, which honours ``taskset`` and cpusets) capped by the cgroup CPU
-  quota (:func:`cgroup_quota_cpus`).
+  (``os.sched_getaffinity``, which honours ``taskset`` and cpusets) capped by the CPU quota of
+  this process's own cgroup (:func:`experiments.capacity.cgroup_quota`).
 * :func:`prepare_environment`, :func:`measurement_tmpdir` -- caches and temporary files in
   directories the pipeline owns, never in ``$HOME`` or the system temp directory.
 * :func:`sanitise_host`, :func:`default_host` -- the host label of ``results/<host>/``.
@@ -22,30 +22,7 @@ import socket
 import tempfile
 from pathlib import Path
 
-
-def cgroup_quota_cpus() -> tuple[float | None, str]:
-    """CPUs granted by the cgroup CPU quota (``quota / period``).
-
-    Reads cgroup v2 ``/sys/fs/cgroup/cpu.max``, else v1 ``cpu.cfs_quota_us`` and
-    ``cpu.cfs_period_us``.
-
-    Returns:
-        ``(cpus, "")``; ``(None, "")`` when the cgroup sets no quota; ``(None, reason)`` when
-        neither file can be read.
-    """
-    try:
-        fields = Path("/sys/fs/cgroup/cpu.max").read_text().split()
-        if fields[0] == "max":
-            return None, ""
-        return int(fields[0]) / int(fields[1]), ""
-    except (OSError, IndexError, ValueError):
-        pass
-    try:
-        quota = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_quota_us").read_text())
-        period = int(Path("/sys/fs/cgroup/cpu/cpu.cfs_period_us").read_text())
-        return (quota / period if quota > 0 else None), ""
-    except (OSError, ValueError):
-        return None, "no readable cgroup cpu.max or cpu.cfs_quota_us"
+from experiments.capacity import cgroup_quota
 
 
 def affinity() -> list[int]:
@@ -64,7 +41,7 @@ def available_cpus() -> int:
     Params' ``cpus_requested()``) is oversubscribed.
     """
     n = len(affinity())
-    quota, _ = cgroup_quota_cpus()
+    quota = cgroup_quota().cpus
     if quota is not None:
         n = min(n, max(1, math.ceil(quota)))
     return n

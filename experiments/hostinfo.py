@@ -2,9 +2,10 @@
 
 Fields that cannot be read here are present as ``null`` with the reason under ``unreadable``.
 Sources: ``/proc/cpuinfo`` (model, vendor, ISA flags), psutil (cores, frequency, memory, load),
-``os.sched_getaffinity`` (available CPUs), cgroup v2 ``cpu.max`` or v1
-``cpu.cfs_quota_us``/``cpu.cfs_period_us`` (CPU quota), ``torch.__config__.parallel_info()``
-(thread settings and math libraries, parsed into fields).
+``os.sched_getaffinity`` (available CPUs), :mod:`experiments.capacity` (the CPU quota of this
+process's own cgroup and the cgroup that sets it, SMT siblings among the available CPUs, their
+current frequency: the ``capacity`` block), ``torch.__config__.parallel_info()`` (thread
+settings and math libraries, parsed into fields).
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from pathlib import Path
 
 import psutil
 
-from experiments import SCHEMA_VERSION
+from experiments import SCHEMA_VERSION, capacity
 from experiments.fileio import write_json
-from experiments.host import affinity, available_cpus, cgroup_quota_cpus, default_host, sanitise_host
+from experiments.host import affinity, available_cpus, default_host, sanitise_host
 
 #: ISA flags that decide which PyTorch CPU kernels run (oneDNN, FBGEMM, inductor).
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
@@ -93,9 +94,9 @@ def _cpu(unreadable: dict[str, str]) -> dict:
         governor = Path("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor").read_text().strip()
     except OSError:
         unreadable["governor"] = "no /sys/devices/system/cpu/cpu0/cpufreq/scaling_governor (common in VMs)"
-    quota, why = cgroup_quota_cpus()
-    if why:
-        unreadable["cgroup_quota_cpus"] = why
+    cap = capacity.snapshot(affinity())
+    if "quota" in cap["unreadable"]:
+        unreadable["cgroup_quota_cpus"] = cap["unreadable"]["quota"]
     physical = psutil.cpu_count(logical=False)
     if physical is None:
         unreadable["physical_cores"] = "psutil.cpu_count(logical=False) returned None"
@@ -106,7 +107,9 @@ def _cpu(unreadable: dict[str, str]) -> dict:
         "physical_cores": physical,
         "available_cpus": available_cpus(),
         "affinity": affinity(),
-        "cgroup_quota_cpus": quota,
+        "cgroup_quota_cpus": cap["quota_cpus"],
+        "cgroup_quota_cgroup": cap["quota_cgroup"],
+        "capacity": cap,
         "isa": {f: (f in flags) for f in ISA_FLAGS},
         "cpu_freq_mhz": round(freq.current, 1) if freq else None,
         "cpu_freq_max_mhz": round(freq.max, 1) if freq and freq.max else None,

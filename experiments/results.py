@@ -8,9 +8,12 @@ job. Nothing here aggregates: every row is one measured window (one replicate).
 from __future__ import annotations
 
 import dataclasses
+import math
+import time
 import typing
 from collections.abc import Callable
 
+from experiments.rounds import Rounds
 from experiments.window import Meter, Window
 
 #: Columns every metrics row carries. In metrics.csv the order is host, experiment, then the
@@ -30,6 +33,13 @@ COMMON_COLUMNS = (
     "sampler_cpu_pct",
     "window_start_unix",
     "window_end_unix",
+    "steal_pct",
+    "throttled_s",
+    "cpu_freq_mhz",
+    "top_other_pid",
+    "top_other",
+    "top_other_cpu_pct",
+    "rounds_stopped",
 )
 
 #: Leading columns of samples.csv and spans.csv (docs/csv-schema.md).
@@ -48,12 +58,19 @@ class RunResult:
             from the start of the measured window) plus kind-specific fields.
         outcome: what a job decided while it measured (the workload's search: the winning
             configuration), written into its ``job.json`` for the jobs that depend on it.
+        others: per window, the processes outside the job's tree that used the most CPU
+            (dicts with ``repeat, role, pid, name, cmdline, cpu_pct``; % of one CPU over the
+            window), written into ``job.json``.
+        rounds: how the rounds ended (:meth:`experiments.rounds.Rounds.record`), written into
+            ``job.json``; None where the job measured no interleaved rounds.
     """
 
     rows: list[dict] = dataclasses.field(default_factory=list)
     samples: list[dict] = dataclasses.field(default_factory=list)
     spans: list[dict] = dataclasses.field(default_factory=list)
     outcome: dict | None = None
+    others: list[dict] = dataclasses.field(default_factory=list)
+    rounds: dict | None = None
 
     @classmethod
     def skipped(cls, reason: str, **row) -> RunResult:
@@ -83,6 +100,18 @@ class RunResult:
         self.samples.extend(
             {"repeat": repeat, "role": role, "t_s": t, "series": s, "busy_pct": round(v, 3)} for t, s, v in win.samples
         )
+        self.others.extend(
+            {
+                "repeat": repeat,
+                "role": role,
+                "pid": pid,
+                "name": name,
+                "cmdline": cmd,
+                "cpu_pct": 100.0 * cpu_s / win.wall_s,
+            }
+            for pid, name, cmd, cpu_s in win.others
+            if win.wall_s > 0
+        )
         return full
 
 
@@ -111,8 +140,10 @@ class Runner(typing.Protocol):
     def close(self) -> None: ...
 
 
-def interleave(make_runner: Callable[[typing.Any, Meter], Runner], params, baseline=None) -> RunResult:
-    """Measure ``params.repeats`` rounds of a point and, interleaved, its baseline.
+def interleave(
+    make_runner: Callable[[typing.Any, Meter], Runner], params, baseline=None, rounds: Rounds | None = None
+) -> RunResult:
+    """Measure rounds of a point and, interleaved, its baseline.
 
     Both are set up (and warmed up) first, with one :class:`~experiments.window.Meter` at
     ``params.sample_hz``. In round ``r`` the point and the baseline are each measured once, in
@@ -122,20 +153,34 @@ def interleave(make_runner: Callable[[typing.Any, Meter], Runner], params, basel
     processes. Without a baseline, or when the point is its own baseline, only the point is
     measured.
 
+    Args:
+        rounds: how many rounds (:class:`~experiments.rounds.Rounds`): ``params.repeats`` when
+            None; an adaptive policy measures more until the speedup's interval is narrow.
+
     Returns:
-        A :class:`RunResult`; rows have ``role`` ``point`` or ``baseline``.
+        A :class:`RunResult`; rows have ``role`` ``point`` or ``baseline``; ``rounds`` says
+        how the rounds ended.
     """
+    rounds = rounds or Rounds(params.repeats)
     with Meter(params.sample_hz) as meter:
         runners = [("point", params, make_runner(params, meter))]
         try:
             if baseline is not None and baseline != params:
                 runners.append(("baseline", baseline, make_runner(baseline, meter)))
             result = RunResult()
-            for r in range(params.repeats):
+            seen: dict[str, list[float]] = {"point": [], "baseline": []}
+            t0, r, stopped = time.perf_counter(), 0, None
+            while stopped is None:
                 for role, p, runner in runners if r % 2 == 0 else runners[::-1]:
                     m = runner.once()
                     result.add_window(r, m.win, role=role, params=p if role == "baseline" else None, **m.row)
                     result.spans.extend({"repeat": r, "role": role, **s} for s in m.spans)
+                    seen[role].append(float(m.row.get(rounds.metric, math.nan)) if rounds.metric else math.nan)
+                r += 1
+                stopped = rounds.decide(r, time.perf_counter() - t0, seen["point"], seen["baseline"])
+            result.rounds = rounds.record(r, stopped, time.perf_counter() - t0, seen["point"], seen["baseline"])
+            for row in result.rows:  # a fact of the job, on each of its rows like available_cpus
+                row["rounds_stopped"] = stopped
             return result
         finally:
             for _, _, runner in runners:

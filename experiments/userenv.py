@@ -22,8 +22,9 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from experiments.capacity import cgroup_quota
 from experiments.fileio import write_json
-from experiments.host import affinity, available_cpus, cgroup_quota_cpus
+from experiments.host import affinity, available_cpus
 
 #: Variables that set thread counts or thread placement for torch, OpenMP, MKL and BLAS.
 THREAD_VARIABLES = re.compile(
@@ -63,14 +64,15 @@ def torch_defaults(variables: Mapping[str, str], timeout_s: float = 120) -> tupl
 def collect(variables: Mapping[str, str]) -> dict:
     """The content of ``user_env.json`` (docs/csv-schema.md)."""
     measured, why = torch_defaults(variables)
-    quota, quota_why = cgroup_quota_cpus()
+    quota = cgroup_quota()
     return {
         "variables": dict(variables),
         "affinity": affinity(),
         "available_cpus": available_cpus(),
-        "cgroup_quota_cpus": quota,
+        "cgroup_quota_cpus": quota.cpus,
+        "cgroup_quota_cgroup": quota.cgroup,
         **measured,
-        "unreadable": {k: v for k, v in (("torch_threads", why), ("cgroup_quota_cpus", quota_why)) if v},
+        "unreadable": {k: v for k, v in (("torch_threads", why), ("cgroup_quota_cpus", quota.reason)) if v},
     }
 
 

@@ -67,6 +67,7 @@ class CpuSampler:
         )
         self.pid = self._proc.pid
         self.sampler_cpu_s = 0.0
+        self.edges: dict = {}
         self._cpu_at_start = 0.0
 
     def alive(self) -> bool:
@@ -88,10 +89,13 @@ class CpuSampler:
     def stop(self) -> list[tuple[float, str, float]]:
         """End the window; return ``[(t_monotonic_s, series, busy_pct)]``.
 
-        Afterwards ``sampler_cpu_s`` holds the sampler's own CPU seconds during the window.
+        Afterwards ``sampler_cpu_s`` holds the sampler's own CPU seconds during the window and
+        ``edges`` what the edge counters saw (``steal_s``, ``throttled_s``, ``freq_mhz``,
+        ``others``; see :meth:`experiments.sampler._Series.window_edges`).
         """
         reply = json.loads(self._ask("stop"))
         self.sampler_cpu_s = reply["sampler_cpu_s"] - self._cpu_at_start
+        self.edges = reply.get("edges") or {}
         return [tuple(x) for x in reply["samples"]]
 
     def close(self) -> None:
@@ -117,6 +121,15 @@ class Window:
             of one CPU: mean(system busy) - mean(our tree), both in % of all available CPUs,
             times the available CPUs, minus the sampler's own share; clipped at 0.
         sampler_cpu_pct: the sampler process's own CPU time over the window, % of one CPU.
+        steal_pct: steal time of the affinity CPUs over the window (the hypervisor ran other
+            guests), % of their time; NaN where /proc/stat has no steal column.
+        throttled_s: time the cgroup that sets the CPU quota was throttled in the window (s);
+            NaN without a quota.
+        cpu_freq_mhz: mean current frequency of the affinity CPUs at the window's two ends
+            (MHz); NaN without cpufreq (most VMs).
+        others: ``[[pid, name, command line, CPU s]]``, the processes outside the job's tree
+            that used the most CPU in the window, most first (at most 3, each at least 1% of
+            one CPU; :func:`experiments.sampler.top_others`).
         start_unix, end_unix: the window's bounds as Unix time (s), to check overlaps.
         t0: ``perf_counter`` value at the start; spans are reported relative to it.
         ncpu: the available CPUs the window was measured against.
@@ -133,10 +146,17 @@ class Window:
     end_unix: float = float("nan")
     t0: float = 0.0
     ncpu: int = 1
+    steal_pct: float = float("nan")
+    throttled_s: float = float("nan")
+    cpu_freq_mhz: float = float("nan")
+    others: list = dataclasses.field(default_factory=list)
     samples: list[tuple[float, str, float]] = dataclasses.field(default_factory=list)
 
     def columns(self) -> dict:
-        """The metrics columns every experiment takes from a window (docs/csv-schema.md)."""
+        """The metrics columns every experiment takes from a window (docs/csv-schema.md): the
+        top other process as ``top_other_pid``, ``top_other`` (name and command line) and
+        ``top_other_cpu_pct`` (% of one CPU over the window)."""
+        top = self.others[0] if self.others else None
         return {
             "wall_s": self.wall_s,
             "cpu_util_pct": self.cpu_util_pct,
@@ -146,6 +166,12 @@ class Window:
             "sampler_cpu_pct": self.sampler_cpu_pct,
             "window_start_unix": self.start_unix,
             "window_end_unix": self.end_unix,
+            "steal_pct": self.steal_pct,
+            "throttled_s": self.throttled_s,
+            "cpu_freq_mhz": self.cpu_freq_mhz,
+            "top_other_pid": top[0] if top else None,
+            "top_other": top[2] if top else "",
+            "top_other_cpu_pct": 100.0 * top[3] / self.wall_s if top and self.wall_s > 0 else 0.0,
         }
 
 
@@ -211,6 +237,7 @@ class Meter:
             # perf_counter is CLOCK_MONOTONIC on Linux, the sampler's clock: make times relative
             samples = [(round(t - win.t0, 6), s, v) for t, s, v in sampler.stop()]
             _finish(win, wall, cpu_s, samples, sampler.sampler_cpu_s)
+            _edges(win, sampler.edges)
 
     def close(self) -> None:
         """Stop the sampler process."""
@@ -222,6 +249,18 @@ class Meter:
 def _mean(samples: list, series: str) -> float | None:
     values = [v for _, s, v in samples if s == series]
     return sum(values) / len(values) if values else None
+
+
+def _edges(win: Window, edges: dict) -> None:
+    """Fill ``win``'s steal, throttling, frequency and other processes from the sampler's
+    edge counters (see :class:`Window`)."""
+    nan = float("nan")
+    steal = edges.get("steal_s")
+    span = win.wall_s * len(affinity())
+    win.steal_pct = 100.0 * steal / span if steal is not None and span > 0 else nan
+    win.throttled_s = edges["throttled_s"] if edges.get("throttled_s") is not None else nan
+    win.cpu_freq_mhz = edges["freq_mhz"] if edges.get("freq_mhz") is not None else nan
+    win.others = edges.get("others") or []
 
 
 def _finish(win: Window, wall_s: float, cpu_s: float, samples: list, sampler_cpu_s: float) -> None:

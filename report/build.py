@@ -24,31 +24,14 @@ from analysis.tables import read_table
 from experiments import registry
 from experiments.declare import point_label
 from experiments.interpreters import describe
+from report.format import fmt as _fmt
+from report.trust import capacity_rows, headlines, trust_context
 
 #: The report's own prose: captions of the figures of the whole run, the comparison's caption.
 SECTIONS = yaml.safe_load((Path(__file__).with_name("sections.yaml")).read_text(encoding="utf-8"))
 
 #: Flags every summary carries, in the order the flags column lists them.
 COMMON_FLAGS = ("best", "noisy", "contended", "oversubscribed")
-
-
-def _fmt(v, digits: int = 3) -> str:
-    """A value as the tables show it: thousands separated, 3 significant digits, empty if missing."""
-    if hasattr(v, "item"):  # numpy scalar
-        v = v.item()
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return ""
-    if isinstance(v, (bool,)):
-        return "yes" if v else ""
-    if isinstance(v, (int,)) or (isinstance(v, float) and v.is_integer() and abs(v) >= 1000):
-        return f"{int(v):,}"
-    if isinstance(v, float):
-        if abs(v) >= 1000:
-            return f"{v:,.0f}"
-        if 0 < abs(v) < 0.001:
-            return "< 0.001"
-        return f"{v:.{digits}g}"
-    return str(v)
 
 
 def interpreter_rows(entries: list[dict]) -> list[tuple[str, str]]:
@@ -74,17 +57,6 @@ def user_env_rows(env: dict) -> list[tuple[str, str]]:
             f"{env.get('torch_threads')} / {env.get('torch_interop_threads')}",
         ),
     ]
-
-
-def headlines(exps: list[dict], trust: dict) -> list[dict]:
-    """The report's first screen: each experiment's answers (``findings.json`` ``headlines``), in
-    report order, each linked to its section, then the trust verdict."""
-    out = [{**h, "anchor": e["name"]} for e in exps for h in e.get("headlines", [])]
-    verdict = f"{trust['passed']} of {trust['passed'] + trust['warned']} theory checks pass"
-    verdict += f"; {trust['contended']} of {trust['points']} points contended, {trust['noisy']} noisy"
-    if trust["problems"]:
-        verdict += f"; {len(trust['problems'])} not measured (skipped, failed or timed out)"
-    return [*out, {"question": "Can these numbers be trusted?", "answer": verdict, "anchor": "trust"}]
 
 
 def environment_rows(host: dict) -> list[tuple[str, str]]:
@@ -130,8 +102,15 @@ def _is_true(v) -> bool:
 
 
 def _flags(spec, r: pd.Series) -> str:
-    """The flags column of one point: the common flags, then the experiment's declared ones."""
+    """The flags column of one point: the common flags (``contended`` naming the process that
+    took the most CPU, ``stopped on budget`` where the rounds ended with the interval still wider
+    than the target), then the experiment's declared ones."""
     flags = [name for name in COMMON_FLAGS if _is_true(r.get(name))]
+    pid = r.get("top_other_pid")
+    if "contended" in flags and pid is not None and not pd.isna(pid):
+        flags[flags.index("contended")] = f"contended (pid {int(pid)} {str(r.get('top_other') or '').split(' ')[0]})"
+    if r.get("rounds_stopped") in ("budget", "max_rounds"):
+        flags.append(f"stopped on {str(r['rounds_stopped']).replace('_', ' ')}")
     flags += [flag.label for flag in spec.flags if not pd.isna(r.get(flag.column)) and flag.raised(r.get(flag.column))]
     return ", ".join(flags)
 
@@ -166,38 +145,13 @@ def summary_table(summary: pd.DataFrame, experiment: str) -> dict:
     return {"columns": cols, "rows": rows}
 
 
-def trust_context(fidelity: pd.DataFrame, run: dict, exps: list[dict], now_unix: float) -> dict:
-    """The "Can these numbers be trusted?" section: fidelity checks, flags and run timing."""
-    checks = []
-    for _, r in fidelity.iterrows():
-        measured = ""
-        if math.isfinite(r["measured"]):
-            unit = "% of one CPU" if "cost" in r["check"] else "%" if "sampler" in r["check"] else "x"
-            measured = _fmt(r["measured"]) + (unit if unit == "x" else f" {unit}")
-            if math.isfinite(r["ci_low"]):
-                measured += f" (95% CI {r['ci_low']:.2f}-{r['ci_high']:.2f})"
-        checks.append({k: r[k] for k in ("check", "expected", "verdict", "reason")} | {"measured": measured})
-    flags = [row[-1] for e in exps for row in e["table"]["rows"]]
-    problems = [
-        {"experiment": e["name"], "point": p["point"], "status": p["status"], "reason": p["reason"]}
-        for e in exps
-        for p in e["problems"]
-    ]
-    return {
-        "problems": problems,
-        "checks": checks,
-        "passed": int((fidelity["verdict"] == "pass").sum()),
-        "warned": int((fidelity["verdict"] == "warn").sum()),
-        "measurement_phase": f"{run['measurement_phase_s']:.0f} s",
-        "total": f"{now_unix - run['start_unix']:.0f} s",
-        "measured_share": f"{run['measured_share_pct']:.0f}%",
-        "jobs": run["measurement_jobs"],
-        "overhead_per_job": f"{run['overhead_per_job_s']:.1f} s",
-        "between_jobs": f"{run['measurement_phase_s'] - run['job_s']:.0f} s",
-        "noisy": sum("noisy" in f for f in flags),
-        "contended": sum("contended" in f for f in flags),
-        "points": len(flags),
-    }
+def _ci_text(r: pd.Series) -> str:
+    """``1.93x (95% CI 1.85-2.01)`` of a point's speedup, or of its median without one."""
+    if math.isfinite(r.get("speedup_ci_low", float("nan"))):
+        return f"{r['speedup']:.2f}x (95% CI {r['speedup_ci_low']:.2f}-{r['speedup_ci_high']:.2f})"
+    if math.isfinite(r.get("ci_low", float("nan"))):
+        return f"median {_fmt(r['median'])} (95% CI {_fmt(r['ci_low'])}-{_fmt(r['ci_high'])})"
+    return "no 95% CI"
 
 
 def figure(host_dir: Path, name: str, text: dict) -> dict:
@@ -231,9 +185,23 @@ def experiment_context(host_dir: Path, name: str) -> dict:
         if r["status"] != "ok"
     ]
     trace = host_dir / "traces" / f"{name}.json"
+    stopped = (
+        summary["rounds_stopped"].fillna("") if "rounds_stopped" in summary else pd.Series("", index=summary.index)
+    )
+    budget = [
+        {
+            "point": point_label({k: r[k] for k in exp.spec.keys}),
+            "n": int(r["n"]),
+            "ci": _ci_text(r),
+            "why": str(stopped[i]).replace("_", " "),
+        }
+        for i, r in summary.iterrows()
+        if stopped[i] in ("budget", "max_rounds")
+    ]
     return {
         "name": name,
         "problems": problems,
+        "budget_stopped": budget,
         **{k: exp.prose[k] for k in ("title", "question", "what", "why")},
         "findings": found["findings"],
         "tables": found.get("tables", []),
@@ -267,9 +235,12 @@ def build_context(host_dir: str | Path, experiments: list[str]) -> dict:
     host = json.loads((host_dir / "host.json").read_text())
     exps = [experiment_context(host_dir, name) for name in experiments]
     fidelity = read_table(host_dir / "fidelity.csv")
-    run = json.loads((host_dir / "run.json").read_text())
+    run = json.loads((host_dir / "run.json").read_text()) | {"available_cpus": host.get("available_cpus")}
     now = dt.datetime.now(dt.UTC)
-    trust = trust_context(fidelity, run, exps, now.timestamp())
+    others_file = host_dir / "interference.csv"
+    others = read_table(others_file) if others_file.exists() else None
+    trust = trust_context(fidelity, run, exps, now.timestamp(), others)
+    trust["capacity"] = capacity_rows(host, run)
     user_env = host_dir / "user_env.json"
     env = json.loads(user_env.read_text()) if user_env.exists() else {}
     interp = host_dir / "interpreters.json"

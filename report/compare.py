@@ -18,7 +18,8 @@ import pandas as pd
 
 from analysis.tables import read_table
 from experiments import registry
-from report.build import SECTIONS, _fmt
+from report.build import SECTIONS
+from report.format import fmt as _fmt
 
 
 def _ci(lo, hi, digits: int = 3) -> str:

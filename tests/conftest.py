@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,67 @@ def _close_figures():
 @pytest.fixture
 def root() -> Path:
     return ROOT
+
+
+class ChildCgroup:
+    """A real child cgroup with a 1-CPU quota: ``cgroup`` (its path in the hierarchy),
+    ``version`` (v1 or v2), ``directory``; :meth:`enter` moves the calling process into it (a
+    ``preexec_fn``)."""
+
+    def __init__(self, directory: Path, cgroup: str, version: str) -> None:
+        self.directory, self.cgroup, self.version = directory, cgroup, version
+
+    def enter(self) -> None:
+        (self.directory / "cgroup.procs").write_text(str(os.getpid()))
+
+
+def _cpu_hierarchies() -> list[tuple[str, Path]]:
+    """``(version, mount point)`` of the mounted cgroup hierarchies with the cpu controller:
+    a v1 one, or v2 where ``cgroup.controllers`` lists cpu."""
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        head, _, tail = line.partition(" - ")
+        fields, rest = head.split(), tail.split()
+        if len(rest) >= 3 and rest[0] == "cgroup" and "cpu" in rest[2].split(","):
+            found.append(("v1", Path(fields[4])))
+        elif rest and rest[0] == "cgroup2":
+            controllers = Path(fields[4], "cgroup.controllers")
+            if controllers.exists() and "cpu" in controllers.read_text().split():
+                found.append(("v2", Path(fields[4])))
+    return found
+
+
+@pytest.fixture
+def child_cgroup():
+    """A child cgroup with a quota of 1 CPU, made and removed by the test (root only; cgroup
+    v1's cpu controller, or v2's where it is enabled). Skipped where none can be made, except
+    with LAB_REQUIRE_CGROUP=1 (CI), where that fails."""
+    why = "no cgroup hierarchy with the cpu controller is mounted"
+    for version, mount in _cpu_hierarchies():
+        d = mount / f"cpulab-test-{os.getpid()}"
+        try:
+            if version == "v2":
+                (mount / "cgroup.subtree_control").write_text("+cpu")
+            d.mkdir()
+            if version == "v1":
+                (d / "cpu.cfs_period_us").write_text("100000")
+                (d / "cpu.cfs_quota_us").write_text("100000")
+            else:
+                (d / "cpu.max").write_text("100000 100000")
+        except OSError as exc:
+            why = f"cannot make a child cgroup under {mount} ({exc})"
+            continue
+        yield ChildCgroup(d, "/" + d.name, version)
+        for _ in range(100):  # its processes must have left before the directory can go
+            try:
+                d.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+        return
+    if os.environ.get("LAB_REQUIRE_CGROUP"):
+        pytest.fail(f"LAB_REQUIRE_CGROUP is set but {why}")
+    pytest.skip(why)
 
 
 IGNORE = shutil.ignore_patterns(

@@ -69,3 +69,15 @@ def snakemake_in(work: Path, *args: str, timeout: float = 900, env: dict | None 
     return subprocess.run(
         [sys.executable, "-m", "snakemake", *args], cwd=work, capture_output=True, text=True, timeout=timeout, env=env
     )
+
+
+def start_busy_stranger() -> int:
+    """A busy-looping Python process that is not our descendant (its parent shell exits, so it
+    is re-parented): the pid."""
+    out = subprocess.run(
+        ["sh", "-c", f"{sys.executable} -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(out.stdout.strip())

@@ -39,12 +39,13 @@ def test_summary_known_values(tmp_path):
     assert lo >= 5 / 4 - 1e-9 and hi <= 5 / 1 + 1e-9
 
 
-def test_bootstrap_intervals():
+def test_intervals():
     x = np.array([10.0, 11.0, 12.0, 13.0, 14.0, 15.0, 16.0])
-    lo, hi = median_ci(x)
-    assert 10 <= lo <= 13 <= hi <= 16
-    assert median_ci(np.array([3.0])) == (pytest.approx(np.nan, nan_ok=True), pytest.approx(np.nan, nan_ok=True))
-    assert median_ci(np.array([2.0, 2.0, 2.0])) == (2.0, 2.0)
+    assert median_ci(x) == (10.0, 16.0)  # 7 values: [min, max] covers 98.4%, [x2, x6] only 87.5%
+    assert median_ci(np.append(x, [17.0, 18.0])) == (11.0, 17.0)  # 9 values: [x2, x8], 96.1%
+    for n in (1, 3, 5):  # no pair of order statistics covers 95%
+        assert all(np.isnan(median_ci(np.arange(1.0, n + 1))))
+    assert median_ci(np.array([2.0] * 6)) == (2.0, 2.0)
     lo, hi = ratio_ci(x * 2, x)
     assert lo < 2.0 < hi or lo == hi == 2.0
 
@@ -66,13 +67,13 @@ def test_findings_numbers_come_from_data(tmp_path):
 def test_dataloader_best_point_not_assumed_monotonic(tmp_path):
     paths = []
     for nw, sps in {0: 2000.0, 1: 400.0, 2: 600.0}.items():
-        rows = [{"wall_s": 1.0, "samples_per_s": sps, "data_stall_pct": 10.0, "first_epoch_s": 1.0}] * 3
+        rows = [{"wall_s": 1.0, "samples_per_s": sps, "data_stall_pct": 10.0, "first_epoch_s": 1.0}] * 6
         paths.append(write_point(tmp_path, "dataloader", {"dataset": "tensor", "num_workers": nw}, rows))
     s = summarise(load_experiment(paths, "dataloader"), "dataloader")
     assert s.loc[s["best"], "num_workers"].tolist() == [0]
     text = " ".join(findings("dataloader", s, {"available_cpus": 2})["findings"])
     assert "best num_workers = 0" in text
-    assert "More workers were slower (num_workers = 1: 0.20x)" in text
+    assert "More workers were slower (num_workers = 1: 0.20x (95% CI 0.20-0.20))" in text
 
 
 def test_intraop_metric_per_workload(tmp_path):
@@ -308,12 +309,11 @@ def test_run_timing():
 def test_paired_speedup_survives_drift(tmp_path):
     # the machine ran 4x faster in round 2 for both windows of the round: per-round ratios
     # stay 2, the ratio of medians does not
-    rows = [{"role": "point", "wall_s": 1.0, "tasks_per_s": v} for v in (1.0, 1.0, 4.0)]
-    rows += [{"role": "baseline", "mode": "sequential", "wall_s": 1.0, "tasks_per_s": v} for v in (0.5, 0.5, 2.0)]
-    rows[3:] = [dict(r) for r in rows[3:]]
+    rows = [{"role": "point", "wall_s": 1.0, "tasks_per_s": v} for v in (1.0, 1.0, 4.0) * 2]
+    rows += [{"role": "baseline", "mode": "sequential", "wall_s": 1.0, "tasks_per_s": v} for v in (0.5, 0.5, 2.0) * 2]
     p = write_point(tmp_path, "gil", {"workload": "io", "mode": "threads", "workers": 2}, rows)
     df = pd.read_csv(p)
-    df["repeat"] = [0, 1, 2, 0, 1, 2]
+    df["repeat"] = list(range(6)) * 2
     df.to_csv(p, index=False)
     s = summarise(load_experiment([p], "gil"), "gil").iloc[0]
     assert s["speedup"] == pytest.approx(2.0)
@@ -321,7 +321,7 @@ def test_paired_speedup_survives_drift(tmp_path):
     assert s["speedup_ratio_of_medians"] == pytest.approx(2.0)  # medians 1.0 / 0.5
     # the machine's fast phase covered baseline windows 1 and 2 but only point window 2:
     # the ratio of medians is fooled (1.0 / 2.0), the paired median is not (2, 0.5, 2 -> 2)
-    df["tasks_per_s"] = [1.0, 1.0, 4.0, 0.5, 2.0, 2.0]
+    df["tasks_per_s"] = [1.0, 1.0, 4.0] * 2 + [0.5, 2.0, 2.0] * 2
     df.to_csv(p, index=False)
     s = summarise(load_experiment([p], "gil"), "gil").iloc[0]
     assert s["speedup"] == pytest.approx(2.0)
@@ -369,7 +369,7 @@ def test_fidelity_explains_a_capacity_shortfall_from_utilisation():
         .loc["CPU-bound Python: 2 processes over sequential"]
     )
     assert row["verdict"] == "warn"
-    assert "75% busy" in row["reason"] and "about 46% of a full core" in row["reason"]
+    assert "1.50 CPUs of 2 (75% busy)" in row["reason"] and "about 46% of a core" in row["reason"]
 
 
 def test_points_outside_key_directories_are_summarised_with_their_spans(tmp_path):

@@ -24,6 +24,7 @@ from experiments.cli import cli_main
 from experiments.convoy import EXPERIMENT
 from experiments.params import check_min
 from experiments.results import Measured, RunResult, interleave
+from experiments.rounds import Rounds
 from experiments.window import Meter
 
 TASKS = Path(interpreters.__file__).with_name("pytasks.py")
@@ -43,7 +44,7 @@ class Params:
     io_sleep_s: float = field(default=0.01, metadata={"help": "seconds per sleep"})
     cpu_chunk: int = field(default=200_000, metadata={"help": "loop iterations per counting span"})
     neighbour: bool = field(default=True, metadata={"help": "run the CPU-bound thread (False: the sleeper alone)"})
-    repeats: int = 5
+    repeats: int = 6
     warmup: int = field(default=1, metadata={"help": "untimed windows before the repeats"})
     sample_hz: float = 10.0
 
@@ -99,7 +100,9 @@ class Runner:
         self.child.close()
 
 
-def run(params: Params, baseline: Params | None = None, host_files: dict | None = None) -> RunResult:
+def run(
+    params: Params, baseline: Params | None = None, host_files: dict | None = None, rounds: Rounds | None = None
+) -> RunResult:
     """Measure ``params.repeats`` rounds of the sleeping thread next to the CPU-bound one
     (``point``) and alone (``baseline``), interleaved, under the point's interpreter.
 
@@ -116,7 +119,9 @@ def run(params: Params, baseline: Params | None = None, host_files: dict | None 
     if not entry["ok"]:
         return RunResult.skipped(entry["reason"])
     alone = dataclasses.replace(params, neighbour=False)
-    return interleave(lambda p, meter: Runner(p, meter, entry), dataclasses.replace(params, neighbour=True), alone)
+    return interleave(
+        lambda p, meter: Runner(p, meter, entry), dataclasses.replace(params, neighbour=True), alone, rounds=rounds
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

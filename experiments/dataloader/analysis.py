@@ -6,7 +6,8 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.findings import best_row, fmt_x, in_order, measured, num, pick
+from analysis.capacity import note as measured_note
+from analysis.findings import best_row, fmt_x, in_order, measured, num, pick, slower, winner
 from analysis.plotting import (
     PALETTE,
     baseline_text,
@@ -24,19 +25,24 @@ from experiments.dataloader import DATASETS
 KEYS = ("dataset", "num_workers")
 
 
-def _dataset_finding(dataset: str, sub: pd.DataFrame) -> str:
-    best = best_row(sub)
-    zero = pick(sub, num_workers=0)
+def _dataset_finding(dataset: str, sub: pd.DataFrame, host: dict) -> str:
+    best, zero = winner(sub), pick(sub, num_workers=0)
     label = DATASETS[dataset][0].upper() + DATASETS[dataset][1:]
-    s = f"{label}: best num_workers = {int(best['num_workers'])} at {num(best['median'], 'samples/s')}"
-    if zero is not None and int(best["num_workers"]) != 0:
-        s += f", {fmt_x(best)} over num_workers = 0"
-    s += f"; the training loop waited for data {best['data_stall_pct']:.0f}% of the time there."
-    if zero is not None and int(best["num_workers"]) == 0 and len(sub) > 1:
-        worst = sub.loc[sub["median"].idxmin()]
+    if best is None:
+        s = f"{label}: no clear winner, no num_workers was clearly faster than num_workers = 0"
+        shown = zero if zero is not None else best_row(sub)
+    else:
+        s = f"{label}: best num_workers = {int(best['num_workers'])} at {num(best['median'], 'samples/s')}"
+        if int(best["num_workers"]) != 0:
+            s += f", {fmt_x(best)} over num_workers = 0{measured_note(best, host)}"
+        shown = best
+    s += f"; the training loop waited for data {shown['data_stall_pct']:.0f}% of the time there."
+    worse = slower(sub)
+    if (best is None or int(best["num_workers"]) == 0) and len(worse):
+        worst = worse.loc[worse["speedup"].idxmin()]
         s += (
-            f" More workers were slower (num_workers = {int(worst['num_workers'])}: "
-            f"{worst['speedup']:.2f}x): passing batches between processes costs more than loading them."
+            f" More workers were slower (num_workers = {int(worst['num_workers'])}: {fmt_x(worst)}"
+            f"{measured_note(worst, host)}): passing batches between processes costs more than loading them."
         )
     return s
 
@@ -47,7 +53,7 @@ def findings(summary: pd.DataFrame, host: dict) -> list[str]:
     for dataset in in_order(summary["dataset"], DATASETS):
         sub = measured(summary[summary["dataset"] == dataset])
         if len(sub):
-            out.append(_dataset_finding(dataset, sub))
+            out.append(_dataset_finding(dataset, sub, host))
     warned = summary[summary["worker_warning"] != ""] if "worker_warning" in summary else summary.iloc[0:0]
     if len(warned):
         ws = ", ".join(sorted({str(int(w)) for w in warned["num_workers"]}))
@@ -63,9 +69,10 @@ def headlines(summary: pd.DataFrame, host: dict) -> list[dict]:
     for dataset in in_order(summary["dataset"], DATASETS):
         sub = measured(summary[summary["dataset"] == dataset])
         if len(sub):
-            best = best_row(sub)
-            gain = f" ({fmt_x(best)})" if int(best["num_workers"]) else ""
-            parts.append(f"{DATASETS[dataset]}: {int(best['num_workers'])}{gain}")
+            best = winner(sub)
+            gain = f" ({fmt_x(best)})" if best is not None and int(best["num_workers"]) else ""
+            answer = f"{int(best['num_workers'])}{gain}" if best is not None else "no clear winner"
+            parts.append(f"{DATASETS[dataset]}: {answer}")
     return (
         [{"question": "The best DataLoader num_workers per kind of data?", "answer": "; ".join(parts)}] if parts else []
     )
@@ -97,7 +104,7 @@ def dataloader_throughput(summary: pd.DataFrame, host: dict) -> Figure:
 
 def dataloader_stall(summary: pd.DataFrame, host: dict) -> Figure:
     """Data-stall share (time the training loop waited inside ``next(iterator)``, % of the
-    epoch's wall time) against num_workers, one line per dataset, with 95% bootstrap CIs."""
+    epoch's wall time) against num_workers, one line per dataset, with 95% CIs."""
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     for ds, c, marker in zip(DATASETS, PALETTE, ("o", "s", "^")):
         sub = summary[(summary["dataset"] == ds) & (summary["status"] == "ok")].sort_values("num_workers")
@@ -122,7 +129,7 @@ def dataloader_stall(summary: pd.DataFrame, host: dict) -> Figure:
         f"({host.get('available_cpus', '?')} available CPUs; lower is better)",
         fontsize=10,
     )
-    note(fig, "Median over epochs; error bars: 95% bootstrap CI of the median.")
+    note(fig, "Median over epochs; error bars: 95% CI of the median.")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     return fig
 

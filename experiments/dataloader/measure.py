@@ -42,6 +42,7 @@ from experiments.dataloader import EXPERIMENT
 from experiments.fetch import TimedFetch, loop_spans, timed_collate
 from experiments.params import check_min
 from experiments.results import Measured, RunResult, interleave
+from experiments.rounds import Rounds
 from experiments.threads import set_torch_threads
 from experiments.window import Meter
 
@@ -62,7 +63,7 @@ class Params:
     io_latency_s: float = field(default=0.002, metadata={"help": "sleep per item in s (dataset io)"})
     threads: int = field(default=1, metadata={"help": "intra-op threads of the main (training) process"})
     warmup_epochs: int = 1
-    repeats: int = field(default=3, metadata={"help": "measured epochs"})
+    repeats: int = field(default=6, metadata={"help": "measured epochs"})
     sample_hz: float = 10.0
     start_method: Literal["fork", "forkserver", "spawn"] = "fork"
 
@@ -203,7 +204,7 @@ class Runner:
         del self.loader  # shuts persistent workers down
 
 
-def run(params: Params, baseline: Params | None = None) -> RunResult:
+def run(params: Params, baseline: Params | None = None, rounds: Rounds | None = None) -> RunResult:
     """Measure ``params.repeats`` epochs, interleaved with ``baseline``'s epochs if given.
 
     Returns:
@@ -215,7 +216,7 @@ def run(params: Params, baseline: Params | None = None) -> RunResult:
         spans ``wait`` and ``step`` per batch in the main process and ``fetch`` per batch
         where it was made (``worker-<i>``, or ``main`` with ``num_workers = 0``).
     """
-    return interleave(Runner, params, baseline)
+    return interleave(Runner, params, baseline, rounds=rounds)
 
 
 def main(argv: list[str] | None = None) -> int:

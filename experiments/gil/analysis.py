@@ -10,10 +10,11 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.fidelity import capacity_reason, speedup_check
+from analysis.capacity import note, one_cpu_note
 from analysis.findings import fmt_x, in_order, pick
 from analysis.plotting import SPEEDUP, noisy_mask, plt, yerr
 from experiments.gil import MODES, WORKLOADS
+from experiments.gil.checks import fidelity, gil_on, with_interpreter
 from experiments.interpreters import DEFAULT, named
 
 #: The label of the pipeline's own Python in the default config: the timeline's reference.
@@ -49,13 +50,6 @@ def _threads_verdict(r: pd.Series) -> str:
     return f"Threads running pure-Python bytecode gave {r['speedup']:.2f}x, not clearly different from 1x"
 
 
-def with_interpreter(summary: pd.DataFrame | None) -> pd.DataFrame | None:
-    """``summary`` with an ``interpreter`` column (``default`` where a table has none)."""
-    if summary is None or "interpreter" in summary.columns:
-        return summary
-    return summary.assign(interpreter="default")
-
-
 def labels(summary: pd.DataFrame, host: dict) -> list[str]:
     """The labels of the interpreters ``summary`` has measurements of (a speedup), in config
     order (``host["interpreters"]``); one that did not run has its reason in the status table."""
@@ -65,20 +59,12 @@ def labels(summary: pd.DataFrame, host: dict) -> list[str]:
     return [x for x in order if x in present] + [x for x in present if x not in order]
 
 
-def gil_on(summary: pd.DataFrame, label: str) -> bool:
-    """Whether the GIL was on in the measured processes of ``label`` (True where not recorded)."""
-    if "gil_enabled" not in summary.columns:
-        return True
-    values = summary.loc[(summary["interpreter"] == label) & summary["gil_enabled"].notna(), "gil_enabled"]
-    return bool(values.iloc[0]) if len(values) else True
-
-
 def name(label: str, host: dict) -> str:
     """``3.13t (CPython 3.13.5, free-threaded build, GIL off (PYTHON_GIL=0))``."""
     return named(label, host)
 
 
-def _point_lines(summary: pd.DataFrame, label: str, prefix: str) -> list[str]:
+def _point_lines(summary: pd.DataFrame, label: str, prefix: str, host: dict) -> list[str]:
     out = []
     sub = summary[summary["interpreter"] == label]
     for workload in in_order(sub["workload"], WORKLOADS):
@@ -87,7 +73,8 @@ def _point_lines(summary: pd.DataFrame, label: str, prefix: str) -> list[str]:
             for mode in ("threads", "processes"):
                 r = pick(sub, workload=workload, workers=workers, mode=mode)
                 if r is not None and np.isfinite(r["speedup"]):
-                    parts.append(f"{workers} {mode} gave {fmt_x(r)}")
+                    limit = one_cpu_note(host, workers) if workload != "io" else ""
+                    parts.append(f"{workers} {mode} gave {fmt_x(r)}{note(r, host)}{limit}")
             if parts:
                 what = f"{prefix}{WORKLOADS[workload]}, {workers} tasks, over sequential: "
                 out.append(what + "; ".join(parts) + ".")
@@ -132,7 +119,7 @@ def findings(summary: pd.DataFrame, host: dict) -> list[str]:
     several = summary["interpreter"].nunique() > 1
     for label in labels(summary, host):
         prefix = f"Under {name(label, host)}: " if several else ""
-        out += _point_lines(summary, label, prefix)
+        out += _point_lines(summary, label, prefix, host)
         out += _verdict(summary, label, prefix)
     for workload in ("cpu", "release", "shared"):
         line = across(summary, host, workload)
@@ -279,7 +266,7 @@ def gil_speedup(summary: pd.DataFrame, host: dict) -> Figure:
     fig.text(
         0.01,
         0.005,
-        "Error bars: 95% bootstrap CI of the speedup (median of paired ratios). Hatched: noisy point.",
+        "Error bars: 95% CI of the speedup (median of paired ratios). Hatched: noisy point.",
         fontsize=8,
         color="#555555",
     )
@@ -288,6 +275,9 @@ def gil_speedup(summary: pd.DataFrame, host: dict) -> Figure:
 
 
 FIGURES = {"gil_speedup": gil_speedup}
+
+#: The theory checks (``fidelity``) live in :mod:`experiments.gil.checks`.
+__all__ = ["FIGURES", "fidelity", "findings", "headlines", "tables", "timeline_points"]
 
 
 def timeline_points(summary: pd.DataFrame) -> list[dict]:
@@ -308,86 +298,3 @@ def timeline_points(summary: pd.DataFrame) -> list[dict]:
     rest = sub[sub["interpreter"].isin(others) & (sub["mode"] == "threads")]
     keys = ("interpreter", "workload", "mode", "workers")
     return [{k: r[k] for k in keys} for _, r in pd.concat([mine, rest]).iterrows()]
-
-
-def _scaling_checks(summary: pd.DataFrame | None, label: str, tag: str, workers: list, ncpu: int) -> list[dict]:
-    rows = []
-    for n in workers:
-        cpus = min(n, ncpu)
-        generic = "the work did not use the available CPUs: contention, or fewer real cores"
-        cases = [("cpu", "processes", "CPU-bound Python", "each process has its own interpreter and GIL")]
-        cases.append(("release", "threads", "C code that releases the GIL (sha256)", "hashlib releases the GIL"))
-        if summary is not None and not gil_on(summary, label):
-            cases.append(("cpu", "threads", "CPU-bound Python, GIL off", "with the GIL off, bytecode runs in parallel"))
-        for workload, mode, what, why in cases:
-            rows.append(
-                speedup_check(
-                    summary,
-                    {"interpreter": label, "workload": workload, "mode": mode, "workers": n},
-                    f"{what}{tag}: {n} {mode} over sequential",
-                    f">= {0.7 * cpus:.2f}x",
-                    lambda s, need=0.7 * cpus: s >= need,
-                    why,
-                    lambda r, s, cpus=cpus, generic=generic: capacity_reason(r, s, cpus, generic),
-                )
-            )
-    return rows
-
-
-def _interpreter_checks(summary: pd.DataFrame | None, label: str, tag: str, ncpu: int) -> list[dict]:
-    rows = []
-    if summary is None or gil_on(summary, label):
-        rows.append(
-            speedup_check(
-                summary,
-                {"interpreter": label, "workload": "cpu", "mode": "threads", "workers": 2},
-                f"CPU-bound Python{tag}: 2 threads over sequential",
-                "0.70x to 1.15x",
-                lambda s: 0.7 <= s <= 1.15,
-                "the GIL lets one thread run bytecode at a time",
-                "outside the range the GIL allows: measurement noise or a GIL-free build?",
-            )
-        )
-    workers = sorted(summary["workers"].unique()) if summary is not None else [2]
-    for n in workers:
-        rows.append(
-            speedup_check(
-                summary,
-                {"interpreter": label, "workload": "io", "mode": "threads", "workers": n},
-                f"I/O-bound sleep loop{tag}: {n} threads over sequential",
-                f">= {0.9 * n:.2f}x",
-                lambda s, n=n: s >= 0.9 * n,
-                "sleeping threads release the GIL and overlap",
-                "sleeping threads did not overlap as expected",
-            )
-        )
-    return rows + _scaling_checks(summary, label, tag, workers, ncpu)
-
-
-def fidelity(summary: pd.DataFrame | None, ncpu: int) -> list[dict]:
-    """Theory checks per interpreter: under the GIL, CPU-bound Python on 2 threads 0.70x to
-    1.15x of sequential (the GIL serialises bytecode); with the GIL off, CPU-bound threads at
-    least 0.7 min(N, CPUs); N sleeping threads at least 0.9 N (sleep releases the GIL); C code
-    that releases the GIL (sha256) on N threads and CPU-bound Python on N processes at least
-    0.7 min(N, available CPUs), under any build. A workload not measured gives no check
-    (``speedup_check`` on a missing point reports it as not measured)."""
-    summary = with_interpreter(summary)
-    if summary is None:
-        return _interpreter_checks(None, "default", "", ncpu)[:1]
-    measured = summary[summary["status"] == "ok"] if "status" in summary.columns else summary
-    several = measured["interpreter"].nunique() > 1
-    rows = []
-    for label in dict.fromkeys(measured["interpreter"]):
-        tag = f" ({label})" if several else ""
-        present = set(summary.loc[summary["interpreter"] == label, "workload"])
-        rows += [r for r in _interpreter_checks(summary, label, tag, ncpu) if _workload_of(r["check"]) in present]
-    return rows
-
-
-def _workload_of(check: str) -> str:
-    """The workload a check's text is about."""
-    if check.startswith("I/O-bound"):
-        return "io"
-    if check.startswith("C code"):
-        return "release"
-    return "cpu"

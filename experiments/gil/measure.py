@@ -40,6 +40,7 @@ from experiments.cli import cli_main
 from experiments.gil import EXPERIMENT
 from experiments.params import check_min
 from experiments.results import Measured, RunResult, interleave
+from experiments.rounds import Rounds
 from experiments.window import Meter
 
 #: The measured code, started by path under the point's interpreter.
@@ -70,7 +71,7 @@ class Params:
     release_kb: int = field(default=1024, metadata={"help": "KiB hashed per digest"})
     shared_iterations: int = field(default=4_000_000, metadata={"help": "appends and dict updates per shared task"})
     chunks: int = field(default=20, metadata={"help": "spans recorded per task"})
-    repeats: int = 3
+    repeats: int = 6
     warmup: int = field(default=1, metadata={"help": "untimed runs before the repeats"})
     sample_hz: float = 10.0
 
@@ -130,7 +131,9 @@ class Runner:
         self.child.close()
 
 
-def run(params: Params, baseline: Params | None = None, host_files: dict | None = None) -> RunResult:
+def run(
+    params: Params, baseline: Params | None = None, host_files: dict | None = None, rounds: Rounds | None = None
+) -> RunResult:
     """Measure ``params.repeats`` rounds of a point, interleaved with ``baseline`` if given,
     under the point's interpreter (its entry in ``host_files["interpreters.json"]``).
 
@@ -145,7 +148,7 @@ def run(params: Params, baseline: Params | None = None, host_files: dict | None 
     probe = interpreters.find(interpreters.known(host_files), params.interpreter)
     if not probe["ok"]:
         return RunResult.skipped(probe["reason"])
-    return interleave(lambda p, meter: Runner(p, meter, probe), params, baseline)
+    return interleave(lambda p, meter: Runner(p, meter, probe), params, baseline, rounds=rounds)
 
 
 def main(argv: list[str] | None = None) -> int:

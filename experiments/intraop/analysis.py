@@ -6,21 +6,30 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.fidelity import capacity_reason, speedup_check
-from analysis.findings import best_row, fmt_x, measured, num, pick, plural
+from analysis.capacity import capacity_reason, note, one_cpu_note
+from analysis.fidelity import speedup_check
+from analysis.findings import best_row, fmt_x, measured, num, pick, plural, winner
 from analysis.plotting import PALETTE, baseline_text, cpus_text, not_measured_panel, plt, speedup_line, speedup_note
 from analysis.plotting import ymax as speedup_top
 from experiments.intraop import EXPERIMENT, WORKLOADS
 
 
-def _workload_finding(workload: str, sub: pd.DataFrame, ncpu) -> str:
-    best = best_row(sub)
-    unit = EXPERIMENT.unit(best["metric"])
-    s = f"{workload}: best at {plural(int(best['threads']), 'thread')}, {num(best['median'], unit)}"
-    s += f", {fmt_x(best)} over 1 thread"
+def _workload_finding(workload: str, sub: pd.DataFrame, host: dict) -> str:
+    ncpu = host.get("available_cpus")
+    best = winner(sub)
+    if best is None:
+        one = pick(sub, threads=1)
+        s = f"{workload}: no clear winner, no thread count was clearly faster than 1 thread"
+        s += f" ({num(one['median'], EXPERIMENT.unit(one['metric']))} at 1 thread)" if one is not None else ""
+    else:
+        unit = EXPERIMENT.unit(best["metric"])
+        s = f"{workload}: best at {plural(int(best['threads']), 'thread')}, {num(best['median'], unit)}"
+        s += f", {fmt_x(best)} over 1 thread{note(best, host)}" if int(best["threads"]) != 1 else ""
     at_n = pick(sub, threads=ncpu) if ncpu else None
     if at_n is not None and ncpu > 1:
         s += f"; at {ncpu} threads (all available CPUs) parallel efficiency {at_n['parallel_efficiency']:.0%}"
+        s += note(at_n, host) if best is None or at_n["threads"] != best["threads"] else ""
+    s += one_cpu_note(host, max(sub["threads"]))
     over = sub[sub["oversubscribed"]]
     if len(over):
         o = over.iloc[-1]
@@ -44,7 +53,6 @@ def findings(summary: pd.DataFrame, host: dict) -> list[str]:
     """Per workload the best thread count and the efficiency at all CPUs (or why it was not
     measured); bfloat16 against float32 where both were measured."""
     out = []
-    ncpu = host.get("available_cpus")
     for workload in summary["workload"].unique():
         sub = measured(summary[summary["workload"] == workload])
         if sub.empty:
@@ -52,7 +60,7 @@ def findings(summary: pd.DataFrame, host: dict) -> list[str]:
             why = f": {first['reason']}" if first["reason"] else ""
             out.append(f"{workload}: not measured ({first['status']}){why}.")
         else:
-            out.append(_workload_finding(workload, sub, ncpu))
+            out.append(_workload_finding(workload, sub, host))
     return out + _bf16_finding(summary)
 
 
@@ -62,9 +70,10 @@ def headlines(summary: pd.DataFrame, host: dict) -> list[dict]:
     for workload in summary["workload"].unique():
         sub = measured(summary[summary["workload"] == workload])
         if len(sub):
-            best = best_row(sub)
-            gain = f" ({fmt_x(best)})" if int(best["threads"]) != 1 else ""
-            parts.append(f"{workload}: {int(best['threads'])}{gain}")
+            best = winner(sub)
+            gain = f" ({fmt_x(best)})" if best is not None and int(best["threads"]) != 1 else ""
+            answer = f"{int(best['threads'])}{gain}" if best is not None else "no clear winner"
+            parts.append(f"{workload}: {answer}")
     out = [{"question": "The best intra-op thread count per workload?", "answer": "; ".join(parts)}] if parts else []
     fp32, bf16 = (measured(summary[summary["workload"] == w]) for w in ("matmul", "matmul_bf16"))
     if len(fp32) and len(bf16):
@@ -117,10 +126,13 @@ def intraop_scaling(summary: pd.DataFrame, host: dict) -> Figure:
 FIGURES = {"intraop_scaling": intraop_scaling}
 
 
-def fidelity(summary: pd.DataFrame | None, ncpu: int) -> list[dict]:
+def fidelity(summary: pd.DataFrame | None, ncpu: int, host: dict) -> list[dict]:
     """Theory check: 1024^2 matmul GFLOP/s with threads = available CPUs over 1 thread, at least
     0.75 x available CPUs (dense matmul is compute-bound and splits evenly over cores)."""
-    generic = "matmul did not scale with cores: SMT siblings, memory bandwidth, or a CPU quota"
+    generic = (
+        "no quota throttling, steal, other process or SMT sibling was measured; memory bandwidth is what "
+        "remains (possibility, not measured)"
+    )
     return [
         speedup_check(
             summary if ncpu > 1 else None,
@@ -129,6 +141,6 @@ def fidelity(summary: pd.DataFrame | None, ncpu: int) -> list[dict]:
             f">= {0.75 * ncpu:.2f}x",
             lambda s: s >= 0.75 * ncpu,
             "dense matmul splits evenly over cores",
-            lambda r, s: capacity_reason(r, s, ncpu, generic),
+            lambda r, s: capacity_reason(r, s, ncpu, generic, host, f"matmul on {plural(ncpu, 'thread')}"),
         )
     ]

@@ -30,6 +30,7 @@ from experiments.cli import cli_main
 from experiments.intraop import EXPERIMENT
 from experiments.params import check_min
 from experiments.results import Measured, RunResult, interleave
+from experiments.rounds import Rounds
 from experiments.threads import set_torch_threads
 from experiments.window import Meter
 
@@ -48,7 +49,7 @@ class Params:
     batch_size: int = field(default=256, metadata={"help": "batch of the mlp workload"})
     iterations: int = field(default=20, metadata={"help": "timed iterations per repeat"})
     warmup: int = field(default=3, metadata={"help": "untimed iterations before the repeats"})
-    repeats: int = 5
+    repeats: int = 6
     sample_hz: float = 10.0
     bf16: Literal["native", "any"] = field(
         default="native", metadata={"help": "matmul_bf16: measure only with native bf16 (native) or always (any)"}
@@ -118,7 +119,7 @@ class Runner:
         pass
 
 
-def run(params: Params, baseline: Params | None = None) -> RunResult:
+def run(params: Params, baseline: Params | None = None, rounds: Rounds | None = None) -> RunResult:
     """Measure ``params.repeats`` repeats of ``params.iterations`` calls each, interleaved with
     ``baseline`` (typically 1 thread) if given.
 
@@ -142,7 +143,7 @@ def run(params: Params, baseline: Params | None = None) -> RunResult:
             )
             info = set_torch_threads(params.threads, inter_op=1)
             return RunResult.skipped(reason, **info)
-    return interleave(Runner, params, baseline)
+    return interleave(Runner, params, baseline, rounds=rounds)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,10 +24,14 @@ def _mode_part(r: pd.Series, eager: pd.Series | None) -> str:
         # eager latency measured interleaved in this job = latency x speedup
         saved_ms = r["latency_ms"] * (r["speedup"] - 1)
         upfront_ms = (r["setup_s"] + r["first_call_s"] - eager["first_call_s"]) * 1000
-        if saved_ms > 0:
+        if r["speedup_ci_low"] > 1:
             part += f", pays off after {math.ceil(max(upfront_ms, 0) / saved_ms):,} calls"
+        elif r["speedup_ci_high"] < 1:
+            part += ", never pays off here (slower at steady state)"
+        elif np.isfinite(r["speedup_ci_low"]):
+            part += ", no clear steady-state gain (95% CI includes 1), so no payoff is claimed"
         else:
-            part += ", never pays off here"
+            part += ", no 95% CI of the speedup (too few rounds), so no payoff is claimed"
     same = r.get("allclose")
     if same is not None and not pd.isna(same) and not bool(same):
         part += ", OUTPUT DIFFERS from eager"

@@ -31,6 +31,7 @@ from experiments.cli import cli_main
 from experiments.jit import EXPERIMENT
 from experiments.params import check_min
 from experiments.results import Measured, RunResult, interleave
+from experiments.rounds import Rounds
 from experiments.threads import set_torch_threads
 from experiments.window import Meter
 
@@ -48,7 +49,7 @@ class Params:
     threads: int = field(default=1, metadata={"help": "intra-op threads"})
     iterations: int = field(default=200, metadata={"help": "timed calls per repeat"})
     warmup_calls: int = 20
-    repeats: int = 5
+    repeats: int = 6
     sample_hz: float = 10.0
 
     def cpus_requested(self) -> int:
@@ -143,7 +144,7 @@ class Runner:
         pass
 
 
-def run(params: Params, baseline: Params | None = None) -> RunResult:
+def run(params: Params, baseline: Params | None = None, rounds: Rounds | None = None) -> RunResult:
     """Measure up-front and steady-state cost of one (model, mode) point, its steady state
     interleaved with ``baseline`` (eager) if given.
 
@@ -159,7 +160,7 @@ def run(params: Params, baseline: Params | None = None) -> RunResult:
             info = set_torch_threads(params.threads)
             reason = f"torch.compile needs a working C++ compiler; inductor found none ({why})"
             return RunResult.skipped(reason, **info)
-    return interleave(Runner, params, baseline)
+    return interleave(Runner, params, baseline, rounds=rounds)
 
 
 def main(argv: list[str] | None = None) -> int:

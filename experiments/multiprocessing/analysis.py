@@ -6,7 +6,8 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.findings import best_row, fmt_x, measured, num, plural
+from analysis.capacity import note, one_cpu_note
+from analysis.findings import fmt_x, measured, num, plural, winner
 from analysis.plotting import PALETTE, baseline_text, cpus_text, plt, speedup_line, speedup_note
 from analysis.timelines import point_of
 
@@ -14,25 +15,33 @@ KEYS = ("processes", "threads")
 
 
 def findings(summary: pd.DataFrame, host: dict) -> list[str]:
-    """The best split and, if any point was oversubscribed, the worst of those against it."""
+    """The best split (or that none is clearly faster than 1 x 1) and, if any point was
+    oversubscribed, the worst of those against it."""
     ok = measured(summary)
     if ok.empty:
         return []
-    best = best_row(ok)
+    best = winner(ok)
     ncpu = host.get("available_cpus")
-    out = [
-        f"Best split: {plural(int(best['processes']), 'process', 'processes')} x "
-        f"{plural(int(best['threads']), 'thread')} at "
-        f"{num(best['median'], 'samples/s')}, {fmt_x(best)} over 1 x 1 "
-        f"(parallel efficiency {best['parallel_efficiency']:.0%})."
-    ]
+    if best is None:
+        out = [f"No split was clearly faster than 1 process x 1 thread (no clear winner){one_cpu_note(host, 2)}."]
+    elif best["processes"] == 1 and best["threads"] == 1:
+        out = ["Best split: 1 process x 1 thread; every other split was clearly slower."]
+    else:
+        out = [
+            f"Best split: {plural(int(best['processes']), 'process', 'processes')} x "
+            f"{plural(int(best['threads']), 'thread')} at "
+            f"{num(best['median'], 'samples/s')}, {fmt_x(best)} over 1 x 1 "
+            f"(parallel efficiency {best['parallel_efficiency']:.0%}){note(best, host)}."
+        ]
     over = ok[ok["oversubscribed"]]
     if len(over):
         worst = over.loc[over["median"].idxmin()]
         p, t = int(worst["processes"]), int(worst["threads"])
+        than = f"the best split gave {best['speedup']:.2f}x" if best is not None else "no split was clearly faster"
+        than = than if best is None or best["speedup_source"] != "baseline" else "1 x 1 was the best split"
         out.append(
             f"Oversubscribed ({p} x {t} = {p * t} threads on {ncpu} available CPU{'s' if ncpu != 1 else ''}): "
-            f"{worst['speedup']:.2f}x of 1 x 1 where the best split gave {best['speedup']:.2f}x."
+            f"{fmt_x(worst)} of 1 x 1 where {than}{note(worst, host)}."
         )
     return out
 
@@ -42,13 +51,13 @@ def headlines(summary: pd.DataFrame, host: dict) -> list[dict]:
     ok = measured(summary)
     if ok.empty:
         return []
-    best = best_row(ok)
-    split = f"{int(best['processes'])} x {int(best['threads'])}"
-    answer = (
-        f"{split}: {fmt_x(best)} over 1 x 1"
-        if not (best["processes"] == 1 and best["threads"] == 1)
-        else "1 x 1: no split clearly faster"
-    )
+    best = winner(ok)
+    if best is None:
+        answer = "no clear winner: no split clearly faster than 1 x 1"
+    elif best["processes"] == 1 and best["threads"] == 1:
+        answer = "1 x 1: every other split clearly slower"
+    else:
+        answer = f"{int(best['processes'])} x {int(best['threads'])}: {fmt_x(best)} over 1 x 1"
     return [{"question": "How many training processes x intra-op threads?", "answer": answer}]
 
 

@@ -20,6 +20,7 @@ the threads then fight over cores and context-switch.
 from __future__ import annotations
 
 import queue as queue_mod
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Literal
@@ -28,6 +29,7 @@ from experiments.cli import cli_main
 from experiments.multiprocessing import EXPERIMENT
 from experiments.params import check_min
 from experiments.results import Measured, RunResult, interleave
+from experiments.rounds import Rounds
 from experiments.window import Meter
 
 
@@ -46,7 +48,7 @@ class Params:
     in_features: int = 64
     hidden: int = 256
     warmup_steps: int = 10
-    repeats: int = 3
+    repeats: int = 6
     sample_hz: float = 10.0
     start_method: Literal["fork", "forkserver", "spawn"] = "fork"
     timeout_s: float = field(default=600.0, metadata={"help": "give up waiting for a worker after this"})
@@ -66,7 +68,7 @@ class Params:
         return max(1, self.steps // 10)
 
 
-def _worker(rank: int, params: Params, barrier, q) -> None:
+def _worker(rank: int, params: Params, barrier, stop, q) -> None:
     try:
         from experiments.host import die_with_parent
         from experiments.threads import set_torch_threads
@@ -84,8 +86,11 @@ def _worker(rank: int, params: Params, barrier, q) -> None:
         for _ in range(params.warmup_steps):
             step(x, y)
         q.put(("ready", rank, info))
-        for r in range(params.repeats):
+        r = 0
+        while True:  # one round per release; the parent decides how many (experiments/rounds.py)
             barrier.wait(timeout=params.timeout_s)  # the parent releases all workers at once
+            if stop.is_set():
+                return
             spans = []
             done = 0
             while done < params.steps:
@@ -99,6 +104,7 @@ def _worker(rank: int, params: Params, barrier, q) -> None:
                 )
                 done += n
             q.put(("done", rank, r, spans))
+            r += 1
     except BaseException as exc:  # report, then fail the worker
         q.put(("error", rank, f"{type(exc).__name__}: {exc}"))
         raise
@@ -130,9 +136,15 @@ class Runner:
         self.params, self.meter = params, meter
         ctx = mp.get_context(params.start_method)
         self.barrier = ctx.Barrier(params.processes + 1)
+        self.stop = ctx.Event()
         self.q = ctx.Queue()
         self.procs = [
-            ctx.Process(target=_worker, args=(rank, params, self.barrier, self.q), name=f"process-{rank}", daemon=True)
+            ctx.Process(
+                target=_worker,
+                args=(rank, params, self.barrier, self.stop, self.q),
+                name=f"process-{rank}",
+                daemon=True,
+            )
             for rank in range(params.processes)
         ]
         for p in self.procs:
@@ -166,6 +178,12 @@ class Runner:
         return Measured(win, row, spans)
 
     def close(self) -> None:
+        """Release the workers waiting for another round with the stop flag set; join them."""
+        self.stop.set()
+        try:
+            self.barrier.wait(timeout=5)
+        except threading.BrokenBarrierError:
+            pass  # a worker is gone: the joins below reap what is left
         for p in self.procs:
             p.join(timeout=10)
             if p.is_alive():
@@ -173,7 +191,7 @@ class Runner:
                 p.join()
 
 
-def run(params: Params, baseline: Params | None = None) -> RunResult:
+def run(params: Params, baseline: Params | None = None, rounds: Rounds | None = None) -> RunResult:
     """Measure ``params.repeats`` rounds with P persistent worker processes, interleaved with
     ``baseline`` (its own worker processes) if given.
 
@@ -186,7 +204,7 @@ def run(params: Params, baseline: Params | None = None) -> RunResult:
     Raises:
         RuntimeError: if a worker fails or reports threads other than requested.
     """
-    return interleave(Runner, params, baseline)
+    return interleave(Runner, params, baseline, rounds=rounds)
 
 
 def main(argv: list[str] | None = None) -> int:

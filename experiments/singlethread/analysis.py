@@ -106,7 +106,7 @@ def singlethread_ratio(summary: pd.DataFrame, host: dict) -> Figure:
     fig.text(
         0.01,
         0.005,
-        "Error bars: 95% bootstrap CI of the median of paired per-round ratios. Hatched: noisy.",
+        "Error bars: 95% CI of the median of paired per-round ratios. Hatched: noisy.",
         fontsize=8,
         color="#555555",
     )

@@ -25,6 +25,7 @@ from experiments import interpreters
 from experiments.cli import cli_main
 from experiments.params import check_min
 from experiments.results import Measured, RunResult, interleave
+from experiments.rounds import Rounds
 from experiments.singlethread import EXPERIMENT
 from experiments.window import Meter
 
@@ -46,7 +47,7 @@ class Params:
     release_iterations: int = field(default=400, metadata={"help": "sha256 digests of the release task"})
     release_kb: int = field(default=1024, metadata={"help": "KiB hashed per digest"})
     shared_iterations: int = field(default=4_000_000, metadata={"help": "append, pop and dict update rounds"})
-    repeats: int = 5
+    repeats: int = 6
     warmup: int = field(default=1, metadata={"help": "untimed runs before the repeats"})
     sample_hz: float = 10.0
 
@@ -90,7 +91,9 @@ class Runner:
         self.child.close()
 
 
-def run(params: Params, baseline: Params | None = None, host_files: dict | None = None) -> RunResult:
+def run(
+    params: Params, baseline: Params | None = None, host_files: dict | None = None, rounds: Rounds | None = None
+) -> RunResult:
     """Measure ``params.repeats`` rounds of the point's interpreter against the reference (the
     first entry of ``interpreters.json``), interleaved.
 
@@ -113,7 +116,7 @@ def run(params: Params, baseline: Params | None = None, host_files: dict | None 
         if not entry["ok"]:
             return RunResult.skipped(entry["reason"])
     ref = dataclasses.replace(params, interpreter=reference["label"])
-    return interleave(lambda p, meter: Runner(p, meter, entries[p.interpreter]), params, ref)
+    return interleave(lambda p, meter: Runner(p, meter, entries[p.interpreter]), params, ref, rounds=rounds)
 
 
 def main(argv: list[str] | None = None) -> int:

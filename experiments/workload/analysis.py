@@ -4,7 +4,7 @@ user's shell does to their own programs, and the charts.
 The summary has two rows. ``stage=verify``: the recommendation's samples/s (median over the
 verification's rounds, :func:`experiments.workload.recommend.gain_windows`), the current
 settings' as the baseline measured in the same job, and the gain: the median of the per-round
-ratios with its 95% bootstrap CI (:mod:`analysis.stats`); it is ``best`` only when that CI lies
+ratios with its 95% CI (:mod:`analysis.stats`); it is ``best`` only when that CI lies
 above 1; ``memory_grows`` when a worker grew in any of its windows, the epochs included.
 ``stage=search``: its status and number of windows; the search's comparisons are in the job's
 outcome and in the search chart, not in per-point statistics.
@@ -153,7 +153,8 @@ def environment_sentences(env: dict, ncpu) -> list[str]:
             + ", which pin OpenMP threads to cores."
         )
     if env.get("cgroup_quota_cpus"):
-        out.append(f"A CPU quota of {env['cgroup_quota_cpus']:g} CPUs applies to it.")
+        where = f", set by cgroup {env['cgroup_quota_cgroup']}" if env.get("cgroup_quota_cgroup") else ""
+        out.append(f"A CPU quota of {env['cgroup_quota_cpus']:g} CPUs applies to it{where}.")
     return out
 
 
@@ -260,7 +261,7 @@ DECISION_COLOURS = {
 
 def workload_search(findings: dict, host: dict) -> Figure:
     """Each comparison of the search: the candidate's samples/s over the best of its moment
-    (median of the paired rounds, 95% bootstrap CI), coloured by the search's decision."""
+    (median of the paired rounds, 95% CI), coloured by the search's decision."""
     trail = pd.DataFrame(((findings.get("data") or {}).get("search") or {}).get("trail") or [])
     measured = trail[trail["ratio"].notna()] if len(trail) else trail
     fig, ax = plt.subplots(figsize=(9, 1.4 + 0.38 * max(1, len(measured))))
@@ -296,7 +297,7 @@ def workload_search(findings: dict, host: dict) -> Figure:
 def workload_verify(replicates: pd.DataFrame, host: dict) -> Figure:
     """The verification side by side: samples/s, data stall, CPU utilisation and peak PSS of
     the current settings and of the search's best (medians over its rounds, not the timeline's
-    epochs, with 95% bootstrap CIs)."""
+    epochs, with 95% CIs)."""
     rows = (
         gain_windows(replicates[(replicates["stage"] == "verify") & (replicates["status"] == "ok")])
         if len(replicates)
@@ -334,7 +335,7 @@ def workload_verify(replicates: pd.DataFrame, host: dict) -> Figure:
         ax.set_axisbelow(True)
         ax.set_title(title, fontsize=9)
     fig.suptitle("Your workload: current settings against the search's best, measured interleaved", fontsize=11)
-    note(fig, "Medians over the verification's rounds; error bars: 95% bootstrap CI of the median.")
+    note(fig, "Medians over the verification's rounds; error bars: 95% CI of the median.")
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     return fig
 

@@ -1,0 +1,187 @@
+"""Why a point got fewer CPUs than it asked for, stated only from what was measured.
+
+The measurement records, per window, the CPU other processes used and the one that used the
+most (``interference_pct``, ``top_other``), the steal time, the time the CPU quota throttled
+the job and the CPUs' frequency; per job and per host, the affinity, the quota of the job's own
+cgroup and which cgroup set it, and which available CPUs are SMT siblings
+(:mod:`experiments.capacity`, host.json ``capacity``). :func:`causes` turns the ones that were
+measured and matter into sentences; :func:`capacity_reason` builds a theory check's warning
+from them, "2 processes got 1.05 CPUs of 2: other processes used 0.98 CPU (pid 4242 ...)",
+and falls back to a list of possibilities only where nothing measured explains the gap.
+
+Thresholds: interference counts from 10% of one CPU (the ``contended`` flag,
+:data:`experiments.window.CONTENDED_PCT`), steal from 5% of the CPUs' time, throttling from
+10 ms per window (one scheduler period of the default 100 ms quota period is 10x that).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from experiments.window import CONTENDED_PCT
+
+#: Steal time (% of the available CPUs' time) from which it is named as a cause.
+STEAL_PCT = 5.0
+
+#: Throttling per window (s) from which the quota is named as a cause.
+THROTTLED_S = 0.01
+
+
+def _value(r, key: str) -> float:
+    v = r.get(key) if r is not None else None
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return float("nan")
+    return v
+
+
+def cpus_text(n: float) -> str:
+    """``1 CPU``, ``0.98 CPU``, ``2 CPUs``."""
+    return f"{n:.2f} CPU" if n < 1 or not float(n).is_integer() else f"{int(n)} CPU{'s' if n != 1 else ''}"
+
+
+def other_process(r) -> str:
+    """``pid 4242 `python train.py` (0.97 CPU)`` for a summary row's top other process, or ``""``."""
+    pid = r.get("top_other_pid") if r is not None else None
+    if pid is None or pd.isna(pid):
+        return ""
+    share = _value(r, "top_other_cpu_pct")
+    used = f" ({share / 100:.2f} CPU)" if np.isfinite(share) else ""
+    return f"pid {int(pid)} `{r.get('top_other') or '?'}`{used}"
+
+
+def quota_text(host: dict) -> str:
+    """``a CPU quota of 1 CPU set by cgroup /x`` from host.json, or ``""`` without a quota."""
+    quota = (host or {}).get("cgroup_quota_cpus")
+    if not quota:
+        return ""
+    where = (host or {}).get("cgroup_quota_cgroup")
+    return f"a CPU quota of {cpus_text(quota)}" + (f" set by cgroup {where}" if where else "")
+
+
+def smt_text(host: dict) -> str:
+    """``the 2 available CPUs are SMT siblings of 1 core`` where some available CPUs share a
+    core (host.json ``capacity.smt_groups``), else ``""``."""
+    groups = ((host or {}).get("capacity") or {}).get("smt_groups")
+    if not groups or all(len(g) == 1 for g in groups):
+        return ""
+    cpus = sum(len(g) for g in groups)
+    return f"the {cpus} available CPUs are SMT siblings of {len(groups)} core{'s' if len(groups) != 1 else ''}"
+
+
+def causes(r, host: dict | None = None) -> list[str]:
+    """The measured limits of a point's CPUs while it ran, most specific first: throttling by
+    the CPU quota (naming the cgroup), other processes (naming the busiest), steal time, and
+    SMT siblings among the available CPUs. Empty when none was measured."""
+    out = []
+    throttled = _value(r, "throttled_s")
+    if np.isfinite(throttled) and throttled >= THROTTLED_S:
+        quota = quota_text(host or {})
+        out.append(f"the CPU quota throttled it {throttled:.2f} s per window" + (f" ({quota})" if quota else ""))
+    other = _value(r, "interference_pct")
+    if np.isfinite(other) and other > CONTENDED_PCT:
+        who = other_process(r)
+        out.append(f"other processes used {other / 100:.2f} CPU" + (f", most of all {who}" if who else ""))
+    steal = _value(r, "steal_pct")
+    if np.isfinite(steal) and steal >= STEAL_PCT:
+        out.append(f"the hypervisor took {steal:.0f}% of the CPUs' time for other guests (steal)")
+    smt = smt_text(host or {})
+    if smt:
+        out.append(smt)
+    return out
+
+
+def note(r, host: dict | None = None) -> str:
+    """`` (while it was measured: other processes used 0.98 CPU, ...)`` for a finding about a
+    point with measured limits, else ``""``."""
+    found = causes(r, host)
+    return f" (while it was measured: {'; '.join(found)})" if found else ""
+
+
+def one_cpu_note(host: dict | None, units: float) -> str:
+    """``; this host has 1 available CPU, so N tasks cannot run at once`` where a point's
+    parallel units exceed a single available CPU (its missing speedup is put down to that),
+    naming the quota or affinity that limits it; else ``""``."""
+    ncpu = (host or {}).get("available_cpus")
+    if ncpu != 1 or not units or units <= 1:
+        return ""
+    quota = quota_text(host or {})
+    why = f" ({quota})" if quota else f" (affinity {((host or {}).get('affinity') or ['?'])})"
+    return f"; this host has 1 available CPU{why}, so {units:g} tasks cannot run at once"
+
+
+def cpus_used(r, ncpu: int) -> float:
+    """CPUs a point's process tree kept busy: median ``cpu_util_pct`` x available CPUs / 100."""
+    return _value(r, "cpu_util_pct") * ncpu / 100.0
+
+
+def capacity_reason(r, s: float | None, n: int, generic: str, host: dict | None = None, what: str = "the work") -> str:
+    """Why a scaling check warned: ``what`` got ``x`` CPUs of ``n``, because of the measured
+    :func:`causes`; with none measured, what the point's own CPU use shows (busy CPUs that did
+    not make it faster deliver part of a core each), and only then ``generic``.
+
+    Args:
+        r: the point's summary row (None when it was not measured).
+        s: its speedup.
+        n: the CPUs it could use at most (min of its parallel units and the available CPUs).
+        generic: the possibilities, the last resort.
+        host: host.json (quota, SMT siblings).
+        what: the subject of the sentence, e.g. ``2 processes``.
+    """
+    if r is None or s is None or not np.isfinite(s):
+        return generic
+    ncpu = int((host or {}).get("available_cpus") or n)
+    used = cpus_used(r, ncpu)
+    head = f"{what} got {used:.2f} CPUs of {ncpu}" if np.isfinite(used) else what
+    found = causes(r, host)
+    if found:
+        return f"{head}: " + "; ".join(found)
+    util = _value(r, "cpu_util_pct")
+    if np.isfinite(util) and util >= 70 and n > 1:
+        return (
+            f"{head} ({util:.0f}% busy) yet ran only {s:.2f}x faster: each CPU delivered about "
+            f"{100.0 * s / n:.0f}% of a core. No other process, steal, quota throttling or SMT sibling was "
+            "measured inside this machine, so the host behind it gave less than whole cores"
+        )
+    return f"{head}: {generic}" if np.isfinite(used) else generic
+
+
+def _median_of(df: pd.DataFrame, col: str) -> float:
+    values = pd.to_numeric(df[col], errors="coerce").dropna() if col in df else pd.Series(dtype=float)
+    return float(values.median()) if len(values) else np.nan
+
+
+def capacity_columns(ok: pd.DataFrame, windows: pd.DataFrame) -> dict:
+    """What limited a point's CPUs while it was measured, from every ok window of its job
+    (``windows``: the point's and its interleaved baseline's, since both enter the speedup):
+    ``contended`` (the median window's interference exceeded 10% of one CPU: a process that ran
+    through the job, not a blip in one short window, which the sampler's 10 ms ticks make
+    common), the medians of
+    ``interference_pct`` (% of one CPU), ``steal_pct`` (% of the available CPUs' time),
+    ``throttled_s`` (per window) and ``cpu_freq_mhz``; ``top_other`` (the process outside the
+    job's tree that most often used the most CPU, as ``name: command line``), its
+    ``top_other_pid`` and ``top_other_cpu_pct`` (median % of one CPU in the windows it topped);
+    ``rounds_stopped`` (why the job's rounds ended: experiments/rounds.py). ``ok`` gives the
+    medians where the job's windows lack a column (files from older versions)."""
+    w = windows[windows["status"] == "ok"] if "status" in windows and len(windows) else ok
+    if not len(w):
+        w = ok
+    row = {c: _median_of(w, c) for c in ("interference_pct", "steal_pct", "throttled_s", "cpu_freq_mhz")}
+    row |= {
+        "contended": bool(row["interference_pct"] > CONTENDED_PCT),
+        "top_other": "",
+        "top_other_pid": pd.NA,
+        "top_other_cpu_pct": np.nan,
+    }
+    if "top_other_pid" in w:
+        named = w[w["top_other_pid"].notna()]
+        if len(named):
+            pid = named["top_other_pid"].mode().iloc[0]
+            mine = named[named["top_other_pid"] == pid]
+            row |= {"top_other_pid": int(pid), "top_other": str(mine["top_other"].iloc[0])}
+            row["top_other_cpu_pct"] = _median_of(mine, "top_other_cpu_pct")
+    stopped = w["rounds_stopped"].fillna("").astype(str) if "rounds_stopped" in w else pd.Series(dtype=str)
+    row["rounds_stopped"] = next((x for x in stopped if x), "")
+    return row

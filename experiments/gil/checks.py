@@ -1,0 +1,117 @@
+"""GIL experiment, theory checks (the report's "Can these numbers be trusted?"): what the GIL
+and the available CPUs let each mode reach, per interpreter. Re-exported by
+:mod:`experiments.gil.analysis` as its ``fidelity`` hook."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from analysis.capacity import capacity_reason
+from analysis.fidelity import speedup_check
+
+
+def with_interpreter(summary: pd.DataFrame | None) -> pd.DataFrame | None:
+    """``summary`` with an ``interpreter`` column (``default`` where a table has none)."""
+    if summary is None or "interpreter" in summary.columns:
+        return summary
+    return summary.assign(interpreter="default")
+
+
+def gil_on(summary: pd.DataFrame, label: str) -> bool:
+    """Whether the GIL was on in the measured processes of ``label`` (True where not recorded)."""
+    if "gil_enabled" not in summary.columns:
+        return True
+    values = summary.loc[(summary["interpreter"] == label) & summary["gil_enabled"].notna(), "gil_enabled"]
+    return bool(values.iloc[0]) if len(values) else True
+
+
+#: Why a scaling check warned when nothing measured explains it: the possibilities, last resort.
+GENERIC = (
+    "no quota throttling, steal, other process or SMT sibling was measured; the tasks left CPUs idle "
+    "(time outside them, such as start-up, or waiting)"
+)
+
+
+def _scaling_checks(
+    summary: pd.DataFrame | None, label: str, tag: str, workers: list, ncpu: int, host: dict
+) -> list[dict]:
+    rows = []
+    for n in workers:
+        cpus = min(n, ncpu)
+        cases = [("cpu", "processes", "CPU-bound Python", "each process has its own interpreter and GIL")]
+        cases.append(("release", "threads", "C code that releases the GIL (sha256)", "hashlib releases the GIL"))
+        if summary is not None and not gil_on(summary, label):
+            cases.append(("cpu", "threads", "CPU-bound Python, GIL off", "with the GIL off, bytecode runs in parallel"))
+        for workload, mode, what, why in cases:
+            rows.append(
+                speedup_check(
+                    summary,
+                    {"interpreter": label, "workload": workload, "mode": mode, "workers": n},
+                    f"{what}{tag}: {n} {mode} over sequential",
+                    f">= {0.7 * cpus:.2f}x",
+                    lambda s, need=0.7 * cpus: s >= need,
+                    why,
+                    lambda r, s, cpus=cpus, what=f"{n} {mode}": capacity_reason(r, s, cpus, GENERIC, host, what),
+                )
+            )
+    return rows
+
+
+def _interpreter_checks(summary: pd.DataFrame | None, label: str, tag: str, ncpu: int, host: dict) -> list[dict]:
+    rows = []
+    if summary is None or gil_on(summary, label):
+        rows.append(
+            speedup_check(
+                summary,
+                {"interpreter": label, "workload": "cpu", "mode": "threads", "workers": 2},
+                f"CPU-bound Python{tag}: 2 threads over sequential",
+                "0.70x to 1.15x",
+                lambda s: 0.7 <= s <= 1.15,
+                "the GIL lets one thread run bytecode at a time",
+                "outside the range the GIL allows: measurement noise or a GIL-free build?",
+            )
+        )
+    workers = sorted(summary["workers"].unique()) if summary is not None else [2]
+    for n in workers:
+        rows.append(
+            speedup_check(
+                summary,
+                {"interpreter": label, "workload": "io", "mode": "threads", "workers": n},
+                f"I/O-bound sleep loop{tag}: {n} threads over sequential",
+                f">= {0.9 * n:.2f}x",
+                lambda s, n=n: s >= 0.9 * n,
+                "sleeping threads release the GIL and overlap",
+                "sleeping threads did not overlap as expected",
+            )
+        )
+    return rows + _scaling_checks(summary, label, tag, workers, ncpu, host)
+
+
+def fidelity(summary: pd.DataFrame | None, ncpu: int, host: dict) -> list[dict]:
+    """Theory checks per interpreter: under the GIL, CPU-bound Python on 2 threads 0.70x to
+    1.15x of sequential (the GIL serialises bytecode); with the GIL off, CPU-bound threads at
+    least 0.7 min(N, CPUs); N sleeping threads at least 0.9 N (sleep releases the GIL); C code
+    that releases the GIL (sha256) on N threads and CPU-bound Python on N processes at least
+    0.7 min(N, available CPUs), under any build. A workload not measured gives no check
+    (``speedup_check`` on a missing point reports it as not measured)."""
+    summary = with_interpreter(summary)
+    if summary is None:
+        return _interpreter_checks(None, "default", "", ncpu, host)[:1]
+    measured = summary[summary["status"] == "ok"] if "status" in summary.columns else summary
+    several = measured["interpreter"].nunique() > 1
+    rows = []
+    for label in dict.fromkeys(measured["interpreter"]):
+        tag = f" ({label})" if several else ""
+        present = set(summary.loc[summary["interpreter"] == label, "workload"])
+        checks = _interpreter_checks(summary, label, tag, ncpu, host)
+        rows += [r for r in checks if _workload_of(r["check"]) in present]
+    return rows
+
+
+def _workload_of(check: str) -> str:
+    """The workload a check's text is about."""
+    if check.startswith("I/O-bound"):
+        return "io"
+    if check.startswith("C code"):
+        return "release"
+    return "cpu"

@@ -1,0 +1,160 @@
+"""The report's "Can these numbers be trusted?" section and its line on the first screen: the
+theory checks, the flags, what limited the CPUs (measured), the processes outside the pipeline
+that took CPU, the points that stopped on their time budget, and the run's timing. Built from
+analysis outputs only (``fidelity.csv``, ``run.json``, ``interference.csv``) and host.json."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from experiments.sampler import OURS
+from report.format import fmt as _fmt
+
+
+def headlines(exps: list[dict], trust: dict) -> list[dict]:
+    """The report's first screen: each experiment's answers (``findings.json`` ``headlines``), in
+    report order, each linked to its section, then the trust verdict (naming the process that
+    took the most CPU, if one did)."""
+    out = [{**h, "anchor": e["name"]} for e in exps for h in e.get("headlines", [])]
+    verdict = f"{trust['passed']} of {trust['passed'] + trust['warned']} theory checks pass"
+    verdict += f"; {trust['contended']} of {trust['points']} points contended"
+    outside = [o for o in trust["others"] if not o["ours"]]
+    if trust["contended"] and outside:
+        top = outside[0]
+        verdict += f" (most of all by pid {top['pid']} `{top['cmdline']}`, {top['cpu']} CPU)"
+    verdict += f", {trust['noisy']} noisy"
+    if trust["budget_stopped"]:
+        verdict += f"; {len(trust['budget_stopped'])} stopped on the time budget with a wide interval"
+    if trust["problems"]:
+        verdict += f"; {len(trust['problems'])} not measured (skipped, failed or timed out)"
+    return [*out, {"question": "Can these numbers be trusted?", "answer": verdict, "anchor": "trust"}]
+
+
+def contention_text(c: dict, others: list[dict], ncpu) -> str:
+    """One paragraph: how much of the run was contended, by whom, and what that does to the
+    numbers (run.json ``contention``, interference.csv)."""
+    if not c or not c.get("windows"):
+        return ""
+    if not c.get("contended_windows"):
+        return (
+            f"No other process used more than 10% of a CPU in any of the {c['windows']} measured windows: "
+            "the CPUs were the lab's alone."
+        )
+    text = (
+        f"{c['contended_points']} of {c['points']} points were contended (their median window's other "
+        f"processes used over 10% of a CPU); {c['contended_windows']} of {c['windows']} windows were "
+        f"({c['contended_time_pct']:.0f}% of the measured time), and in them other processes used a median "
+        f"{c['other_cpu_median']:.2f} CPU of {ncpu}"
+    )
+    outside = [o for o in others if not o["ours"]]
+    if outside:
+        top = outside[0]
+        text += f", most of all pid {top['pid']} `{top['cmdline']}` ({top['cpu']} CPU during {top['points']} points)"
+    ours = [o for o in others if o["ours"]]
+    if ours:
+        text += (
+            f"; the pipeline's own Snakemake and job wrappers used {ours[0]['cpu']} CPU in the windows they "
+            "were among the busiest in"
+        )
+    left = c["cpus_left"]
+    return text + (
+        f". CPU-bound work measured then had about {left:.2f} CPUs left: its speedups are capped near {left:.2f}x, "
+        "and a point and its baseline met the same load only where both windows of a round were contended."
+    )
+
+
+def capacity_rows(host: dict, run: dict) -> list[tuple[str, str]]:
+    """Label/value pairs of what limited the CPUs, measured (host.json ``capacity``, run.json
+    ``contention``), each with the reason where it could not be read."""
+    cap = host.get("capacity") or {}
+    why = cap.get("unreadable") or {}
+    c = run.get("contention") or {}
+    quota = host.get("cgroup_quota_cpus")
+    quota_text = (
+        f"{_fmt(quota)} CPUs, set by cgroup {host.get('cgroup_quota_cgroup')}"
+        if quota
+        else f"unreadable: {why['quota']}"
+        if "quota" in why
+        else f"none (cgroup {cap.get('cgroup_version') or '?'} {cap.get('own_cgroup') or ''} and its parents)"
+    )
+    groups = cap.get("smt_groups")
+    smt = (
+        f"unreadable: {why['smt']}"
+        if groups is None and "smt" in why
+        else ", ".join("{" + ",".join(map(str, g)) + "}" for g in groups or []) + f" ({cap.get('cores')} cores)"
+    )
+    freq = cap.get("cpu_freq_mhz")
+    steal = c.get("steal_pct_median")
+    throttled = c.get("throttled_s")
+    return [
+        ("CPU quota of the pipeline's cgroup", quota_text),
+        (
+            "Available CPUs by core (SMT siblings together)",
+            smt if groups is not None or "smt" in why else "not recorded",
+        ),
+        ("CPU frequency", f"{freq:.0f} MHz" if freq else f"unreadable: {why.get('cpu_freq_mhz', 'not recorded')}"),
+        (
+            "Steal time in measured windows (median)",
+            f"{steal:.1f}% of the CPUs' time" if steal is not None else "unreadable",
+        ),
+        ("Quota throttling in measured windows", f"{throttled:.2f} s in all" if throttled is not None else "no quota"),
+    ]
+
+
+def trust_context(
+    fidelity: pd.DataFrame, run: dict, exps: list[dict], now_unix: float, others: pd.DataFrame | None = None
+) -> dict:
+    """The "Can these numbers be trusted?" section: fidelity checks, flags, contention (with
+    the other processes of ``interference.csv`` named), points that stopped on the time budget,
+    and run timing."""
+    checks = []
+    for _, r in fidelity.iterrows():
+        measured = ""
+        if math.isfinite(r["measured"]):
+            unit = "% of one CPU" if "cost" in r["check"] else "%" if "sampler" in r["check"] else "x"
+            unit = "ms" if str(r["expected"]).endswith(" ms") else unit
+            measured = _fmt(r["measured"]) + (unit if unit == "x" else f" {unit}")
+            if math.isfinite(r["ci_low"]):
+                measured += f" (95% CI {r['ci_low']:.2f}-{r['ci_high']:.2f})"
+        checks.append({k: r[k] for k in ("check", "expected", "verdict", "reason")} | {"measured": measured})
+    flags = [row[-1] for e in exps for row in e["table"]["rows"]]
+    problems = [
+        {"experiment": e["name"], "point": p["point"], "status": p["status"], "reason": p["reason"]}
+        for e in exps
+        for p in e["problems"]
+    ]
+    named = [
+        {
+            "pid": int(r["pid"]),
+            "name": r["name"],
+            "cmdline": r["cmdline"],
+            "cpu": f"{r['cpu_pct_median'] / 100:.2f}",
+            "cpu_max": f"{r['cpu_pct_max'] / 100:.2f}",
+            "points": int(r["points"]),
+            "windows": int(r["windows"]),
+            "labels": r["labels"],
+            "ours": str(r["cmdline"]).endswith(OURS),
+        }
+        for _, r in (others if others is not None else pd.DataFrame()).head(5).iterrows()
+    ]
+    budget = [{"experiment": e["name"], **b} for e in exps for b in e.get("budget_stopped", [])]
+    return {
+        "others": named,
+        "contention": contention_text(run.get("contention") or {}, named, run.get("available_cpus")),
+        "budget_stopped": budget,
+        "problems": problems,
+        "checks": checks,
+        "passed": int((fidelity["verdict"] == "pass").sum()),
+        "warned": int((fidelity["verdict"] == "warn").sum()),
+        "measurement_phase": f"{run['measurement_phase_s']:.0f} s",
+        "total": f"{now_unix - run['start_unix']:.0f} s",
+        "measured_share": f"{run['measured_share_pct']:.0f}%",
+        "jobs": run["measurement_jobs"],
+        "overhead_per_job": f"{run['overhead_per_job_s']:.1f} s",
+        "between_jobs": f"{run['measurement_phase_s'] - run['job_s']:.0f} s",
+        "noisy": sum("noisy" in f for f in flags),
+        "contended": sum("contended" in f for f in flags),
+        "points": len(flags),
+    }

@@ -1,0 +1,86 @@
+"""End to end: a run next to a busy process names it and explains the warnings it caused; a
+run inside a child cgroup with a CPU quota reports the quota and the cgroup that set it.
+
+Both run a small gil grid (CPU-bound Python, sequential against 2 processes) in the
+end-to-end checkout, each under a host label of its own (about a minute each on 2 CPUs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+from helpers import start_busy_stranger, venv_env
+
+SMALL = (
+    "experiments: [gil]\n"
+    "selfcheck: {duration_s: 0.3, repeats: 2}\n"
+    "rounds: {target_ci_pct: 0, workers: 1}\n"
+    "gil: {workload: [cpu], mode: [sequential, processes], workers: [2], repeats: 6}\n"
+)
+
+
+def _run(work, tmp_path, host: str, **popen) -> subprocess.CompletedProcess:
+    cfg = tmp_path / f"{host}.yaml"
+    cfg.write_text(SMALL)
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "4", "--configfile", "config.quick.yaml", str(cfg)]
+    return subprocess.run(
+        [*cmd, "--config", f"host={host}"],
+        cwd=work,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=venv_env(),
+        **popen,
+    )
+
+
+@pytest.mark.slow
+def test_a_run_next_to_a_busy_process_names_it(quick_run, tmp_path):
+    busy = start_busy_stranger()
+    try:
+        proc = _run(quick_run, tmp_path, "e2e-busy")
+    finally:
+        os.kill(busy, 9)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    host = quick_run / "results" / "e2e-busy"
+    others = pd.read_csv(host / "interference.csv")
+    top = others.iloc[0]
+    assert top["pid"] == busy and "while True: pass" in top["cmdline"], others.head()
+    assert top["cpu_pct_median"] > 40  # a third to a whole CPU, by how the scheduler shared them
+    contention = json.loads((host / "run.json").read_text())["contention"]
+    assert contention["contended_points"] == contention["points"] > 0
+    assert contention["other_cpu_median"] > 0.4 and contention["cpus_left"] < 1.6
+    summary = pd.read_csv(host / "gil" / "summary.csv")
+    assert (summary["top_other_pid"] == busy).all() and summary["contended"].all()
+    # the findings and the warnings state the measured cause, naming the process
+    text = " ".join(json.loads((host / "gil" / "findings.json").read_text())["findings"])
+    assert f"most of all pid {busy} `python" in text, text
+    fidelity = pd.read_csv(host / "fidelity.csv").set_index("check")
+    check = fidelity.loc["CPU-bound Python: 2 processes over sequential"]
+    if check["verdict"] == "warn":
+        assert f"pid {busy}" in check["reason"] and "2 processes got" in check["reason"], check.to_dict()
+    html = (host / "report.html").read_text()
+    assert f"pid {busy}" in html and "had contended windows" in html and "CPUs left" in html
+    assert f"contended (pid {busy} python" in html  # the table's flag names it too
+
+
+@pytest.mark.slow
+def test_a_run_in_a_child_cgroup_reports_its_quota(quick_run, tmp_path, child_cgroup):
+    proc = _run(quick_run, tmp_path, "e2e-quota", preexec_fn=child_cgroup.enter)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    host = quick_run / "results" / "e2e-quota"
+    info = json.loads((host / "host.json").read_text())
+    assert info["cgroup_quota_cpus"] == 1.0 and info["cgroup_quota_cgroup"] == child_cgroup.cgroup
+    assert info["available_cpus"] == 1 and len(info["affinity"]) == os.cpu_count()
+    job = json.loads((host / "gil" / "workload~cpu" / "mode~processes" / "workers~2" / "job.json").read_text())
+    assert job["capacity"]["quota_cgroup"] == child_cgroup.cgroup
+    metrics = pd.read_csv(host / "gil" / "workload~cpu" / "mode~processes" / "workers~2" / "metrics.csv")
+    assert (metrics["available_cpus"] == 1).all()
+    text = " ".join(json.loads((host / "gil" / "findings.json").read_text())["findings"])
+    assert f"this host has 1 available CPU (a CPU quota of 1 CPU set by cgroup {child_cgroup.cgroup})" in text
+    html = (host / "report.html").read_text()
+    assert f"1 CPUs, set by cgroup {child_cgroup.cgroup}" in html

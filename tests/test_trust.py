@@ -1,0 +1,180 @@
+"""Warnings that name their measured cause, run-level contention, claims the data supports,
+and the coverage benchmark's arithmetic: analysis on fixtures with known answers."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.capacity import causes
+from analysis.fidelity import checks
+from analysis.runinfo import contention, interference_table
+
+HOST = {"available_cpus": 2, "capacity": {"smt_groups": [[0], [1]], "cores": 2}}
+
+
+def _processes(**extra) -> pd.DataFrame:
+    row = {"workload": "cpu", "mode": "processes", "workers": 2, "speedup": 1.05, "speedup_ci_low": 1.0}
+    return pd.DataFrame([{**row, "speedup_ci_high": 1.1, "cpu_util_pct": 52.5, **extra}])
+
+
+def _check(summary: pd.DataFrame, host: dict = HOST) -> pd.Series:
+    table = checks({"gil": summary}, None, ncpu=host["available_cpus"], sample_hz=10, host=host)
+    return table.set_index("check").loc["CPU-bound Python: 2 processes over sequential"]
+
+
+def test_a_warning_names_the_process_that_took_the_cpus():
+    busy = {"interference_pct": 98.0, "top_other_pid": 4242, "top_other": "python train.py", "top_other_cpu_pct": 97.0}
+    row = _check(_processes(**busy))
+    assert row["verdict"] == "warn"
+    assert row["reason"] == (
+        "2 processes got 1.05 CPUs of 2: other processes used 0.98 CPU, "
+        "most of all pid 4242 `python train.py` (0.97 CPU)"
+    )
+
+
+def test_measured_causes_in_order_and_none_invented():
+    r = {"throttled_s": 0.2, "interference_pct": 30.0, "steal_pct": 12.0}
+    host = {**HOST, "cgroup_quota_cpus": 1.0, "cgroup_quota_cgroup": "/slurm/job_7"}
+    host["capacity"] = {"smt_groups": [[0, 1]], "cores": 1}
+    found = causes(r, host)
+    assert found[0] == "the CPU quota throttled it 0.20 s per window (a CPU quota of 1 CPU set by cgroup /slurm/job_7)"
+    assert found[1] == "other processes used 0.30 CPU"
+    assert found[2].startswith("the hypervisor took 12% of the CPUs' time")
+    assert found[3] == "the 2 available CPUs are SMT siblings of 1 core"
+    # below the thresholds nothing is claimed
+    assert causes({"throttled_s": 0.001, "interference_pct": 5.0, "steal_pct": 1.0}, HOST) == []
+
+
+def test_busy_cpus_that_did_not_scale_are_reported_as_such_only_without_a_measured_cause():
+    row = _check(_processes(speedup=0.93, cpu_util_pct=95.0))
+    assert "1.90 CPUs of 2 (95% busy) yet ran only 0.93x faster" in row["reason"]
+    assert "about 46% of a core" in row["reason"] and "No other process, steal" in row["reason"]
+    # idle CPUs and nothing measured: the possibilities, marked as such
+    row = _check(_processes(cpu_util_pct=40.0))
+    assert row["reason"].startswith("2 processes got 0.80 CPUs of 2: no quota throttling, steal")
+
+
+def test_one_available_cpu_is_the_stated_reason(tmp_path):
+    from helpers import gil_fixture
+
+    from analysis.findings import findings
+    from analysis.load import load_experiment
+    from analysis.stats import summarise
+
+    s = summarise(load_experiment(gil_fixture(tmp_path), "gil"), "gil")
+    host = {"available_cpus": 1, "cgroup_quota_cpus": 1.0, "cgroup_quota_cgroup": "/lab-quota"}
+    text = " ".join(findings("gil", s, host)["findings"])
+    assert "this host has 1 available CPU (a CPU quota of 1 CPU set by cgroup /lab-quota), so 2 tasks" in text
+
+
+def test_run_contention_and_the_processes_named():
+    windows = pd.DataFrame(
+        {
+            "status": ["ok"] * 4,
+            "wall_s": [1.0, 1.0, 2.0, 2.0],
+            "interference_pct": [95.0, 99.0, 2.0, 1.0],
+            "contended": [True, True, False, False],
+            "steal_pct": [0.0, 1.0, 0.0, 0.5],
+        }
+    )
+    jobs = [
+        {
+            "rounds": {"stopped": "budget"},
+            "others": [{"pid": 42, "name": "python", "cmdline": "python x.py", "cpu_pct": 95.0}],
+        },
+        {"rounds": {"stopped": "target"}, "others": []},
+    ]
+    c = contention([windows.iloc[:2], windows.iloc[2:]], jobs, {"available_cpus": 2})
+    assert c["contended_windows"] == 2 and c["windows"] == 4 and c["contended_points"] == 1 and c["points"] == 2
+    assert c["contended_time_pct"] == pytest.approx(100 * 2 / 6)
+    assert c["other_cpu_median"] == pytest.approx(0.97) and c["cpus_left"] == pytest.approx(1.03)
+    assert c["steal_pct_median"] == pytest.approx(0.25) and c["rounds"] == {"budget": 1, "target": 1}
+    jobs.append({"others": [{"pid": 42, "name": "python", "cmdline": "python x.py", "cpu_pct": 99.0}]})
+    jobs.append({"others": [{"pid": 7, "name": "kworker/0:1", "cmdline": "kworker/0:1", "cpu_pct": 2.0}]})
+    t = interference_table(["gil a", "gil b", "jit c", "jit d"], jobs)
+    assert list(t["pid"]) == [42, 7] and list(t["points"]) == [2, 1]
+    assert t.iloc[0]["cpu_pct_median"] == pytest.approx(97.0) and t.iloc[0]["labels"] == "gil a; jit c"
+    assert interference_table(["x"], [{}]).empty
+
+
+def test_no_clear_winner_when_no_interval_clears_one(tmp_path):
+    from helpers import write_point
+
+    from analysis.findings import findings
+    from analysis.load import load_experiment
+    from analysis.stats import summarise
+
+    paths = []
+    for workers, values in ((0, [100.0] * 6), (2, [98.0, 103.0, 99.0, 104.0, 97.0, 102.0])):
+        rows = [{"wall_s": 1.0, "samples_per_s": v, "data_stall_pct": 10.0} for v in values]
+        paths.append(write_point(tmp_path, "dataloader", {"dataset": "cpu", "num_workers": workers}, rows))
+    s = summarise(load_experiment(paths, "dataloader"), "dataloader")
+    f = findings("dataloader", s, {"available_cpus": 2})
+    assert "no clear winner, no num_workers was clearly faster than num_workers = 0" in f["findings"][0]
+    assert f["headlines"][0]["answer"].endswith("no clear winner")
+
+
+def test_jit_claims_a_payoff_only_when_the_gain_is_clear():
+    from experiments.jit.analysis import _mode_part
+
+    eager = pd.Series({"mode": "eager", "first_call_s": 0.01})
+    base = {"mode": "script", "status": "ok", "latency_ms": 1.0, "setup_s": 0.2, "first_call_s": 0.05}
+    clear = pd.Series({**base, "speedup": 1.25, "speedup_ci_low": 1.1, "speedup_ci_high": 1.4})
+    assert "pays off after 960 calls" in _mode_part(clear, eager)  # (200 + 50 - 10) ms / 0.25 ms
+    unclear = pd.Series({**base, "speedup": 1.05, "speedup_ci_low": 0.97, "speedup_ci_high": 1.12})
+    part = _mode_part(unclear, eager)
+    assert "pays off" not in part and "no clear steady-state gain (95% CI includes 1)" in part
+
+
+def _coverage_module():
+    from conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("repeatability", ROOT / "benchmarks" / "repeatability.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_coverage_of_two_fixture_runs(tmp_path):
+    """Two runs of the dataloader (baseline num_workers 0, points 1 and 2) and the coverage
+    worked out by hand."""
+    rep = _coverage_module()
+    runs = {
+        "r-1": [(0, 1.0, 1.0, 1.0, "fixed"), (1, 1.50, 1.40, 1.60, "target"), (2, 1.20, 1.10, 1.30, "budget")],
+        "r-2": [(0, 1.0, 1.0, 1.0, "fixed"), (1, 1.55, 1.50, 1.58, "target"), (2, 1.35, 1.30, 1.45, "target")],
+    }
+    for host, rows in runs.items():
+        d = tmp_path / host / "dataloader"
+        d.mkdir(parents=True)
+        pd.DataFrame(
+            [
+                {
+                    "experiment": "dataloader",
+                    "dataset": "io",
+                    "num_workers": w,
+                    "metric": "samples_per_s",
+                    "status": "ok",
+                    "n": 6,
+                    "median": 100 * s,
+                    "speedup": s,
+                    "speedup_ci_low": lo,
+                    "speedup_ci_high": hi,
+                    "rounds_stopped": why,
+                }
+                for w, s, lo, hi, why in rows
+            ]
+        ).to_csv(d / "summary.csv", index=False)
+    df = rep.compare("r-1", "r-2", tmp_path)
+    c = rep.coverage(df)
+    # run 2's 1.55 is in run 1's [1.40, 1.60], its 1.35 is not in [1.10, 1.30]: 1 of 2.
+    # run 1's 1.50 is in run 2's [1.50, 1.58], its 1.20 is not in [1.30, 1.45]: 1 of 2.
+    assert (c["covered_1"], c["with_ci_1"], c["covered_2"], c["with_ci_2"]) == (1, 2, 1, 2)
+    assert c["coverage"] == 0.5 and c["points"] == 2 and c["budget_stopped"] == 1
+    widths = [100 * 0.2 / 1.5, 100 * 0.2 / 1.2, 100 * 0.08 / 1.55, 100 * 0.15 / 1.35]
+    assert c["ci_width_pct_median"] == pytest.approx(np.median(widths))
+    text = rep.markdown(df, {"cpu_model": "fixture"}, [])
+    assert "for 1 of 2 points (50%)" in text and "num_workers=2" in text
