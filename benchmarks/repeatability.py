@@ -1,17 +1,31 @@
-"""Repeatability benchmark: run config.quick.yaml twice and compare the two runs point by point.
+"""Repeatability and coverage benchmark: run config.quick.yaml twice, back to back, and ask
+whether the first run's 95% confidence intervals hold the second run's values.
 
-For every configuration point of every experiment it reports the ratio of the two runs'
-medians of the throughput metric (run 2 / run 1) and of the speedups, and the share of
-points whose medians agree within +-10% (goal: at least 90%). This is a benchmark, not a
-test: it measures how reproducible the pipeline's numbers are on this machine.
+For every configuration point measured in both runs it reports
 
-Usage (from the repository root, in the project's venv)::
+* the ratio of the two runs' medians of the throughput metric and of their speedups (run 2 /
+  run 1), and the share of points whose medians and speedups agree within +-10%;
+* the **coverage**: the share of points whose second-run speedup lies inside the first run's
+  95% CI, and the reverse (first-run speedup inside the second run's CI), over the points
+  whose speedup has an interval in the run that provides it (a group's baseline, speedup 1 by
+  definition, is left out, as are skipped points);
+* the median width of the speedup CIs (full width, % of the speedup), and the points whose
+  rounds stopped on the time budget (config ``rounds``).
 
-    python benchmarks/repeatability.py [--label rep] [--cores 4] [--markdown out.md]
+What to expect. Even perfectly calibrated 95% intervals of a normally distributed estimate hold
+a replication's estimate only about 83% of the time, since the replication has noise of its
+own (G. Cumming and R. Maillardet, "Confidence intervals and replication: Where will the next
+mean fall?", Psychological Methods 11(3), 2006); any shift of the machine between runs lowers
+it further. The goal of 90% is therefore above what an interval that merely holds its nominal
+level gives, and :func:`coverage` measures both directions so the two runs count alike.
+
+This is a benchmark, not a test: it measures how reproducible the pipeline's numbers and
+intervals are on this machine. Usage (from the repository root, in the project's venv)::
+
+    python benchmarks/repeatability.py [--label rep] [--cores 4] [--markdown out.md] [--no-run]
 
 It runs ``snakemake --cores 4 --configfile config.quick.yaml --config host=<label>-1`` and
-``... host=<label>-2`` (about 3 minutes each on 2 CPUs), then compares
-``results/<label>-{1,2}/<experiment>/summary.csv``.
+``... host=<label>-2``, then compares ``results/<label>-{1,2}/<experiment>/summary.csv``.
 """
 
 from __future__ import annotations
@@ -21,8 +35,10 @@ import json
 import platform
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,70 +51,137 @@ from experiments.fileio import write_text  # noqa: E402
 
 TOLERANCE = 0.10
 
-
-def run(label: str, cores: int) -> None:
-    cmd = [
-        sys.executable,
-        "-m",
-        "snakemake",
-        "--cores",
-        str(cores),
-        "--configfile",
-        "config.quick.yaml",
-        "--config",
-        f"host={label}",
-        "--forcerun",
-        "host_info",
-    ]
-    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+#: Summary columns each run contributes, suffixed _1 and _2.
+FIELDS = ("metric", "median", "speedup", "speedup_ci_low", "speedup_ci_high", "n", "rounds_stopped", "status")
 
 
-def compare(a: str, b: str) -> pd.DataFrame:
-    """Per point: median and speedup of run ``a`` and ``b`` and their ratios (b / a)."""
+def run(label: str, cores: int, results: Path) -> float:
+    """One quick run under host label ``label``; returns its wall time (s)."""
+    cmd = [sys.executable, "-m", "snakemake", "--cores", str(cores), "--configfile", "config.quick.yaml"]
+    cmd += ["--config", f"host={label}", "--forcerun", "host_info"]
+    t = time.perf_counter()
+    subprocess.run(cmd, cwd=results.parent, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - t
+
+
+def compare(a: str, b: str, results: Path = ROOT / "results") -> pd.DataFrame:
+    """Per point measured in both runs: each run's :data:`FIELDS` (suffixes ``_1``, ``_2``),
+    ``is_baseline``, the ratios run 2 / run 1 of the medians and speedups, whether they agree
+    within :data:`TOLERANCE`, and whether each run's speedup lies in the other's CI."""
     rows = []
     for exp, registered in registry.experiments().items():
-        pa, pb = ROOT / "results" / a / exp / "summary.csv", ROOT / "results" / b / exp / "summary.csv"
+        pa, pb = results / a / exp / "summary.csv", results / b / exp / "summary.csv"
         if not (pa.exists() and pb.exists()):
             continue
-        sa, sb = read_table(pa, exp), read_table(pb, exp)
-        keys = list(registered.spec.keys)
+        spec = registered.spec
+        keys = list(spec.keys)
+        sa, sb = (read_table(p, exp) for p in (pa, pb))
+        for s in (sa, sb):
+            for col in FIELDS:
+                if col not in s:
+                    s[col] = np.nan if col != "rounds_stopped" else ""
         m = sa.merge(sb, on=keys, suffixes=("_1", "_2"))
         for _, r in m.iterrows():
+            point = {k: r[k] for k in keys}
             rows.append(
                 {
                     "experiment": exp,
-                    "point": point_label({k: r[k] for k in keys}),
-                    "metric": r["metric_1"],
-                    "median_1": r["median_1"],
-                    "median_2": r["median_2"],
-                    "median_ratio": r["median_2"] / r["median_1"],
-                    "speedup_1": r["speedup_1"],
-                    "speedup_2": r["speedup_2"],
-                    "speedup_ratio": r["speedup_2"] / r["speedup_1"],
+                    "point": point_label(point),
+                    "is_baseline": spec.is_baseline(point),
+                    **{f"{f}_{i}": r[f"{f}_{i}"] for f in FIELDS for i in (1, 2)},
                 }
             )
-    out = pd.DataFrame(rows)
+    return judge(pd.DataFrame(rows))
+
+
+def judge(df: pd.DataFrame) -> pd.DataFrame:
+    """Add to a frame of both runs' fields the ratios, the ±10% agreement and the coverage
+    columns ``in_ci_1`` (run 2's speedup inside run 1's CI) and ``in_ci_2`` (the reverse);
+    NaN where that interval does not exist, for baselines and for points not ok in both runs."""
+    if df.empty:
+        return df
+    out = df.copy()
+    out["median_ratio"] = out["median_2"] / out["median_1"]
+    out["speedup_ratio"] = out["speedup_2"] / out["speedup_1"]
     out["median_agrees"] = (out["median_ratio"] - 1).abs() <= TOLERANCE
     out["speedup_agrees"] = (out["speedup_ratio"] - 1).abs() <= TOLERANCE
+    usable = ~out["is_baseline"].astype(bool) & (out["status_1"] == "ok") & (out["status_2"] == "ok")
+    for i, other in ((1, 2), (2, 1)):
+        lo, hi, value = out[f"speedup_ci_low_{i}"], out[f"speedup_ci_high_{i}"], out[f"speedup_{other}"]
+        has = usable & np.isfinite(lo) & np.isfinite(hi) & np.isfinite(value)
+        out[f"in_ci_{i}"] = np.where(has, (lo <= value) & (value <= hi), np.nan)
+        out[f"ci_width_pct_{i}"] = np.where(has, 100 * (hi - lo) / out[f"speedup_{i}"], np.nan)
     return out
 
 
-def markdown(df: pd.DataFrame, host: dict) -> str:
+def coverage(df: pd.DataFrame) -> dict:
+    """The coverage figures of :func:`judge`'s frame.
+
+    Returns:
+        ``points`` (non-baseline points ok in both runs), ``covered_1`` and ``coverage_1``
+        (run 2's speedup inside run 1's 95% CI: count and share of the points where that CI
+        exists, ``with_ci_1``), the same for ``_2`` (the reverse), ``coverage`` (both
+        directions pooled), ``ci_width_pct_median`` (median full CI width, % of the speedup,
+        both runs pooled) and ``budget_stopped`` (points, either run, whose rounds ended on
+        the budget or max_rounds).
+    """
+    out: dict = {"points": int((~df["is_baseline"].astype(bool) & (df["status_1"] == "ok")).sum())}
+    hits = []
+    for i in (1, 2):
+        col = df[f"in_ci_{i}"].dropna().astype(bool)
+        out[f"with_ci_{i}"], out[f"covered_{i}"] = int(len(col)), int(col.sum())
+        out[f"coverage_{i}"] = float(col.mean()) if len(col) else float("nan")
+        hits += list(col)
+    out["coverage"] = float(np.mean(hits)) if hits else float("nan")
+    widths = pd.concat([df["ci_width_pct_1"], df["ci_width_pct_2"]]).dropna()
+    out["ci_width_pct_median"] = float(widths.median()) if len(widths) else float("nan")
+    stopped = (df["rounds_stopped_1"].isin(["budget", "max_rounds"])) | (
+        df["rounds_stopped_2"].isin(["budget", "max_rounds"])
+    )
+    out["budget_stopped"] = int(stopped.sum())
+    return out
+
+
+def _cell(v, fmt: str) -> str:
+    return format(v, fmt) if isinstance(v, (int, float, np.floating)) and np.isfinite(v) else ""
+
+
+def _yes(v) -> str:
+    return "" if v != v else ("yes" if v else "NO")
+
+
+def markdown(df: pd.DataFrame, host: dict, seconds: list[float]) -> str:
+    """The benchmark's report: machine, durations, coverage, agreement, one row per point."""
+    c = coverage(df)
+    took = " and ".join(f"{s:.0f} s" for s in seconds) if seconds else "not timed (--no-run)"
     lines = [
         f"Machine: {host.get('cpu_model')}, {host.get('available_cpus')} available CPUs, "
-        f"Python {platform.python_version()}, torch {host.get('torch_version')}.",
+        f"Python {platform.python_version()}, torch {host.get('torch_version')}. Runs: {took}.",
+        "",
+        f"Coverage: run 2's speedup inside run 1's 95% CI for {c['covered_1']} of {c['with_ci_1']} points "
+        f"({c['coverage_1']:.0%}); run 1's inside run 2's for {c['covered_2']} of {c['with_ci_2']} "
+        f"({c['coverage_2']:.0%}); pooled {c['coverage']:.0%} (goal: 90%). Median CI width "
+        f"{c['ci_width_pct_median']:.1f}% of the speedup. {c['points']} non-baseline points; "
+        f"{c['budget_stopped']} stopped on the time budget in a run.",
         "",
         f"Points whose medians agree within +-10%: {df['median_agrees'].mean():.0%} "
         f"({int(df['median_agrees'].sum())} of {len(df)}); speedups within +-10%: "
         f"{df['speedup_agrees'].mean():.0%}.",
         "",
-        "| experiment | point | metric | median run 1 | median run 2 | ratio | speedup 1 | speedup 2 | ratio |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| experiment | point | rounds 1 / 2 | speedup 1 (95% CI) | speedup 2 (95% CI) | 2 in CI 1 | 1 in CI 2 "
+        "| median ratio |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for _, r in df.iterrows():
+        sp = [
+            f"{_cell(r[f'speedup_{i}'], '.3f')} ({_cell(r[f'speedup_ci_low_{i}'], '.3f')}-"
+            f"{_cell(r[f'speedup_ci_high_{i}'], '.3f')})"
+            for i in (1, 2)
+        ]
+        rounds = f"{_cell(r['n_1'], '.0f')} / {_cell(r['n_2'], '.0f')}"
         lines.append(
-            f"| {r['experiment']} | {r['point']} | {r['metric']} | {r['median_1']:.4g} | {r['median_2']:.4g} | "
-            f"{r['median_ratio']:.3f} | {r['speedup_1']:.3f} | {r['speedup_2']:.3f} | {r['speedup_ratio']:.3f} |"
+            f"| {r['experiment']} | {r['point']} | {rounds} | {sp[0]} | {sp[1]} | {_yes(r['in_ci_1'])} | "
+            f"{_yes(r['in_ci_2'])} | {_cell(r['median_ratio'], '.3f')} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -107,19 +190,22 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--label", default="repeat", help="host label prefix of the two runs")
     p.add_argument("--cores", type=int, default=4)
-    p.add_argument("--markdown", default=None, help="also write the table to this file")
+    p.add_argument("--results", default=str(ROOT / "results"), help="the results directory of the runs")
+    p.add_argument("--markdown", default=None, help="also write the report to this file")
+    p.add_argument("--json", default=None, help="also write the coverage figures to this file")
     p.add_argument("--no-run", action="store_true", help="only compare existing results")
     args = p.parse_args(argv)
     a, b = f"{args.label}-1", f"{args.label}-2"
-    if not args.no_run:
-        run(a, args.cores)
-        run(b, args.cores)
-    df = compare(a, b)
-    host = json.loads((ROOT / "results" / a / "host.json").read_text())
-    text = markdown(df, host)
+    results = Path(args.results)
+    seconds = [] if args.no_run else [run(a, args.cores, results), run(b, args.cores, results)]
+    df = compare(a, b, results)
+    host = json.loads((results / a / "host.json").read_text())
+    text = markdown(df, host, seconds)
     print(text)
     if args.markdown:
         write_text(Path(args.markdown), text)
+    if args.json:
+        write_text(Path(args.json), json.dumps(coverage(df) | {"run_s": seconds}, indent=2))
     return 0
 
 
