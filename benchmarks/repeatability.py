@@ -118,14 +118,15 @@ def coverage(df: pd.DataFrame) -> dict:
     """The coverage figures of :func:`judge`'s frame.
 
     Returns:
-        ``points`` (non-baseline points ok in both runs), ``covered_1`` and ``coverage_1``
+        ``points`` (non-baseline points with a speedup in both runs), ``covered_1`` and ``coverage_1``
         (run 2's speedup inside run 1's 95% CI: count and share of the points where that CI
         exists, ``with_ci_1``), the same for ``_2`` (the reverse), ``coverage`` (both
         directions pooled), ``ci_width_pct_median`` (median full CI width, % of the speedup,
         both runs pooled) and ``budget_stopped`` (points, either run, whose rounds ended on
-        the budget or max_rounds).
+        the budget or max_rounds) among those points.
     """
-    out: dict = {"points": int((~df["is_baseline"].astype(bool) & (df["status_1"] == "ok")).sum())}
+    compared = ~df["is_baseline"].astype(bool) & np.isfinite(df["speedup_1"]) & np.isfinite(df["speedup_2"])
+    out: dict = {"points": int(compared.sum())}
     hits = []
     for i in (1, 2):
         col = df[f"in_ci_{i}"].dropna().astype(bool)
@@ -138,7 +139,7 @@ def coverage(df: pd.DataFrame) -> dict:
     stopped = (df["rounds_stopped_1"].isin(["budget", "max_rounds"])) | (
         df["rounds_stopped_2"].isin(["budget", "max_rounds"])
     )
-    out["budget_stopped"] = int(stopped.sum())
+    out["budget_stopped"] = int((stopped & compared).sum())
     return out
 
 
@@ -161,8 +162,8 @@ def markdown(df: pd.DataFrame, host: dict, seconds: list[float]) -> str:
         f"Coverage: run 2's speedup inside run 1's 95% CI for {c['covered_1']} of {c['with_ci_1']} points "
         f"({c['coverage_1']:.0%}); run 1's inside run 2's for {c['covered_2']} of {c['with_ci_2']} "
         f"({c['coverage_2']:.0%}); pooled {c['coverage']:.0%} (goal: 90%). Median CI width "
-        f"{c['ci_width_pct_median']:.1f}% of the speedup. {c['points']} non-baseline points; "
-        f"{c['budget_stopped']} stopped on the time budget in a run.",
+        f"{c['ci_width_pct_median']:.1f}% of the speedup. {c['points']} non-baseline points with a speedup; "
+        f"{c['budget_stopped']} of them stopped on the time budget in a run.",
         "",
         f"Points whose medians agree within +-10%: {df['median_agrees'].mean():.0%} "
         f"({int(df['median_agrees'].sum())} of {len(df)}); speedups within +-10%: "

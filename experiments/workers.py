@@ -1,13 +1,14 @@
 """A job's rounds split over worker processes, one after the other, as pyperf does.
 
-Measured here (docs/benchmarks.md, "Honest intervals"): the median speedup of a point differs
-between two processes that measure it back to back by more than the rounds inside one
-process let on. Over four processes of 6 rounds each, the standard deviation of the
-per-process median log ratio was 1.3x (2 CPU-bound processes over sequential) to 2x (sleeping
-processes; DataLoader workers over none: 1.7x) the standard error the rounds within one process
-gave. What differs between processes (where the threads land, memory layout, the state the
-host was in when the process started) is fixed for a process's life, so rounds cannot see it
-and an interval from one process is too narrow for a rerun. pyperf answers this by running
+Measured here (``benchmarks/between_processes.py``, docs/benchmarks.md "Honest intervals"): the
+median speedup of a point can differ between processes that measure it back to back by more
+than the rounds inside one process let on. Over four processes of 6 rounds each, the standard
+deviation of the per-process median log ratio was up to 1.6x the standard error one process's
+rounds gave (sleeping processes; DataLoader workers over none: 1.35x) in one measurement, and
+0.6x to 1.3x in a second one: present at times, not always. What differs between processes
+(where the threads land, memory layout, the state the host was in when the process started)
+is fixed for a process's life, so rounds cannot see it; when it is there, an interval from one
+process is too narrow for a rerun. pyperf answers this by running
 every benchmark in several worker processes (``--processes``, default 20); the lab runs a
 point's rounds in :attr:`experiments.rounds.Rounds.workers` processes (config
 ``rounds.workers``) and the analysis widens the interval by the spread between them
