@@ -52,8 +52,8 @@ include: "common.smk"
 
 
 wildcard_constraints:
-    # only this run's host label: a run never writes into another host's directory
-    host=re.escape(HOST),
+    # only this run's host labels: a run never writes into another host's directory
+    host="|".join(re.escape(h) for h in HOSTS),
     experiment="|".join(REGISTRY),
     point=r"[^/~]+~[^/~]+(/[^/~]+~[^/~]+)*",
     figure="|".join(FIGURES),
@@ -64,6 +64,10 @@ wildcard_constraints:
 include: "experiments/rules.smk"
 include: "analysis/rules.smk"
 include: "report/rules.smk"
+
+
+localrules:
+    all,
 
 
 rule all:

@@ -29,7 +29,12 @@ from experiments.host import (
 USER_ENV = capture_user_env()
 REGISTRY = registry.experiments()
 HOST = sanitise_host(config["host"]) if config.get("host") else default_host()
-if HOST == "compare":
+#: SLURM node types by host label (config cluster.hosts; profiles/slurm): each label's points
+#: run on nodes its partition and constraint select. Empty: this machine, under HOST.
+CLUSTER = (config.get("cluster") or {}).get("hosts") or {}
+#: Host labels this run measures.
+HOSTS = list(CLUSTER) or [HOST]
+if "compare" in HOSTS:
     raise ValueError(
         "host label 'compare' is reserved for results/compare/; set another with --config host=NAME"
     )
@@ -40,37 +45,88 @@ TIMELINES = [name for name, e in REGISTRY.items() if e.spec.timeline]
 ARTEFACTS = sorted({a for e in REGISTRY.values() for a in e.spec.artefacts})
 #: Every figure name -> its experiment; figures of the whole run map to None.
 FIGURES = registry.figures() | dict.fromkeys(RUN_FIGURES)
-# One lock file per checkout, outside results/ (which holds only host directories): two host
-# labels measured from one checkout (e.g. under taskset) never measure at the same time.
-MEASURE_LOCK = str(Path(".snakemake/lab/measure.lock").resolve())
-
 # Every job writes its caches under .snakemake/lab/ and draws headless. Measurement jobs get a
 # short TMPDIR of their own (AF_UNIX socket paths of multiprocessing must stay short); under a
 # checkout whose path has a space, TMPDIR and the inductor cache move there too.
 MEASURE_TMPDIR = measurement_tmpdir(workflow.basedir)
 prepare_environment(workflow.basedir, ".snakemake/lab", short_dir=MEASURE_TMPDIR)
+# One lock file per machine and checkout, in the machine's own /tmp: two host labels measured
+# from one checkout (e.g. under taskset) never measure at the same time on one machine, while
+# on a cluster jobs on different nodes (each node held exclusively) do not wait for each other.
+MEASURE_LOCK = f"{MEASURE_TMPDIR}/measure.lock"
 
 
-def sweep_values(experiment, key):
-    """Values swept for `key` of `experiment`, symbolic ones (e.g. 'auto') resolved here; the
-    key `interpreter` of an experiment run under every interpreter sweeps their labels.
+def host_cpus(host):
+    """CPUs a host label's points may use, for sweeps resolved at parse time (`threads: auto`):
+    its cluster.hosts entry's `cpus`, else this machine's available CPUs."""
+    return int(CLUSTER[host]["cpus"]) if host in CLUSTER else available_cpus()
+
+
+def measure_threads(wildcards):
+    """Threads of a measurement job: every CPU of its node (cluster.hosts `cpus`: SLURM's
+    --cpus-per-task) or, locally, all --cores, so no other job runs beside it."""
+    return host_cpus(wildcards.host) if CLUSTER else workflow.cores
+
+
+def _node(wildcards, key, default=""):
+    return str(CLUSTER.get(wildcards.host, {}).get(key, default))
+
+
+def slurm_partition(wildcards):
+    return _node(wildcards, "partition")
+
+
+def slurm_extra(wildcards):
+    """The node exclusively (two measurements never share one), its constraint, all its memory."""
+    constraint = _node(wildcards, "constraint")
+    return "--exclusive --mem=0" + (
+        f" --constraint={shlex.quote(constraint)}" if constraint else ""
+    )
+
+
+def slurm_runtime(wildcards):
+    """Minutes: the job timeout with 5 minutes to start the job's Snakemake and write."""
+    return int(config["job_timeout_s"] // 60 + 5)
+
+
+#: Resources of every measurement job: the short TMPDIR, and locally one unit of `measure`
+#: (limited to 1 by the workflow profile: one measurement at a time on this machine); on a
+#: cluster instead the SLURM request of its host label, a whole node held exclusively, so
+#: measurements on different nodes run at once (mem_mb 0: no --mem from Snakemake's
+#: defaults; slurm_extra asks for the node's memory).
+MEASURE_RESOURCES = {"tmpdir": MEASURE_TMPDIR}
+if not CLUSTER:
+    MEASURE_RESOURCES["measure"] = 1
+else:
+    MEASURE_RESOURCES |= {
+        "slurm_partition": slurm_partition,
+        "slurm_extra": slurm_extra,
+        "runtime": slurm_runtime,
+        "mem_mb": 0,
+    }
+
+
+def sweep_values(experiment, key, host):
+    """Values swept for `key` of `experiment` on `host`, symbolic ones (e.g. 'auto') resolved
+    here with the host's CPUs; the key `interpreter` of an experiment run under every
+    interpreter sweeps their labels.
     """
     spec = REGISTRY[experiment].spec
     if spec.interpreters and key == "interpreter":
         return interpreter_labels(config.get("interpreters"))
-    return spec.sweep_values(key, config[experiment][key], available_cpus())
+    return spec.sweep_values(key, config[experiment][key], host_cpus(host))
 
 
-def points(experiment):
-    """Point paths `<key>~<value>/...` of `experiment`, keys in the declared order."""
+def points(experiment, host):
+    """Point paths `<key>~<value>/...` of `experiment` on `host`, keys in the declared order."""
     keys = REGISTRY[experiment].spec.keys
-    grid = itertools.product(*(sweep_values(experiment, k) for k in keys))
+    grid = itertools.product(*(sweep_values(experiment, k, host) for k in keys))
     space = Paramspace(pd.DataFrame(list(grid), columns=list(keys)), param_sep="~")
     return list(space.instance_patterns)
 
 
-def metrics_files(experiment, host=HOST, name="metrics.csv"):
-    return [f"results/{host}/{experiment}/{p}/{name}" for p in points(experiment)]
+def metrics_files(experiment, host, name="metrics.csv"):
+    return [f"results/{host}/{experiment}/{p}/{name}" for p in points(experiment, host)]
 
 
 def point_of(wildcards):
@@ -78,14 +134,14 @@ def point_of(wildcards):
     return dict(part.split("~", 1) for part in wildcards.point.split("/"))
 
 
-def _arg_value(spec, key, value, point):
+def _arg_value(spec, key, value, point, host):
     """A config value as one command-line word: the path's value for a swept key, a mapping's
     value for the point's first key, a list (a tuple-typed parameter) comma separated.
     """
     if key in point:
         return point[key]
     if key in spec.resolve:
-        value = spec.resolve[key](value, available_cpus())
+        value = spec.resolve[key](value, host_cpus(host))
     if isinstance(value, dict):
         value = value[point[spec.keys[0]]]
     if isinstance(value, (list, tuple)):
@@ -99,7 +155,7 @@ def point_args(wildcards):
     point = point_of(wildcards)
     args = {"sample_hz": config["sample_hz"]}
     for key, value in config[wildcards.experiment].items():
-        args[key] = _arg_value(spec, key, value, point)
+        args[key] = _arg_value(spec, key, value, point, wildcards.host)
     # swept keys that no config section holds (the interpreter's label)
     args.update({k: v for k, v in point.items() if k not in args})
     args["max_oversubscription"] = config["max_oversubscription"]
@@ -163,6 +219,12 @@ def selfcheck_args(wildcards):
         f"--load busy --baseline load=idle --duration-s {sc['duration_s']}"
         f" --repeats {sc['repeats']} --sample-hz {config['sample_hz']}"
     )
+
+
+def mixed_nodes_flag():
+    """`--allow-mixed-nodes` where config cluster.allow_mixed_nodes is true, else nothing."""
+    allow = (config.get("cluster") or {}).get("allow_mixed_nodes")
+    return "--allow-mixed-nodes" if allow else ""
 
 
 def analysis_inputs(wildcards):
@@ -265,11 +327,12 @@ def report_inputs(wildcards):
     return files
 
 
-def report_targets(host=HOST):
+def report_targets():
+    """Every host label's report and point status."""
     return [
-        f"results/{host}/report.html",
-        f"results/{host}/report.md",
-        f"results/{host}/status.csv",
+        f"results/{host}/{name}"
+        for host in HOSTS
+        for name in ("report.html", "report.md", "status.csv")
     ]
 
 

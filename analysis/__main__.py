@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.findings import findings
-from analysis.load import load_experiment, load_sidecars
+from analysis.load import load_experiment, load_sidecars, mark_other_nodes
 from analysis.stats import summarise
 from analysis.tables import DataError, read_table
 from experiments import registry
@@ -33,11 +33,11 @@ from experiments.fileio import write_frame, write_json, write_text
 
 def cmd_summarise(args) -> int:
     out = Path(args.out_dir)
-    reps = load_experiment(args.metrics, args.experiment)
+    host = json.loads(Path(args.host_json).read_text()) if args.host_json else {}
+    reps = mark_other_nodes(load_experiment(args.metrics, args.experiment), host, args.allow_mixed_nodes)
     module = registry.get(args.experiment).analysis()
     summary = module.summarise(reps) if hasattr(module, "summarise") else summarise(reps, args.experiment)
     jobs = [json.loads(p.read_text()) for p in (Path(m).with_name("job.json") for m in args.metrics) if p.exists()]
-    host = json.loads(Path(args.host_json).read_text()) if args.host_json else {}
     if args.user_env:  # the user's shell (experiments/userenv.py), for findings about it
         host["user_environment"] = json.loads(Path(args.user_env).read_text())
     if args.interpreters:  # the interpreters the measured code ran under (experiments/interpreters.py)
@@ -180,19 +180,44 @@ def cmd_artefact(args) -> int:
     return 0
 
 
-def cmd_compare(args) -> int:
-    from analysis.compare import compare_hosts, load_host, package_tables
+def load_hosts(dirs: list[str], experiments: list[str]) -> tuple[list, list[dict]]:
+    """Every host directory that can be read, and ``{"name", "path", "reason"}`` for each one
+    that cannot (a missing host.json, a file without a column the comparison needs ...): one
+    broken directory must not sink the comparison of the others. Each reason is printed as a
+    line ``not comparable: <host>: <reason>`` on stderr."""
+    from analysis.compare import load_host
 
-    hosts = [load_host(d, args.experiments) for d in args.host_dirs]
-    tables = compare_hosts(hosts, args.baseline, args.experiments)
+    hosts, broken = [], []
+    for d in dirs:
+        try:
+            hosts.append(load_host(d, experiments))
+        except (DataError, ValueError, OSError) as exc:
+            broken.append({"name": Path(d).name, "path": str(d), "reason": str(exc)})
+            print(f"not comparable: {Path(d).name}: {exc}", file=sys.stderr)
+    return hosts, broken
+
+
+def cmd_compare(args) -> int:
+    from analysis.compare import compare_hosts, package_tables
+
+    hosts, broken = load_hosts(args.host_dirs, args.experiments)
+    names = [h.name for h in hosts]
+    baseline = args.baseline if args.baseline in names else (names[0] if names else args.baseline)
+    if baseline != args.baseline:
+        print(
+            f"not comparable: baseline host {args.baseline} could not be read; {baseline} is the baseline",
+            file=sys.stderr,
+        )
+    tables = compare_hosts(hosts, baseline, args.experiments)
     out = Path(args.out_dir)
     for name, df in tables.items():
         write_frame(out / f"{name}.csv", df)
     write_json(out / "tables.json", package_tables(hosts, args.experiments))
     meta = {
-        "baseline": args.baseline,
+        "baseline": baseline,
         "experiments": args.experiments,
         "hosts": [{"name": h.name, "path": str(h.path), "available_cpus": h.cpus, "host": h.host} for h in hosts],
+        "not_comparable": broken,
     }
     write_json(out / "hosts.json", meta)
     c = tables["comparison"]
@@ -257,6 +282,11 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--host-json", default=None)
     s.add_argument("--user-env", default=None, help="user_env.json (the user's shell thread settings)")
     s.add_argument("--interpreters", default=None, help="interpreters.json (what each configured interpreter is)")
+    s.add_argument(
+        "--allow-mixed-nodes",
+        action="store_true",
+        help="summarise points measured on nodes unlike the host's (else they are skipped with the reason)",
+    )
     s.add_argument("metrics", nargs="+", help="per-point metrics.csv files")
     f = sub.add_parser("figure", help="draw one figure")
     f.add_argument("name", help="a figure name (an experiment's declared figures, or job_schedule)")

@@ -182,6 +182,9 @@ def capacity_columns(ok: pd.DataFrame, windows: pd.DataFrame) -> dict:
             mine = named[named["top_other_pid"] == pid]
             row |= {"top_other_pid": int(pid), "top_other": str(mine["top_other"].iloc[0])}
             row["top_other_cpu_pct"] = _median_of(mine, "top_other_cpu_pct")
+    row["other_node"] = (
+        bool(windows["other_node"].fillna(False).astype(bool).any()) if "other_node" in windows else False
+    )
     stopped = w["rounds_stopped"].fillna("").astype(str) if "rounds_stopped" in w else pd.Series(dtype=str)
     row["rounds_stopped"] = next((x for x in stopped if x), "")
     return row

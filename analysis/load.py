@@ -11,6 +11,7 @@ the column.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,7 @@ import pandas as pd
 from analysis.tables import DataError, read_table
 from experiments import registry
 
-__all__ = ["DataError", "STATUSES", "load_experiment", "load_sidecars", "read_metrics"]
+__all__ = ["DataError", "STATUSES", "load_experiment", "load_sidecars", "mark_other_nodes", "read_metrics"]
 
 REQUIRED = ("host", "experiment", "repeat", "status")
 STATUSES = ("ok", "skipped", "failed", "timeout")
@@ -150,3 +151,43 @@ def load_sidecars(
             df.insert(0, k, point[k])
         frames.append(df)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=keys)
+
+
+def mark_other_nodes(reps: pd.DataFrame, host: dict, allow: bool = False) -> pd.DataFrame:
+    """Rows measured on a node that is not like the host's: on a cluster a host label's jobs may
+    land on nodes of another CPU model when its partition or constraint selects more than one.
+
+    Each job's ``job.json`` (beside its metrics file, ``source``) says which node it ran on
+    (``node``: hostname, CPU model, logical CPUs). Rows get ``node`` (the hostname) and
+    ``other_node`` (True where the model or the CPU count differs from host.json's). Unless
+    ``allow`` (config ``cluster.allow_mixed_nodes``), such rows become ``skipped`` with the
+    reason, so the point is listed, not summarised. Files without a ``node`` record (older
+    versions, fixtures) are left as they are.
+
+    Returns:
+        ``reps`` with the two columns added.
+    """
+    out = reps.copy()
+    out["node"], out["other_node"] = "", False
+    want = (host.get("cpu_model"), host.get("logical_cpus"))
+    for source in out["source"].unique() if "source" in out else []:
+        job = Path(source).with_name("job.json")
+        try:
+            node = json.loads(job.read_text()).get("node") or {}
+        except (OSError, ValueError):
+            continue
+        if not node or want == (None, None):
+            continue
+        mine = out["source"] == source
+        out.loc[mine, "node"] = str(node.get("hostname") or "")
+        got = (node.get("cpu_model"), node.get("logical_cpus"))
+        if got == want:
+            continue
+        out.loc[mine, "other_node"] = True
+        if not allow:
+            out.loc[mine & (out["status"] == "ok"), "reason"] = (
+                f"measured on node {node.get('hostname')} ({got[0]}, {got[1]} CPUs), not on a node like host "
+                f"{host.get('host')}'s ({want[0]}, {want[1]} CPUs); config cluster.allow_mixed_nodes: true keeps it"
+            )
+            out.loc[mine & (out["status"] == "ok"), "status"] = "skipped"
+    return out

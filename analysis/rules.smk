@@ -1,5 +1,15 @@
 # Analysis rules: per experiment, load and validate every point's CSVs and summarise them;
 # per figure, draw it; per timeline, export a Chrome trace. These jobs may run in parallel with each other.
+# On a cluster they run where Snakemake runs (local rules): they read files and measure nothing.
+
+
+localrules:
+    analyse,
+    fidelity,
+    run_info,
+    figure,
+    trace,
+    artefact,
 
 
 rule analyse:
@@ -15,9 +25,11 @@ rule analyse:
         "logs/{host}/analyse/{experiment}.log",
     conda:
         "../environment.yml"
+    params:
+        mixed=mixed_nodes_flag(),
     shell:
         "python -m analysis summarise --experiment {wildcards.experiment:q} --host-json {input.host:q}"
-        " --user-env {input.user_env:q} --interpreters {input.interpreters:q}"
+        " --user-env {input.user_env:q} --interpreters {input.interpreters:q} {params.mixed}"
         ' --out-dir "$(dirname {output.summary:q})" {input.metrics:q} > {log:q} 2>&1'
 
 

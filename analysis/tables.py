@@ -37,7 +37,8 @@ KNOWN = {
     **dict.fromkeys(
         ("repeat", "available_cpus", "n", "samples", "rounds", "points", "windows", "pid", "top_other_pid"), INT
     ),
-    **dict.fromkeys(("contended", "oversubscribed", "noisy", "best", "differs", "shifts"), BOOL),
+    **dict.fromkeys(("contended", "oversubscribed", "noisy", "best", "differs", "shifts", "other_node"), BOOL),
+    **dict.fromkeys(("node",), STR),
     **dict.fromkeys(
         (
             "wall_s",

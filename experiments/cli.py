@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from experiments import capacity
+from experiments import capacity, hostinfo
 from experiments.fileio import write_csv, write_json
 from experiments.host import OWNED_DIRS, affinity, available_cpus, default_host, sanitise_host
 from experiments.params import field_type, is_tuple, oversubscription_skip, parse_bool, parse_overrides, parse_value
@@ -162,7 +162,8 @@ def job_record(experiment: str, host: str, params, baseline, times: dict, result
     (``outcome``, see :class:`~experiments.results.RunResult`), how its rounds ended
     (``rounds``), the processes outside its tree that used the most CPU in each window
     (``others``), the capacity facts that held for the job (``capacity``,
-    :func:`experiments.capacity.snapshot`) and the environment it saw.
+    :func:`experiments.capacity.snapshot`), the node it ran on (``node``,
+    :func:`experiments.hostinfo.node`) and the environment it saw.
 
     Args:
         times: ``job_start_unix``, ``lock_wait_s``, ``lock_acquired_unix``, ``lock_released_unix``
@@ -178,6 +179,7 @@ def job_record(experiment: str, host: str, params, baseline, times: dict, result
         "rounds": result.rounds,
         "others": result.others,
         "capacity": capacity.snapshot(affinity()),
+        "node": hostinfo.node(),
         "pid": os.getpid(),
         "python": platform.python_version(),
         **times,

@@ -48,6 +48,16 @@ def cpuinfo() -> dict:
     return out
 
 
+def node() -> dict:
+    """The machine a job runs on: ``hostname``, ``cpu_model`` and ``logical_cpus`` (job.json
+    ``node``; on a cluster, which node of the host label's partition it was)."""
+    return {
+        "hostname": platform.node(),
+        "cpu_model": cpuinfo().get("model name") or platform.processor() or None,
+        "logical_cpus": psutil.cpu_count(logical=True),
+    }
+
+
 def parse_parallel_info(text: str) -> dict:
     """Parse ``torch.__config__.parallel_info()`` into fields.
 

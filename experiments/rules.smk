@@ -1,7 +1,9 @@
 # Measurement rules. Each configuration point is its own job. Measurement jobs never run at
-# the same time: each takes all --cores (threads: workflow.cores), one unit of the `measure`
-# resource (limited to 1 by profiles/default/config.yaml) and an exclusive flock on
-# .snakemake/lab/measure.lock. Experiments set their own thread counts explicitly.
+# the same time on one machine: each takes all --cores (measure_threads), one unit of the
+# `measure` resource (limited to 1 by profiles/default/config.yaml) and an exclusive flock on
+# the machine's own MEASURE_LOCK. On a cluster (config cluster.hosts, profiles/slurm) each is a
+# SLURM job holding a whole node of its host label exclusively (MEASURE_RESOURCES); the rest of
+# the workflow runs as local rules. Experiments set their own thread counts explicitly.
 
 
 rule host_info:
@@ -13,11 +15,11 @@ rule host_info:
     priority: 10
     conda:
         "../environment.yml"
-    threads: workflow.cores
+    threads: measure_threads
     resources:
-        measure=1,
-        tmpdir=MEASURE_TMPDIR,
+        **MEASURE_RESOURCES,
     shell:
+        'mkdir -p "$TMPDIR" && '
         "python -m experiments.hostinfo --host {wildcards.host:q} --out {output:q} > {log:q} 2>&1"
 
 
@@ -30,14 +32,14 @@ rule user_env:
     priority: 10
     conda:
         "../environment.yml"
-    threads: workflow.cores
+    threads: measure_threads
     resources:
-        measure=1,
-        tmpdir=MEASURE_TMPDIR,
+        **MEASURE_RESOURCES,
     params:
         # the user's shell, captured at parse time: a change reruns this job, not the measurements
         env=user_env_json(),
     shell:
+        'mkdir -p "$TMPDIR" && '
         "python -m experiments.userenv --env {params.env} --out {output:q} > {log:q} 2>&1"
 
 
@@ -50,13 +52,13 @@ rule interpreters:
     priority: 10
     conda:
         "../environment.yml"
-    threads: workflow.cores
+    threads: measure_threads
     resources:
-        measure=1,
-        tmpdir=MEASURE_TMPDIR,
+        **MEASURE_RESOURCES,
     params:
         interpreters=json.dumps(config["interpreters"]),
     shell:
+        'mkdir -p "$TMPDIR" && '
         "python -m experiments.interpreters --config {params.interpreters:q} --out {output:q} > {log:q} 2>&1"
 
 
@@ -74,14 +76,14 @@ rule selfcheck:
     priority: 10
     conda:
         "../environment.yml"
-    threads: workflow.cores
+    threads: measure_threads
     resources:
-        measure=1,
-        tmpdir=MEASURE_TMPDIR,
+        **MEASURE_RESOURCES,
     params:
         args=selfcheck_args,
         lock=MEASURE_LOCK,
     shell:
+        'mkdir -p "$TMPDIR" && '
         "python -m experiments.selfcheck {params.args} --host {wildcards.host:q}"
         ' --lock {params.lock:q} --out "$(dirname {output.metrics:q})" > {log:q} 2>&1'
 
@@ -100,15 +102,15 @@ rule measure:
     priority: 10
     conda:
         "../environment.yml"
-    threads: workflow.cores
+    threads: measure_threads
     resources:
-        measure=1,
-        tmpdir=MEASURE_TMPDIR,
+        **MEASURE_RESOURCES,
     params:
         args=point_args,
         lock=MEASURE_LOCK,
         timeout=config["job_timeout_s"],
     shell:
+        'mkdir -p "$TMPDIR" && '
         "python -m experiments.supervise --timeout-s {params.timeout} --log {log:q}"
         ' --host {wildcards.host:q} --experiment {wildcards.experiment:q} --out "$(dirname {output.metrics:q})"'
         " -- python -m experiments.{wildcards.experiment} {params.args} --host {wildcards.host:q}"

@@ -31,7 +31,7 @@ from report.trust import capacity_rows, headlines, trust_context
 SECTIONS = yaml.safe_load((Path(__file__).with_name("sections.yaml")).read_text(encoding="utf-8"))
 
 #: Flags every summary carries, in the order the flags column lists them.
-COMMON_FLAGS = ("best", "noisy", "contended", "oversubscribed")
+COMMON_FLAGS = ("best", "noisy", "contended", "oversubscribed", "other_node")
 
 
 def interpreter_rows(entries: list[dict]) -> list[tuple[str, str]]:
@@ -105,7 +105,7 @@ def _flags(spec, r: pd.Series) -> str:
     """The flags column of one point: the common flags (``contended`` naming the process that
     took the most CPU, ``stopped on budget`` where the rounds ended with the interval still wider
     than the target), then the experiment's declared ones."""
-    flags = [name for name in COMMON_FLAGS if _is_true(r.get(name))]
+    flags = [name.replace("other_node", "on another node model") for name in COMMON_FLAGS if _is_true(r.get(name))]
     pid = r.get("top_other_pid")
     if "contended" in flags and pid is not None and not pd.isna(pid):
         flags[flags.index("contended")] = f"contended (pid {int(pid)} {str(r.get('top_other') or '').split(' ')[0]})"

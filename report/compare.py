@@ -152,6 +152,7 @@ def build_compare_context(compare_dir: str | Path) -> dict:
             ],
         },
         "experiments": exps,
+        "not_comparable": meta.get("not_comparable", []),
         "best": {
             "columns": ["experiment", "group", "host", "best", "speedup (95% CI)", "differs between hosts"],
             "rows": best_rows,

@@ -1,5 +1,15 @@
 # Report rules: render the HTML and Markdown reports from analysis outputs and host.json;
-# record the run's configuration; compare hosts (target `compare`).
+# record the run's configuration; compare hosts (target `compare`). Local rules on a cluster.
+
+
+localrules:
+    report,
+    point_status,
+    run_config,
+    compare_tables,
+    compare_figure,
+    compare_report,
+    compare,
 
 
 rule report:
@@ -64,7 +74,9 @@ rule compare_tables:
         stamp=compare_stamp(),
     shell:
         "python -m analysis compare --baseline {params.baseline:q} --experiments {params.experiments:q}"
-        " --out-dir results/compare {params.dirs:q} > {log:q} 2>&1"
+        " --out-dir results/compare {params.dirs:q} > {log:q} 2>&1;"
+        # a host that could not be read is left out with its reason: say so on the console too
+        " grep -h '^not comparable:' {log:q} >&2 || true"
 
 
 rule compare_figure:

@@ -64,7 +64,7 @@ def test_a_run_next_to_a_busy_process_names_it(quick_run, tmp_path):
     if check["verdict"] == "warn":
         assert f"pid {busy}" in check["reason"] and "2 processes got" in check["reason"], check.to_dict()
     html = (host / "report.html").read_text()
-    assert f"pid {busy}" in html and "had contended windows" in html and "CPUs left" in html
+    assert f"pid {busy}" in html and "were contended" in html and "CPUs left" in html
     assert f"contended (pid {busy} python" in html  # the table's flag names it too
 
 

@@ -227,3 +227,35 @@ def test_a_group_without_measurements_has_no_best(tmp_path):
 def test_ties_never_beat_the_exact_floor():
     r = compare_values(np.array([1.0, 1.0, 1.0]), np.array([2.0, 2.0, 2.0]))
     assert r["verdict"] == "no significant difference" and "3 vs 3" in r["reason"]
+
+
+def test_a_broken_host_is_not_comparable_and_the_rest_are_compared(two_hosts, tmp_path, capsys):
+    """At a cluster's scale one broken host directory must not sink the others' comparison: it
+    is listed with the reason, on the console too, and the rest are compared."""
+    a, b = two_hosts
+    c = _host(tmp_path, "broken", 4, [(_gil("sequential"), SEQ)])
+    reps = pd.read_csv(c / "gil" / "replicates.csv").drop(columns=["value"])
+    reps.to_csv(c / "gil" / "replicates.csv", index=False)
+    out = tmp_path / "compare"
+    args = ["compare", "--baseline", "two-cpu", "--experiments", "gil", "--out-dir", str(out), str(a), str(b), str(c)]
+    assert analysis_main(args) == 0
+    err = capsys.readouterr().err
+    assert f"not comparable: broken: {c / 'gil' / 'replicates.csv'}, column 'value': missing column" in err
+    meta = json.loads((out / "hosts.json").read_text())
+    assert [h["name"] for h in meta["hosts"]] == ["two-cpu", "one-cpu"]
+    (broken,) = meta["not_comparable"]
+    assert broken["name"] == "broken" and "column 'value'" in broken["reason"]
+    assert (pd.read_csv(out / "comparison.csv")["status"] == "compared").any()
+    assert (
+        analysis_main(
+            ["compare-figure", "gil", "--compare-dir", str(out), "--out", str(out / "figures/compare_gil.png")]
+        )
+        == 0
+    )
+    html = out / "report.html"
+    assert report_main(["--compare-dir", str(out), "--html", str(html), "--md", str(out / "report.md")]) == 0
+    assert "could not be read: not compared" in html.read_text() and "column &#39;value&#39;" in html.read_text()
+    # the baseline itself broken: the first readable host is the baseline, and it is said
+    args[2] = "broken"
+    assert analysis_main(args) == 0
+    assert "baseline host broken could not be read; two-cpu is the baseline" in capsys.readouterr().err

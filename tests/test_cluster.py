@@ -1,0 +1,109 @@
+"""A cluster run without a cluster: the workflow's SLURM requests per host label (dry run), the
+config's checks, and points measured on a node unlike the host's."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+from helpers import venv_env, write_point
+
+from analysis.__main__ import main as analysis_main
+
+CLUSTER = """
+cluster:
+  hosts:
+    big: {partition: amd, constraint: zen4, cpus: 8}
+    small: {cpus: 1}
+experiments: [gil, intraop]
+intraop: {workload: [matmul], threads: auto}
+"""
+
+
+def _dry_run(root, tmp_path, text: str) -> subprocess.CompletedProcess:
+    cfg = tmp_path / "cluster.yaml"
+    cfg.write_text(text)
+    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "4", "--configfile", "config.quick.yaml", str(cfg)]
+    return subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=300, env=venv_env())
+
+
+def _jobs(stdout: str) -> list[dict]:
+    """The dry run's jobs: rule name and the lines describing it."""
+    jobs = []
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", stdout):
+        m = re.match(r"(local)?rule (\w+):", block.strip())
+        if m:
+            jobs.append({"local": bool(m.group(1)), "rule": m.group(2), "text": block})
+    return jobs
+
+
+@pytest.mark.slow
+def test_every_host_label_is_measured_on_whole_nodes_of_its_own(root, tmp_path):
+    proc = _dry_run(root, tmp_path, CLUSTER)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = _jobs(proc.stdout)
+    measuring = {"host_info", "user_env", "interpreters", "selfcheck", "measure"}
+    for job in jobs:
+        text = job["text"]
+        if job["rule"] in measuring:
+            assert not job["local"] and "slurm_extra=--exclusive --mem=0" in text, text
+            if "host=big" in text:
+                assert "slurm_partition=amd" in text and "--constraint=zen4" in text and "threads: 8" in text
+            else:
+                assert "host=small" in text and "threads: 1" in text and "--constraint" not in text
+            assert "measure=" not in text  # the node is held exclusively: no global limit
+        else:
+            assert job["local"], job["rule"]  # analysis, figures, reports: where Snakemake runs
+    # sweeps resolve with each label's CPUs: threads auto = 1..8 plus 16 on big, 1 and 2 on small
+    big = {m for m in re.findall(r"host=big, experiment=intraop, point=workload~matmul/threads~(\d+)", proc.stdout)}
+    small = {m for m in re.findall(r"host=small, experiment=intraop, point=workload~matmul/threads~(\d+)", proc.stdout)}
+    assert big == {str(n) for n in (*range(1, 9), 16)} and small == {"1", "2"}
+    for label in ("big", "small"):
+        assert f"results/{label}/report.html" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("cluster: {hosts: {big: {partition: amd}}}", "config key cluster.hosts.big: "),
+        ("cluster: {hosts: {compare: {cpus: 2}}}", "config key cluster.hosts"),
+        ("cluster: {hosts: {big: {cpus: 0}}}", "config key cluster.hosts.big.cpus: 0 is not allowed"),
+    ],
+)
+def test_bad_cluster_config_is_named(root, tmp_path, text, expected):
+    proc = _dry_run(root, tmp_path, text)
+    assert proc.returncode != 0 and expected in proc.stderr, proc.stderr[-2000:]
+
+
+def _point(root, mode, tps, node):
+    path = write_point(
+        root, "gil", {"workload": "cpu", "mode": mode, "workers": 2}, [{"wall_s": 1.0, "tasks_per_s": t} for t in tps]
+    )
+    path.with_name("job.json").write_text(json.dumps({"node": node}))
+    return path
+
+
+def test_points_from_a_node_unlike_the_host_are_left_out_or_flagged(tmp_path):
+    like = {"hostname": "n1", "cpu_model": "AMD EPYC 9654", "logical_cpus": 192}
+    unlike = {"hostname": "n7", "cpu_model": "AMD EPYC 7763", "logical_cpus": 128}
+    paths = [_point(tmp_path, "sequential", [1.0] * 6, like), _point(tmp_path, "processes", [2.0] * 6, unlike)]
+    host = tmp_path / "host.json"
+    host.write_text(
+        json.dumps({"host": "epyc", "cpu_model": "AMD EPYC 9654", "logical_cpus": 192, "available_cpus": 192})
+    )
+    args = ["summarise", "--experiment", "gil", "--host-json", str(host)]
+    assert analysis_main([*args, "--out-dir", str(tmp_path / "out"), *map(str, paths)]) == 0
+    s = pd.read_csv(tmp_path / "out" / "summary.csv").set_index("mode")
+    assert s.loc["processes", "status"] == "skipped" and s.loc["sequential", "status"] == "ok"
+    assert s.loc["processes", "reason"].startswith("measured on node n7 (AMD EPYC 7763, 128 CPUs), not on a node like")
+    assert "cluster.allow_mixed_nodes: true keeps it" in s.loc["processes", "reason"]
+    assert analysis_main([*args, "--allow-mixed-nodes", "--out-dir", str(tmp_path / "kept"), *map(str, paths)]) == 0
+    s = pd.read_csv(tmp_path / "kept" / "summary.csv").set_index("mode")
+    assert s.loc["processes", "status"] == "ok" and bool(s.loc["processes", "other_node"])
+    assert not bool(s.loc["sequential", "other_node"])
+    reps = pd.read_csv(tmp_path / "kept" / "replicates.csv")
+    assert set(reps["node"]) == {"n1", "n7"}
