@@ -77,11 +77,17 @@ def slurm_partition(wildcards):
 
 
 def slurm_extra(wildcards):
-    """The node exclusively (two measurements never share one), its constraint, all its memory."""
+    """The node exclusively (two measurements never share one) and its constraint."""
     constraint = _node(wildcards, "constraint")
-    return "--exclusive --mem=0" + (
+    return "--exclusive" + (
         f" --constraint={shlex.quote(constraint)}" if constraint else ""
     )
+
+
+def slurm_mem_mb(wildcards):
+    """The label's `mem_mb`, or 0: no --mem at all (the plugin adds none for 0), so an exclusive
+    job gets what SLURM gives it by default rather than Snakemake's default 1000 MB."""
+    return int(CLUSTER.get(wildcards.host, {}).get("mem_mb", 0))
 
 
 def slurm_runtime(wildcards):
@@ -92,8 +98,7 @@ def slurm_runtime(wildcards):
 #: Resources of every measurement job: the short TMPDIR, and locally one unit of `measure`
 #: (limited to 1 by the workflow profile: one measurement at a time on this machine); on a
 #: cluster instead the SLURM request of its host label, a whole node held exclusively, so
-#: measurements on different nodes run at once (mem_mb 0: no --mem from Snakemake's
-#: defaults; slurm_extra asks for the node's memory).
+#: measurements on different nodes run at once.
 MEASURE_RESOURCES = {"tmpdir": MEASURE_TMPDIR}
 if not CLUSTER:
     MEASURE_RESOURCES["measure"] = 1
@@ -102,7 +107,7 @@ else:
         "slurm_partition": slurm_partition,
         "slurm_extra": slurm_extra,
         "runtime": slurm_runtime,
-        "mem_mb": 0,
+        "mem_mb": slurm_mem_mb,
     }
 
 

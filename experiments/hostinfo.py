@@ -49,12 +49,14 @@ def cpuinfo() -> dict:
 
 
 def node() -> dict:
-    """The machine a job runs on: ``hostname``, ``cpu_model`` and ``logical_cpus`` (job.json
-    ``node``; on a cluster, which node of the host label's partition it was)."""
+    """The machine a job runs on: ``hostname``, ``cpu_model``, ``logical_cpus`` and, inside a
+    SLURM job, ``slurm_job_id`` (``$SLURM_JOB_ID``; None elsewhere): job.json ``node``; on a
+    cluster, which node of the host label's partition it was and which job."""
     return {
         "hostname": platform.node(),
         "cpu_model": cpuinfo().get("model name") or platform.processor() or None,
         "logical_cpus": psutil.cpu_count(logical=True),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
     }
 
 

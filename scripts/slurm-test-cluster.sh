@@ -24,10 +24,14 @@ stop_all() {
         pkill -x "$daemon" 2>/dev/null || true
     done
     for _ in $(seq 50); do
-        pgrep -x 'slurmd|slurmctld|munged' >/dev/null || return 0
+        running=""
+        for daemon in slurmd slurmctld munged; do
+            if pgrep -x "$daemon" >/dev/null; then running="$running $daemon"; fi
+        done
+        [ -n "$running" ] || return 0
         sleep 0.1
     done
-    pkill -9 -x 'slurmd|slurmctld|munged' 2>/dev/null || true
+    for daemon in $running; do pkill -9 -x "$daemon" 2>/dev/null || true; done
 }
 
 case "${1:-}" in

@@ -76,9 +76,15 @@ def test_a_run_in_a_child_cgroup_reports_its_quota(quick_run, tmp_path, child_cg
     info = json.loads((host / "host.json").read_text())
     assert info["cgroup_quota_cpus"] == 1.0 and info["cgroup_quota_cgroup"] == child_cgroup.cgroup
     assert info["available_cpus"] == 1 and len(info["affinity"]) == os.cpu_count()
-    job = json.loads((host / "gil" / "workload~cpu" / "mode~processes" / "workers~2" / "job.json").read_text())
+    job = json.loads(
+        (
+            host / "gil" / "interpreter~default" / "workload~cpu" / "mode~processes" / "workers~2" / "job.json"
+        ).read_text()
+    )
     assert job["capacity"]["quota_cgroup"] == child_cgroup.cgroup
-    metrics = pd.read_csv(host / "gil" / "workload~cpu" / "mode~processes" / "workers~2" / "metrics.csv")
+    metrics = pd.read_csv(
+        host / "gil" / "interpreter~default" / "workload~cpu" / "mode~processes" / "workers~2" / "metrics.csv"
+    )
     assert (metrics["available_cpus"] == 1).all()
     text = " ".join(json.loads((host / "gil" / "findings.json").read_text())["findings"])
     assert f"this host has 1 available CPU (a CPU quota of 1 CPU set by cgroup {child_cgroup.cgroup})" in text

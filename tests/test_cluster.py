@@ -27,18 +27,37 @@ intraop: {workload: [matmul], threads: auto}
 def _dry_run(root, tmp_path, text: str) -> subprocess.CompletedProcess:
     cfg = tmp_path / "cluster.yaml"
     cfg.write_text(text)
-    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "4", "--configfile", "config.quick.yaml", str(cfg)]
+    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "16", "--configfile", "config.quick.yaml", str(cfg)]
     return subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=300, env=venv_env())
+
+
+#: The rules that measure: on a cluster, SLURM jobs holding a node.
+MEASURING = {"host_info", "user_env", "interpreters", "selfcheck", "measure"}
 
 
 def _jobs(stdout: str) -> list[dict]:
     """The dry run's jobs: rule name and the lines describing it."""
     jobs = []
     for block in re.split(r"\n(?=(?:local)?rule \w+:)", stdout):
-        m = re.match(r"(local)?rule (\w+):", block.strip())
+        m = re.match(r"(?:local)?rule (\w+):", block.strip())
         if m:
-            jobs.append({"local": bool(m.group(1)), "rule": m.group(2), "text": block})
+            jobs.append({"rule": m.group(1), "text": block})
     return jobs
+
+
+def test_every_rule_that_does_not_measure_is_a_local_rule(root):
+    """On a cluster only measurements are SLURM jobs; analysis, figures and reports run where
+    Snakemake runs. Read from the rule files: every rule, and every `localrules:` block."""
+    files = [root / "Snakefile", *root.glob("*/rules.smk")]
+    text = "\n".join(f.read_text() for f in files)
+    rules = set(re.findall(r"^rule (\w+):", text, re.MULTILINE))
+    local = {
+        name.strip().rstrip(",")
+        for block in re.findall(r"^localrules:\n((?:    \w+,?\n)+)", text, re.MULTILINE)
+        for name in block.split()
+    }
+    assert MEASURING <= rules
+    assert local == rules - MEASURING, local ^ (rules - MEASURING)
 
 
 @pytest.mark.slow
@@ -46,18 +65,17 @@ def test_every_host_label_is_measured_on_whole_nodes_of_its_own(root, tmp_path):
     proc = _dry_run(root, tmp_path, CLUSTER)
     assert proc.returncode == 0, proc.stderr[-3000:]
     jobs = _jobs(proc.stdout)
-    measuring = {"host_info", "user_env", "interpreters", "selfcheck", "measure"}
+    assert {j["rule"] for j in jobs} >= MEASURING
     for job in jobs:
         text = job["text"]
-        if job["rule"] in measuring:
-            assert not job["local"] and "slurm_extra=--exclusive --mem=0" in text, text
+        if job["rule"] in MEASURING:
+            assert "slurm_extra=--exclusive" in text, text
             if "host=big" in text:
                 assert "slurm_partition=amd" in text and "--constraint=zen4" in text and "threads: 8" in text
             else:
-                assert "host=small" in text and "threads: 1" in text and "--constraint" not in text
+                # one thread: the dry run prints no threads line
+                assert "host=small" in text and "threads:" not in text and "--constraint" not in text
             assert "measure=" not in text  # the node is held exclusively: no global limit
-        else:
-            assert job["local"], job["rule"]  # analysis, figures, reports: where Snakemake runs
     # sweeps resolve with each label's CPUs: threads auto = 1..8 plus 16 on big, 1 and 2 on small
     big = {m for m in re.findall(r"host=big, experiment=intraop, point=workload~matmul/threads~(\d+)", proc.stdout)}
     small = {m for m in re.findall(r"host=small, experiment=intraop, point=workload~matmul/threads~(\d+)", proc.stdout)}

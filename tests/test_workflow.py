@@ -90,7 +90,8 @@ def test_an_experiment_is_one_folder_and_a_config_section(quick_run):
     host = quick_run / "results" / "e2e"
     for n in (1, 2):
         m = pd.read_csv(host / "nap" / f"sleepers~{n}" / "metrics.csv")
-        assert (m["status"] == "ok").all() and len(m[m["role"] == "point"]) == 3
+        # at least its 6 rounds, in 2 worker processes; sleeping threads reach the +-10% target there
+        assert (m["status"] == "ok").all() and len(m[m["role"] == "point"]) >= 6 and set(m["worker"]) == {0, 1}
         assert set(m["role"]) == ({"point"} if n == 1 else {"point", "baseline"})  # interleaved baseline
         assert (pd.read_csv(host / "nap" / f"sleepers~{n}" / "samples.csv")["series"] == "tree").any()
     summary = pd.read_csv(host / "nap" / "summary.csv").set_index("sleepers")
@@ -199,18 +200,23 @@ def test_rerun_has_nothing_to_do(quick_run):
 
 
 #: Checks that held with a wide margin in every run on the development VM: sleeping threads
-#: (1.99-2.00x for >= 1.80x), the sampler on a busy loop (within 2 points of the kernel's CPU
-#: time, for +- 10) and its cost (2.0-2.7% for < 4% at 40 Hz). The sampler check used to expect
+#: (1.99-2.00x for >= 1.80x) and the sampler on a busy loop (within 2 points of the kernel's CPU
+#: time, for +- 10). The sampler check used to expect
 #: 100 / ncpu = 50%; a CI run read 27% when the VM gave the loop only about half a CPU, so
 #: it is judged against the loop's own process_time now. The convoy under the GIL: the median
 #: wake-up delay was 5.23 ms at a 5 ms switch interval and 50.2 ms at 50 ms, for >= half of it.
-STRICT = ("sleep loop", "sampler", "Convoy")
+STRICT = ("sleep loop", "sampler: one busy", "Convoy")
 #: Checks whose outcome depends on what the host delivers at that moment. On the shared
 #: 2-vCPU VM of development and CI, two processes gave 1.02x or 1.87x over one within the same
 #: few minutes (the vCPUs sometimes share a physical core), and two GIL-bound threads over
 #: sequential ranged from 0.696x to 1.07x against a 0.70x lower bound. There the verdict is a
 #: finding about the host, and the test checks it is consistent with the numbers.
-HOST_DEPENDENT = ("threads over sequential", "processes over sequential", "matmul GFLOP/s")
+HOST_DEPENDENT = ("threads over sequential", "processes over sequential", "matmul GFLOP/s", "sampler's own cost")
+#: The sampler's own cost at 40 Hz: 2.0-2.7% of a CPU on the Xeon VM, 3.0-4.1% on the AMD EPYC
+#: VM (about 0.9 ms per sample, of which a hot loop of the same calls spends 0.23 ms: the rest is
+#: waking up 40 times a second). Its verdict follows its 1 ms-per-sample budget; the test also
+#: bounds it, so that work leaking into the windows (the edge counters) would still fail it.
+SAMPLER_COST_MAX_PCT = 6.0
 
 
 @pytest.mark.slow
@@ -227,6 +233,9 @@ def test_fidelity_checks(quick_run):
             if " to " in r["expected"]:  # a range, e.g. "0.70x to 1.15x"
                 lo, hi = (float(x.strip(" x")) for x in r["expected"].split(" to "))
                 inside = lo <= r["measured"] <= hi
+            elif "own cost" in r["check"]:
+                assert r["measured"] < SAMPLER_COST_MAX_PCT, r.to_dict()
+                inside = r["measured"] < float(r["expected"].split("%")[0].strip("< "))
             else:
                 inside = r["measured"] >= float(r["expected"].strip(">= x"))
             assert r["verdict"] == ("pass" if inside else "warn"), r.to_dict()
