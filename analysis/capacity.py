@@ -159,7 +159,8 @@ def capacity_columns(ok: pd.DataFrame, windows: pd.DataFrame) -> dict:
     ``contended`` (the median window's interference exceeded 10% of one CPU: a process that ran
     through the job, not a blip in one short window, which the sampler's 10 ms ticks make
     common), the medians of
-    ``interference_pct`` (% of one CPU), ``steal_pct`` (% of the available CPUs' time),
+    ``interference_pct`` and ``pipeline_cpu_pct`` (% of one CPU: other processes, and the
+    Snakemake chain that started the job), ``steal_pct`` (% of the available CPUs' time),
     ``throttled_s`` (per window) and ``cpu_freq_mhz``; ``top_other`` (the process outside the
     job's tree that most often used the most CPU, as ``name: command line``), its
     ``top_other_pid`` and ``top_other_cpu_pct`` (median % of one CPU in the windows it topped);
@@ -168,7 +169,8 @@ def capacity_columns(ok: pd.DataFrame, windows: pd.DataFrame) -> dict:
     w = windows[windows["status"] == "ok"] if "status" in windows and len(windows) else ok
     if not len(w):
         w = ok
-    row = {c: _median_of(w, c) for c in ("interference_pct", "steal_pct", "throttled_s", "cpu_freq_mhz")}
+    cols = ("interference_pct", "pipeline_cpu_pct", "steal_pct", "throttled_s", "cpu_freq_mhz")
+    row = {c: _median_of(w, c) for c in cols}
     row |= {
         "contended": bool(row["interference_pct"] > CONTENDED_PCT),
         "top_other": "",

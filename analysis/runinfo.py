@@ -98,7 +98,9 @@ def contention(metrics: list[pd.DataFrame], jobs: list[dict], host: dict) -> dic
         contended, as summary.csv's ``contended``),
         ``other_cpu_median`` (CPUs other processes used in the contended windows, median),
         ``cpus_left`` (available CPUs minus that: what CPU-bound work could use then),
-        ``steal_pct_median`` and ``throttled_s`` (sum) over every window, and ``rounds``:
+        ``pipeline_cpu_median`` (CPUs the chain that started the jobs used: Snakemake, its
+        shell, the supervisor), ``steal_pct_median`` and ``throttled_s`` (sum) over every
+        window, and ``rounds``:
         how many jobs' rounds ended for each reason (:data:`experiments.rounds.STOPPED`).
     """
     frames = [m for m in metrics if len(m) and "wall_s" in m]
@@ -130,6 +132,7 @@ def contention(metrics: list[pd.DataFrame], jobs: list[dict], host: dict) -> dic
         "contended_points": int(sum(per_job)),
         "other_cpu_median": other_cpu,
         "cpus_left": max(0.0, ncpu - other_cpu),
+        "pipeline_cpu_median": (median("pipeline_cpu_pct") or 0.0) / 100,
         "steal_pct_median": median("steal_pct"),
         "throttled_s": float(throttled.sum()) if throttled is not None and len(throttled) else None,
         "rounds": {str(k): int(v) for k, v in stopped.value_counts().items()},

@@ -45,6 +45,7 @@ KNOWN = {
             "cpu_util_pct",
             "interference_pct",
             "sampler_cpu_pct",
+            "pipeline_cpu_pct",
             "steal_pct",
             "throttled_s",
             "cpu_freq_mhz",

@@ -31,6 +31,7 @@ COMMON_COLUMNS = (
     "interference_pct",
     "contended",
     "sampler_cpu_pct",
+    "pipeline_cpu_pct",
     "window_start_unix",
     "window_end_unix",
     "steal_pct",

@@ -149,23 +149,28 @@ def process_times(proc: str = "/proc") -> dict[int, tuple[int, float, str]]:
 
 
 def ancestors(pid: int, proc: str = "/proc") -> set[int]:
-    """The pids from ``pid``'s parent up to init: the process chain that started a job (the
-    experiment's command line, the supervisor, the shell Snakemake runs rules in, Snakemake,
-    the user's shell), read from field 4 of ``/proc/<pid>/stat``."""
+    """The pipeline's processes above a job: the pids from ``pid``'s parent up to the first
+    Snakemake process (the experiment's command line, the supervisor, the shell Snakemake runs
+    rules in, Snakemake itself), read from field 4 of ``/proc/<pid>/stat`` and the command lines.
+    Empty for a job run by hand, without Snakemake above it: the shells above are the user's."""
     out: set[int] = set()
     while pid > 1:
         try:
             with open(f"{proc}/{pid}/stat", "rb") as fh:
                 data = fh.read()
         except OSError:
-            break
+            return set()
         pid = int(data[data.rindex(b")") + 2 :].split()[1])
+        if pid <= 1:
+            return set()
         out.add(pid)
-    return out
-
-
-#: Appended to the command line of a process of the chain that started the job.
-OURS = " (this pipeline)"
+        try:
+            with open(f"{proc}/{pid}/cmdline", "rb") as fh:
+                if b"snakemake" in fh.read():
+                    return out
+        except OSError:
+            return set()
+    return set()
 
 
 def short_cmdline(pid: int, name: str, limit: int = 60) -> str:
@@ -180,12 +185,21 @@ def short_cmdline(pid: int, name: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def top_others(before: dict, after: dict, exclude: set[int], wall_s: float, ours: set[int] = frozenset()) -> list[list]:
+def cpu_between(before: dict, after: dict, pids: set[int]) -> float:
+    """CPU seconds the processes ``pids`` used between two :func:`process_times` readings."""
+    total = 0.0
+    for pid in pids:
+        if pid in after:
+            prior = before.get(pid)
+            total += after[pid][1] - (prior[1] if prior is not None and prior[0] == after[pid][0] else 0.0)
+    return total
+
+
+def top_others(before: dict, after: dict, exclude: set[int], wall_s: float) -> list[list]:
     """``[[pid, name, short command line, CPU s], ...]``: the :data:`TOP_OTHERS` processes
     outside ``exclude`` that used the most CPU between two :func:`process_times` readings
     (a process started in between counts all its CPU time), each at least
-    :data:`OTHER_MIN_PCT` % of one CPU over ``wall_s``. The command line of a pid in ``ours``
-    (the chain that started the job: Snakemake itself) ends with :data:`OURS`."""
+    :data:`OTHER_MIN_PCT` % of one CPU over ``wall_s``."""
     used = []
     for pid, (start, cpu_s, name) in after.items():
         if pid in exclude:
@@ -195,10 +209,7 @@ def top_others(before: dict, after: dict, exclude: set[int], wall_s: float, ours
         if wall_s > 0 and 100.0 * delta / wall_s >= OTHER_MIN_PCT:
             used.append((delta, pid, name))
     used.sort(reverse=True)
-    return [
-        [pid, name, short_cmdline(pid, name) + (OURS if pid in ours else ""), round(d, 4)]
-        for d, pid, name in used[:TOP_OTHERS]
-    ]
+    return [[pid, name, short_cmdline(pid, name), round(d, 4)] for d, pid, name in used[:TOP_OTHERS]]
 
 
 class _Series:
@@ -231,8 +242,10 @@ class _Series:
 
     def window_edges(self) -> dict:
         """What happened between the start's edge counters and now: ``steal_s``,
-        ``throttled_s`` (differences, None where unreadable), ``freq_mhz`` (mean of both ends)
-        and ``others`` (:func:`top_others`, the target's tree and the sampler excluded)."""
+        ``throttled_s`` (differences, None where unreadable), ``freq_mhz`` (mean of both ends),
+        ``pipeline_cpu_s`` (CPU of the chain that started the job: Snakemake, its shell, the
+        supervisor; :func:`ancestors`) and ``others`` (:func:`top_others`: processes outside the
+        target's tree, the sampler and that chain)."""
         a, b = self.first, self.edges()
 
         def diff(key):
@@ -240,11 +253,13 @@ class _Series:
 
         freqs = [x for x in (a.get("freq_mhz"), b["freq_mhz"]) if x is not None]
         tree = {self.target.pid, *descendants(self.target.pid), *self.known, *self.exclude}
+        before = a.get("procs", {})
         return {
             "steal_s": diff("steal_s"),
             "throttled_s": diff("throttled_s"),
             "freq_mhz": sum(freqs) / len(freqs) if freqs else None,
-            "others": top_others(a.get("procs", {}), b["procs"], tree, b["t"] - a.get("t", b["t"]), self.ours),
+            "pipeline_cpu_s": cpu_between(before, b["procs"], self.ours),
+            "others": top_others(before, b["procs"], tree | self.ours, b["t"] - a.get("t", b["t"])),
         }
 
     def tree_cpu_s(self) -> float:

@@ -119,7 +119,11 @@ class Window:
         cpu_util_pct: ``cpu_s / (wall_s * available CPUs) * 100``, clipped to 0-100.
         interference_pct: CPU used by everything else on the machine during the window, in %
             of one CPU: mean(system busy) - mean(our tree), both in % of all available CPUs,
-            times the available CPUs, minus the sampler's own share; clipped at 0.
+            times the available CPUs, minus the sampler's own share and the pipeline's
+            (``pipeline_cpu_pct``); clipped at 0.
+        pipeline_cpu_pct: CPU of the process chain that started the job (Snakemake, its shell,
+            the supervisor) over the window, % of one CPU: the lab's own overhead, kept out of
+            ``interference_pct`` and reported on its own; NaN where it could not be read.
         sampler_cpu_pct: the sampler process's own CPU time over the window, % of one CPU.
         steal_pct: steal time of the affinity CPUs over the window (the hypervisor ran other
             guests), % of their time; NaN where /proc/stat has no steal column.
@@ -142,6 +146,7 @@ class Window:
     cpu_util_pct: float = float("nan")
     interference_pct: float = float("nan")
     sampler_cpu_pct: float = float("nan")
+    pipeline_cpu_pct: float = float("nan")
     start_unix: float = float("nan")
     end_unix: float = float("nan")
     t0: float = 0.0
@@ -164,6 +169,7 @@ class Window:
             "interference_pct": self.interference_pct,
             "contended": bool(self.interference_pct > CONTENDED_PCT),
             "sampler_cpu_pct": self.sampler_cpu_pct,
+            "pipeline_cpu_pct": self.pipeline_cpu_pct,
             "window_start_unix": self.start_unix,
             "window_end_unix": self.end_unix,
             "steal_pct": self.steal_pct,
@@ -261,6 +267,10 @@ def _edges(win: Window, edges: dict) -> None:
     win.throttled_s = edges["throttled_s"] if edges.get("throttled_s") is not None else nan
     win.cpu_freq_mhz = edges["freq_mhz"] if edges.get("freq_mhz") is not None else nan
     win.others = edges.get("others") or []
+    if edges.get("pipeline_cpu_s") is not None and win.wall_s > 0:
+        win.pipeline_cpu_pct = 100.0 * edges["pipeline_cpu_s"] / win.wall_s
+        if win.interference_pct == win.interference_pct:  # not NaN
+            win.interference_pct = max(0.0, win.interference_pct - win.pipeline_cpu_pct)
 
 
 def _finish(win: Window, wall_s: float, cpu_s: float, samples: list, sampler_cpu_s: float) -> None:

@@ -146,8 +146,9 @@ def summary_table(summary: pd.DataFrame, experiment: str) -> dict:
 
 
 def _ci_text(r: pd.Series) -> str:
-    """``1.93x (95% CI 1.85-2.01)`` of a point's speedup, or of its median without one."""
-    if math.isfinite(r.get("speedup_ci_low", float("nan"))):
+    """``1.93x (95% CI 1.85-2.01)`` of a point's speedup, or of its median for a baseline point
+    (speedup 1 by definition) or one without a speedup."""
+    if math.isfinite(r.get("speedup_ci_low", float("nan"))) and r.get("speedup_source") != "baseline":
         return f"{r['speedup']:.2f}x (95% CI {r['speedup_ci_low']:.2f}-{r['speedup_ci_high']:.2f})"
     if math.isfinite(r.get("ci_low", float("nan"))):
         return f"median {_fmt(r['median'])} (95% CI {_fmt(r['ci_low'])}-{_fmt(r['ci_high'])})"

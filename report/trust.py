@@ -9,7 +9,6 @@ import math
 
 import pandas as pd
 
-from experiments.sampler import OURS
 from report.format import fmt as _fmt
 
 
@@ -20,9 +19,8 @@ def headlines(exps: list[dict], trust: dict) -> list[dict]:
     out = [{**h, "anchor": e["name"]} for e in exps for h in e.get("headlines", [])]
     verdict = f"{trust['passed']} of {trust['passed'] + trust['warned']} theory checks pass"
     verdict += f"; {trust['contended']} of {trust['points']} points contended"
-    outside = [o for o in trust["others"] if not o["ours"]]
-    if trust["contended"] and outside:
-        top = outside[0]
+    if trust["contended"] and trust["others"]:
+        top = trust["others"][0]
         verdict += f" (most of all by pid {top['pid']} `{top['cmdline']}`, {top['cpu']} CPU)"
     verdict += f", {trust['noisy']} noisy"
     if trust["budget_stopped"]:
@@ -48,16 +46,10 @@ def contention_text(c: dict, others: list[dict], ncpu) -> str:
         f"({c['contended_time_pct']:.0f}% of the measured time), and in them other processes used a median "
         f"{c['other_cpu_median']:.2f} CPU of {ncpu}"
     )
-    outside = [o for o in others if not o["ours"]]
-    if outside:
-        top = outside[0]
-        text += f", most of all pid {top['pid']} `{top['cmdline']}` ({top['cpu']} CPU during {top['points']} points)"
-    ours = [o for o in others if o["ours"]]
-    if ours:
-        text += (
-            f"; the pipeline's own Snakemake and job wrappers used {ours[0]['cpu']} CPU in the windows they "
-            "were among the busiest in"
-        )
+    if others:
+        top = others[0]
+        points = f"{top['points']} point{'s' if top['points'] != 1 else ''}"
+        text += f", most of all pid {top['pid']} `{top['cmdline']}` ({top['cpu']} CPU during {points})"
     left = c["cpus_left"]
     return text + (
         f". CPU-bound work measured then had about {left:.2f} CPUs left: its speedups are capped near {left:.2f}x, "
@@ -87,6 +79,7 @@ def capacity_rows(host: dict, run: dict) -> list[tuple[str, str]]:
     )
     freq = cap.get("cpu_freq_mhz")
     steal = c.get("steal_pct_median")
+    pipeline = c.get("pipeline_cpu_median")
     throttled = c.get("throttled_s")
     return [
         ("CPU quota of the pipeline's cgroup", quota_text),
@@ -100,6 +93,10 @@ def capacity_rows(host: dict, run: dict) -> list[tuple[str, str]]:
             f"{steal:.1f}% of the CPUs' time" if steal is not None else "unreadable",
         ),
         ("Quota throttling in measured windows", f"{throttled:.2f} s in all" if throttled is not None else "no quota"),
+        (
+            "The pipeline's own Snakemake, shell and supervisor in measured windows (median)",
+            f"{pipeline:.2f} CPU (not counted as other processes)" if pipeline is not None else "not recorded",
+        ),
     ]
 
 
@@ -135,7 +132,6 @@ def trust_context(
             "points": int(r["points"]),
             "windows": int(r["windows"]),
             "labels": r["labels"],
-            "ours": str(r["cmdline"]).endswith(OURS),
         }
         for _, r in (others if others is not None else pd.DataFrame()).head(5).iterrows()
     ]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import start_busy_stranger
+from helpers import start_busy_stranger, venv_env
 
 from experiments import capacity
 from experiments.intervals import median_ci, order_index
@@ -262,3 +262,20 @@ def test_adaptive_rounds_stop_on_target_and_on_budget():
     assert res.rounds["stopped"] == "budget" and 6 <= res.rounds["done"] < 40, res.rounds
     assert res.rounds["elapsed_s"] <= 1.0 + 0.5
     assert len([r for r in res.rows if r["role"] == "point"]) == res.rounds["done"]
+
+
+def test_the_chain_that_started_the_job_is_counted_apart():
+    """Snakemake, its shell and the supervisor (the job's ancestors) are the lab's own overhead:
+    their CPU is pipeline_cpu_s, not a process named as interference."""
+    from experiments.sampler import ancestors, cpu_between, top_others
+
+    before = {1: (1, 10.0, "init"), 50: (5, 2.0, "snakemake"), 60: (6, 1.0, "python")}
+    after = {1: (1, 10.0, "init"), 50: (5, 2.3, "snakemake"), 60: (6, 1.6, "python"), 70: (7, 0.2, "sh")}
+    assert cpu_between(before, after, {50, 70}) == pytest.approx(0.5)  # sh started in between: all of it
+    assert [o[0] for o in top_others(before, after, {50}, wall_s=1.0)] == [60, 70]
+    assert ancestors(os.getpid()) == set()  # pytest was not started by Snakemake
+    code = "import os; from experiments.sampler import ancestors; print(sorted(ancestors(os.getpid())))"
+    shell = f"exec -a snakemake-like sh -c '{sys.executable} -c \"{code}\"'"
+    out = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, check=True, env=venv_env())
+    chain = eval(out.stdout)
+    assert len(chain) == 1  # the sh named like snakemake: the chain stops there
