@@ -43,7 +43,12 @@ except registry.RegistryError as exc:
     sys.exit(f"Invalid experiment package: {exc}")
 # Snakemake's validate (JSON Schema), failures explained in one line naming the key.
 try:
-    validate_config(config, f"{workflow.basedir}/schemas/config.schema.yaml", SCHEMAS)
+    validate_config(
+        config,
+        f"{workflow.basedir}/schemas/config.schema.yaml",
+        SCHEMAS,
+        registry.rounds_users(),
+    )
 except ConfigError as exc:
     sys.exit(f"Invalid configuration: {exc}")
 

@@ -76,12 +76,10 @@ def slurm_partition(wildcards):
     return _node(wildcards, "partition")
 
 
-def slurm_extra(wildcards):
-    """The node exclusively (two measurements never share one) and its constraint."""
-    constraint = _node(wildcards, "constraint")
-    return "--exclusive" + (
-        f" --constraint={shlex.quote(constraint)}" if constraint else ""
-    )
+def slurm_constraint(wildcards):
+    """The label's node features (sbatch -C), or None: no constraint (the resource is absent;
+    the plugin refuses --constraint inside slurm_extra)."""
+    return _node(wildcards, "constraint") or None
 
 
 def slurm_mem_mb(wildcards):
@@ -105,7 +103,9 @@ if not CLUSTER:
 else:
     MEASURE_RESOURCES |= {
         "slurm_partition": slurm_partition,
-        "slurm_extra": slurm_extra,
+        "constraint": slurm_constraint,
+        # the node exclusively: two measurements never share one, and nothing runs beside one
+        "slurm_extra": "--exclusive",
         "runtime": slurm_runtime,
         "mem_mb": slurm_mem_mb,
     }

@@ -61,20 +61,22 @@ def quota_text(host: dict) -> str:
     return f"a CPU quota of {cpus_text(quota)}" + (f" set by cgroup {where}" if where else "")
 
 
-def smt_text(host: dict) -> str:
+def smt_text(host: dict, units: float | None = None) -> str:
     """``the 2 available CPUs are SMT siblings of 1 core`` where some available CPUs share a
-    core (host.json ``capacity.smt_groups``), else ``""``."""
+    core (host.json ``capacity.smt_groups``) and the point ran more tasks or threads at once
+    (``units``) than there are cores, so some of them shared one; else ``""``."""
     groups = ((host or {}).get("capacity") or {}).get("smt_groups")
-    if not groups or all(len(g) == 1 for g in groups):
+    if not groups or all(len(g) == 1 for g in groups) or units is None or units <= len(groups):
         return ""
     cpus = sum(len(g) for g in groups)
     return f"the {cpus} available CPUs are SMT siblings of {len(groups)} core{'s' if len(groups) != 1 else ''}"
 
 
-def causes(r, host: dict | None = None) -> list[str]:
+def causes(r, host: dict | None = None, units: float | None = None) -> list[str]:
     """The measured limits of a point's CPUs while it ran, most specific first: throttling by
     the CPU quota (naming the cgroup), other processes (naming the busiest), steal time, and
-    SMT siblings among the available CPUs. Empty when none was measured."""
+    SMT siblings among the available CPUs where the point's ``units`` (tasks or threads at
+    once) outnumber the cores. Empty when none was measured."""
     out = []
     throttled = _value(r, "throttled_s")
     if np.isfinite(throttled) and throttled >= THROTTLED_S:
@@ -87,16 +89,24 @@ def causes(r, host: dict | None = None) -> list[str]:
     steal = _value(r, "steal_pct")
     if np.isfinite(steal) and steal >= STEAL_PCT:
         out.append(f"the hypervisor took {steal:.0f}% of the CPUs' time for other guests (steal)")
-    smt = smt_text(host or {})
+    smt = smt_text(host or {}, units)
     if smt:
         out.append(smt)
     return out
 
 
-def note(r, host: dict | None = None) -> str:
+def unread(r, host: dict | None = None) -> list[str]:
+    """The counters a point's windows could not read (NaN): what a warning cannot rule out."""
+    names = {"interference_pct": "other processes' CPU", "steal_pct": "steal time"}
+    if (host or {}).get("cgroup_quota_cpus"):
+        names["throttled_s"] = "quota throttling"
+    return [what for col, what in names.items() if not np.isfinite(_value(r, col))]
+
+
+def note(r, host: dict | None = None, units: float | None = None) -> str:
     """`` (while it was measured: other processes used 0.98 CPU, ...)`` for a finding about a
-    point with measured limits, else ``""``."""
-    found = causes(r, host)
+    point with measured limits (``units``: its tasks or threads at once), else ``""``."""
+    found = causes(r, host, units)
     return f" (while it was measured: {'; '.join(found)})" if found else ""
 
 
@@ -134,16 +144,20 @@ def capacity_reason(r, s: float | None, n: int, generic: str, host: dict | None 
         return generic
     ncpu = int((host or {}).get("available_cpus") or n)
     used = cpus_used(r, ncpu)
-    head = f"{what} got {used:.2f} CPUs of {ncpu}" if np.isfinite(used) else what
-    found = causes(r, host)
+    head = f"{what} got {used:.2f} CPUs of {n}" if np.isfinite(used) else what
+    found = causes(r, host, units=n)
     if found:
         return f"{head}: " + "; ".join(found)
     util = _value(r, "cpu_util_pct")
-    if np.isfinite(util) and util >= 70 and n > 1:
+    missing = unread(r, host)
+    if np.isfinite(util) and used >= 0.7 * n and n > 1:
+        ruled_out = "No other process, steal, quota throttling or SMT sibling was measured"
+        if missing:
+            ruled_out = f"Nothing measured explains it ({', '.join(missing)}: unreadable)"
         return (
             f"{head} ({util:.0f}% busy) yet ran only {s:.2f}x faster: each CPU delivered about "
-            f"{100.0 * s / n:.0f}% of a core. No other process, steal, quota throttling or SMT sibling was "
-            "measured inside this machine, so the host behind it gave less than whole cores"
+            f"{100.0 * s / n:.0f}% of a core. {ruled_out}; possibilities: the host behind this machine giving "
+            "less than whole cores (its SMT, throttling), memory bandwidth, or threads spinning while they wait"
         )
     return f"{head}: {generic}" if np.isfinite(used) else generic
 
@@ -161,8 +175,9 @@ def capacity_columns(ok: pd.DataFrame, windows: pd.DataFrame) -> dict:
     common), the medians of
     ``interference_pct`` and ``pipeline_cpu_pct`` (% of one CPU: other processes, and the
     Snakemake chain that started the job), ``steal_pct`` (% of the available CPUs' time),
-    ``throttled_s`` (per window) and ``cpu_freq_mhz``; ``top_other`` (the process outside the
-    job's tree that most often used the most CPU, as ``name: command line``), its
+    ``throttled_s`` (per window) and ``cpu_freq_mhz``; ``top_other`` (of the processes outside
+    the job that topped a window, the one with the most CPU time over the job's windows: its
+    command line), its
     ``top_other_pid`` and ``top_other_cpu_pct`` (median % of one CPU in the windows it topped);
     ``rounds_stopped`` (why the job's rounds ended: experiments/rounds.py). ``ok`` gives the
     medians where the job's windows lack a column (files from older versions)."""
@@ -180,7 +195,9 @@ def capacity_columns(ok: pd.DataFrame, windows: pd.DataFrame) -> dict:
     if "top_other_pid" in w:
         named = w[w["top_other_pid"].notna()]
         if len(named):
-            pid = named["top_other_pid"].mode().iloc[0]
+            # the process that took the most CPU time over the job's windows
+            share = pd.to_numeric(named["top_other_cpu_pct"], errors="coerce") * pd.to_numeric(named["wall_s"])
+            pid = share.groupby(named["top_other_pid"]).sum().idxmax()
             mine = named[named["top_other_pid"] == pid]
             row |= {"top_other_pid": int(pid), "top_other": str(mine["top_other"].iloc[0])}
             row["top_other_cpu_pct"] = _median_of(mine, "top_other_cpu_pct")

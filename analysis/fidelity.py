@@ -27,7 +27,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from analysis.capacity import causes
+from analysis.capacity import causes, unread
 from analysis.findings import call, pick
 from experiments import registry
 
@@ -84,8 +84,14 @@ def sampler_checks(selfcheck: pd.DataFrame | None, ncpu: int, sample_hz: float) 
     kernel = float(np.median(busy["process_cpu_pct"])) if has else float("nan")
     ideal = 100.0 / ncpu
     got = f"the loop got {kernel / ideal:.0%} of a CPU"
-    found = causes({c: np.median(busy[c]) for c in ("interference_pct", "steal_pct") if c in busy}) if has else []
-    why = "; ".join(found) or "no steal time and no other process was measured inside the machine"
+    medians = {c: np.median(busy[c]) for c in ("interference_pct", "steal_pct") if c in busy} if has else {}
+    found, missing = (causes(medians), unread(medians)) if has else ([], [])
+    if found:
+        why = "; ".join(found)
+    elif missing:
+        why = f"nothing measured explains it; {', '.join(missing)} could not be read"
+    else:
+        why = "no steal time and no other process was measured inside the machine"
     short = f"; {got}: the host did not deliver a whole CPU ({why})"
     rows = [
         check_row(

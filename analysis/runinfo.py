@@ -51,7 +51,17 @@ def run_timing(jobs: list[dict], metrics: list[pd.DataFrame], host: dict) -> dic
 
 
 #: Columns of ``interference.csv`` (:func:`interference_table`).
-INTERFERENCE_COLUMNS = ["pid", "name", "cmdline", "points", "windows", "cpu_pct_median", "cpu_pct_max", "labels"]
+INTERFERENCE_COLUMNS = [
+    "pid",
+    "name",
+    "cmdline",
+    "cpu_s",
+    "points",
+    "windows",
+    "cpu_pct_median",
+    "cpu_pct_max",
+    "labels",
+]
 
 
 def interference_table(labels: list[str], jobs: list[dict]) -> pd.DataFrame:
@@ -59,10 +69,12 @@ def interference_table(labels: list[str], jobs: list[dict]) -> pd.DataFrame:
     measured, from every job.json's ``others`` (per window, the top 3 of that window).
 
     Returns:
-        One row per process (pid and name), most CPU first: ``points`` (jobs in whose windows
-        it was among the top), ``windows``, ``cpu_pct_median`` and ``cpu_pct_max`` (% of one
-        CPU over a window, over the windows it was seen in), ``labels`` (the first three
-        points, ``;``-separated); columns :data:`INTERFERENCE_COLUMNS`.
+        One row per process (pid and name), most CPU seconds first: ``cpu_s`` (its CPU time in
+        the windows it was among the top; from ``cpu_pct`` where older files lack ``cpu_s``),
+        ``points`` (jobs in whose windows it was among the top), ``windows``,
+        ``cpu_pct_median`` and ``cpu_pct_max`` (% of one CPU over a window, over the windows it
+        was seen in), ``labels`` (the first three points, ``;``-separated); columns
+        :data:`INTERFERENCE_COLUMNS`.
     """
     rows = [
         {**o, "job": label}
@@ -73,10 +85,12 @@ def interference_table(labels: list[str], jobs: list[dict]) -> pd.DataFrame:
     if not rows:
         return pd.DataFrame(columns=INTERFERENCE_COLUMNS)
     df = pd.DataFrame(rows)
+    df["cpu_s"] = df["cpu_s"].fillna(df["cpu_pct"] / 100) if "cpu_s" in df else df["cpu_pct"] / 100
     out = (
         df.groupby(["pid", "name"], sort=False)
         .agg(
             cmdline=("cmdline", "first"),
+            cpu_s=("cpu_s", "sum"),
             points=("job", "nunique"),
             windows=("cpu_pct", "size"),
             cpu_pct_median=("cpu_pct", "median"),
@@ -85,8 +99,7 @@ def interference_table(labels: list[str], jobs: list[dict]) -> pd.DataFrame:
         )
         .reset_index()
     )
-    out["_weight"] = out["cpu_pct_median"] * out["windows"]
-    return out.sort_values("_weight", ascending=False).drop(columns="_weight")[INTERFERENCE_COLUMNS]
+    return out.sort_values("cpu_s", ascending=False)[INTERFERENCE_COLUMNS]
 
 
 def contention(metrics: list[pd.DataFrame], jobs: list[dict], host: dict) -> dict:
@@ -132,7 +145,7 @@ def contention(metrics: list[pd.DataFrame], jobs: list[dict], host: dict) -> dic
         "contended_points": int(sum(per_job)),
         "other_cpu_median": other_cpu,
         "cpus_left": max(0.0, ncpu - other_cpu),
-        "pipeline_cpu_median": (median("pipeline_cpu_pct") or 0.0) / 100,
+        "pipeline_cpu_median": None if median("pipeline_cpu_pct") is None else median("pipeline_cpu_pct") / 100,
         "steal_pct_median": median("steal_pct"),
         "throttled_s": float(throttled.sum()) if throttled is not None and len(throttled) else None,
         "rounds": {str(k): int(v) for k, v in stopped.value_counts().items()},

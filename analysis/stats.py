@@ -155,49 +155,45 @@ def _speedup(r: pd.Series, group_base: np.ndarray) -> tuple[str, list[float]]:
     return source, [float(np.median(base)), ratio_of_medians, speedup, lo, hi]
 
 
-#: Standard error of a sample median over that of the mean for normal data, sqrt(pi / 2)
-#: (the median's asymptotic efficiency 2 / pi; Kendall and Stuart, *The Advanced Theory of
-#: Statistics*, vol. 1, section 10.10).
-MEDIAN_SE = float(np.sqrt(np.pi / 2))
-
-
-def worker_chi2(ratios: np.ndarray, workers: np.ndarray) -> tuple[float, int]:
-    """How far a point's per-worker median log ratios lie apart, against what their rounds
-    let on: ``(chi2, df)`` with ``chi2 = sum_w (m_w - m)^2 / se_w^2``, ``m_w`` the median log
-    ratio of worker ``w``, ``se_w = sqrt(pi/2) s / sqrt(n_w)`` (``s`` the pooled within-worker
-    standard deviation), ``m`` their inverse-variance mean, ``df`` = workers - 1. ``(0, 0)``
-    with fewer than 2 workers of 2 rounds, or no spread within them."""
+def worker_inflation(ratios: np.ndarray, workers: np.ndarray) -> float | None:
+    """How much a point's rounds vary between worker processes beyond what they vary within
+    one: ``lambda = F (d2 - 2) / d2``, the one-way analysis of variance's ``F = MSB / MSW`` of
+    the log ratios grouped by worker (``d2 = N - W`` within degrees of freedom), made unbiased:
+    under no difference between workers ``E[F] = d2 / (d2 - 2)``, so ``E[lambda] = 1``; with one
+    it estimates the factor by which it inflates the variance of the pooled mean. None with
+    fewer than 2 workers, ``d2 < 3`` or no spread within them."""
     logs = np.log(np.asarray(ratios, dtype=float))
     ws = np.asarray(workers)
+    keep = np.isfinite(logs)
+    logs, ws = logs[keep], ws[keep]
     groups = [logs[ws == w] for w in np.unique(ws)]
-    groups = [g[np.isfinite(g)] for g in groups]
-    groups = [g for g in groups if len(g) >= 2]
-    dof = sum(len(g) - 1 for g in groups)
-    if len(groups) < 2 or dof == 0:
-        return 0.0, 0
-    s = np.sqrt(sum(((g - g.mean()) ** 2).sum() for g in groups) / dof)
-    if s == 0:
-        return 0.0, 0
-    se = np.array([MEDIAN_SE * s / np.sqrt(len(g)) for g in groups])
-    m = np.array([np.median(g) for g in groups])
-    centre = np.sum(m / se**2) / np.sum(1 / se**2)
-    return float(np.sum((m - centre) ** 2 / se**2)), len(groups) - 1
+    n, k = len(logs), len(groups)
+    d2 = n - k
+    if k < 2 or d2 < 3:
+        return None
+    msw = sum(((g - g.mean()) ** 2).sum() for g in groups) / d2
+    if msw == 0:
+        return None
+    msb = sum(len(g) * (g.mean() - logs.mean()) ** 2 for g in groups) / (k - 1)
+    return float(msb / msw * (d2 - 2) / d2)
 
 
 def worker_scale(summary: pd.DataFrame) -> float:
     """The factor by which an experiment's speedup intervals are widened for the spread
-    between worker processes (:mod:`experiments.workers`): the Particle Data Group's scale
-    factor ``S = sqrt(chi2 / df)`` pooled over the experiment's interleaved points
-    (:func:`worker_chi2`; Review of Particle Physics, Introduction, section 5.2.2, after R. T.
-    Birge, Phys. Rev. 40, 207, 1932), at least 1. 1 where no point was measured in 2 or more
-    workers."""
-    chi2 = dof = 0
+    between worker processes (:mod:`experiments.workers`): ``S = sqrt(mean lambda)``, at least
+    1, over the experiment's interleaved points measured in 2 or more workers
+    (:func:`worker_inflation`), in the spirit of the Particle Data Group's scale factor for
+    measurements that disagree more than their errors allow (Review of Particle Physics,
+    Introduction, section 5.2.2; R. T. Birge, Phys. Rev. 40, 207, 1932). 1 where no point was
+    measured in 2 or more workers."""
+    found = []
     for _, r in summary.iterrows():
         if r["_is_base"] or not len(r["_ratios"]) or r["speedup_source"] != "interleaved":
             continue
-        c, d = worker_chi2(r["_ratios"], r["_workers"])
-        chi2, dof = chi2 + c, dof + d
-    return float(np.sqrt(max(1.0, chi2 / dof))) if dof else 1.0
+        lam = worker_inflation(r["_ratios"], r["_workers"])
+        if lam is not None:
+            found.append(lam)
+    return float(np.sqrt(max(1.0, float(np.mean(found))))) if found else 1.0
 
 
 def _widen(summary: pd.DataFrame) -> None:

@@ -123,10 +123,46 @@ def _check_labels(entries: list) -> None:
         seen.add(label)
 
 
-def validate_config(config: dict, schema_path: str | Path, sections: Mapping[str, str | Path]) -> None:
+def check_rounds(config: dict, users: list[str]) -> None:
+    """The ``rounds`` section against the ``repeats`` of the experiments that measure in
+    rounds (``users``: those whose ``run`` takes a rounds policy): every worker process gets at
+    least 2 rounds (its spread is what the worker scale factor reads), ``max_rounds`` is at
+    least each one's ``repeats``, and a CI target has a time budget.
+
+    Raises:
+        ConfigError: naming the key, the value and what is allowed.
+    """
+    rounds = config.get("rounds") or {}
+    target, budget = rounds.get("target_ci_pct", 0), rounds.get("budget_s", 0)
+    workers, most = rounds.get("workers", 1), rounds.get("max_rounds", 1)
+    if target > 0 and budget <= 0:
+        raise ConfigError(
+            f"config key rounds.budget_s: {budget!r} is not allowed (rounds.target_ci_pct {target} needs time to"
+            " reach it); allowed: number > 0, or rounds.target_ci_pct: 0 for exactly `repeats` rounds"
+        )
+    for name in users:
+        if name not in config.get("experiments", []):
+            continue
+        repeats = (config.get(name) or {}).get("repeats", 1)
+        if workers > 1 and -(-repeats // workers) < 2:
+            raise ConfigError(
+                f"config key rounds.workers: {workers} is not allowed ({name}.repeats {repeats} would give a worker"
+                f" process fewer than 2 rounds); allowed: at most {max(1, repeats // 2)}, or raise {name}.repeats"
+            )
+        if target > 0 and most < repeats:
+            raise ConfigError(
+                f"config key rounds.max_rounds: {most} is not allowed (less than {name}.repeats {repeats});"
+                f" allowed: integer >= {repeats}"
+            )
+
+
+def validate_config(
+    config: dict, schema_path: str | Path, sections: Mapping[str, str | Path], rounds_users: list[str] = ()
+) -> None:
     """Validate ``config`` in place and fill in the schemas' defaults.
 
     Args:
+        rounds_users: experiments that measure in rounds (:func:`check_rounds`).
         config: the workflow's configuration.
         schema_path: ``schemas/config.schema.yaml``, the keys that belong to no experiment.
         sections: experiment name -> its section's schema; every one is validated (an absent
@@ -162,3 +198,4 @@ def validate_config(config: dict, schema_path: str | Path, sections: Mapping[str
             )
     for name, section_schema in sections.items():
         _snakemake_validate(config.setdefault(name, {}), Path(section_schema), prefix=name)
+    check_rounds(config, rounds_users)

@@ -248,3 +248,11 @@ def figures() -> dict[str, str]:
 def schemas() -> dict[str, Path]:
     """Every experiment's config section schema, by name."""
     return {name: e.schema_path for name, e in experiments().items()}
+
+
+def rounds_users() -> list[str]:
+    """The experiments whose ``run`` takes a rounds policy (:mod:`experiments.rounds`): their
+    ``repeats`` are a minimum and config ``rounds`` applies to them."""
+    import inspect
+
+    return [n for n, e in experiments().items() if "rounds" in inspect.signature(e.measurement().run).parameters]

@@ -60,8 +60,8 @@ class RunResult:
         outcome: what a job decided while it measured (the workload's search: the winning
             configuration), written into its ``job.json`` for the jobs that depend on it.
         others: per window, the processes outside the job's tree that used the most CPU
-            (dicts with ``repeat, role, pid, name, cmdline, cpu_pct``; % of one CPU over the
-            window), written into ``job.json``.
+            (dicts with ``repeat, role, pid, name, cmdline, cpu_s``, and ``cpu_pct``: % of one
+            CPU over the span between the sampler's edge readings), written into ``job.json``.
         rounds: how the rounds ended (:meth:`experiments.rounds.Rounds.record`), written into
             ``job.json``; None where the job measured no interleaved rounds.
     """
@@ -108,10 +108,10 @@ class RunResult:
                 "pid": pid,
                 "name": name,
                 "cmdline": cmd,
-                "cpu_pct": 100.0 * cpu_s / win.wall_s,
+                "cpu_s": cpu_s,
+                "cpu_pct": win.share_pct(cpu_s),
             }
             for pid, name, cmd, cpu_s in win.others
-            if win.wall_s > 0
         )
         return full
 

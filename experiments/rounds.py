@@ -13,7 +13,10 @@ applied to the ratio the lab reports.
 
 Stopping when an interval is narrow enough makes the interval a little optimistic (the rule
 looks at the data), the price of adaptive designs in general; ``min_rounds`` of at least
-:data:`experiments.intervals.MIN_N` keeps the first look from being a lucky few rounds.
+:data:`experiments.intervals.MIN_N` keeps the first look from being a lucky few rounds. The
+target applies to the interval of the job's own rounds; the analysis may widen the reported
+interval after the run by the spread it measures between worker processes
+(:func:`analysis.stats.worker_scale`), so a point that reached the target can be reported wider.
 The job records how its rounds ended (:meth:`Rounds.record`, ``job.json`` ``rounds``), and the
 report lists the points that stopped on the budget with their interval still wide.
 """
@@ -36,8 +39,8 @@ STOPPED = {
 
 
 def median(values: list[float]) -> float:
-    """The median of ``values`` (NaN for none)."""
-    x = sorted(values)
+    """The median of ``values``, NaNs left out (NaN for none)."""
+    x = sorted(v for v in values if v == v)
     n = len(x)
     if not n:
         return math.nan

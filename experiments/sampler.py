@@ -148,29 +148,59 @@ def process_times(proc: str = "/proc") -> dict[int, tuple[int, float, str]]:
     return out
 
 
+def is_snakemake(argv: list[bytes]) -> bool:
+    """Whether a command line is Snakemake itself: ``snakemake ...``, ``python .../snakemake
+    ...`` or ``python -m snakemake ...`` (not a shell whose script mentions it, such as the
+    conda activation Snakemake's rules run under ``--use-conda``)."""
+    names = [os.path.basename(a) for a in argv[:2]]
+    return b"snakemake" in names or argv[1:3] == [b"-m", b"snakemake"]
+
+
+def _argv(pid: int, proc: str) -> list[bytes]:
+    with open(f"{proc}/{pid}/cmdline", "rb") as fh:
+        return fh.read().split(b"\0")
+
+
 def ancestors(pid: int, proc: str = "/proc") -> set[int]:
     """The pipeline's processes above a job: the pids from ``pid``'s parent up to the first
     Snakemake process (the experiment's command line, the supervisor, the shell Snakemake runs
-    rules in, Snakemake itself), read from field 4 of ``/proc/<pid>/stat`` and the command lines.
-    Empty for a job run by hand, without Snakemake above it: the shells above are the user's."""
+    rules in, Snakemake itself; :func:`is_snakemake`), read from field 4 of ``/proc/<pid>/stat``
+    and the command lines. Empty for a job run by hand, without Snakemake above it: the shells
+    above are the user's."""
     out: set[int] = set()
     while pid > 1:
         try:
             with open(f"{proc}/{pid}/stat", "rb") as fh:
                 data = fh.read()
-        except OSError:
-            return set()
-        pid = int(data[data.rindex(b")") + 2 :].split()[1])
-        if pid <= 1:
-            return set()
-        out.add(pid)
-        try:
-            with open(f"{proc}/{pid}/cmdline", "rb") as fh:
-                if b"snakemake" in fh.read():
-                    return out
+            pid = int(data[data.rindex(b")") + 2 :].split()[1])
+            if pid <= 1:
+                return set()
+            out.add(pid)
+            if is_snakemake(_argv(pid, proc)):
+                return out
         except OSError:
             return set()
     return set()
+
+
+def same_slurm_job(job_id: str | None, proc: str = "/proc") -> set[int]:
+    """Inside a SLURM job: the processes of that job (``SLURM_JOB_ID`` in their environment),
+    such as the jobstep's outer Snakemake and its ``srun``, which are not the job's ancestors
+    (the inner Snakemake runs under ``slurmstepd``). Empty outside SLURM or where the
+    environments cannot be read."""
+    if not job_id:
+        return set()
+    needle = b"SLURM_JOB_ID=" + job_id.encode() + b"\0"
+    out = set()
+    for name in os.listdir(proc):
+        if name.isdigit():
+            try:
+                with open(f"{proc}/{name}/environ", "rb") as fh:
+                    if needle in fh.read() + b"\0":
+                        out.add(int(name))
+            except OSError:
+                continue
+    return out
 
 
 def short_cmdline(pid: int, name: str, limit: int = 60) -> str:
@@ -221,7 +251,10 @@ class _Series:
         self.last_t = self.last_tree = 0.0
         self.known: dict[int, psutil.Process] = {}  # the tree's processes, by pid
         self.quota = capacity.cgroup_quota(target.pid)
-        self.ours = ancestors(target.pid)
+        # the pipeline's own processes: Snakemake's chain above the job and, on a cluster, the
+        # other processes of its SLURM job; the job's own tree is excluded from them
+        tree = {target.pid, *descendants(target.pid), os.getpid()}
+        self.ours = (ancestors(target.pid) | same_slurm_job(os.environ.get("SLURM_JOB_ID"))) - tree
         self.first: dict = {}  # edge counters at the window's start
 
     def edges(self) -> dict:
@@ -241,7 +274,8 @@ class _Series:
         }
 
     def window_edges(self) -> dict:
-        """What happened between the start's edge counters and now: ``steal_s``,
+        """What happened between the start's edge counters and now: ``span_s`` (the time
+        between the two readings, a little longer than the caller's window), ``steal_s``,
         ``throttled_s`` (differences, None where unreadable), ``freq_mhz`` (mean of both ends),
         ``pipeline_cpu_s`` (CPU of the chain that started the job: Snakemake, its shell, the
         supervisor; :func:`ancestors`) and ``others`` (:func:`top_others`: processes outside the
@@ -255,6 +289,7 @@ class _Series:
         tree = {self.target.pid, *descendants(self.target.pid), *self.known, *self.exclude}
         before = a.get("procs", {})
         return {
+            "span_s": b["t"] - a.get("t", b["t"]),
             "steal_s": diff("steal_s"),
             "throttled_s": diff("throttled_s"),
             "freq_mhz": sum(freqs) / len(freqs) if freqs else None,

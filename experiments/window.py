@@ -123,7 +123,8 @@ class Window:
             (``pipeline_cpu_pct``); clipped at 0.
         pipeline_cpu_pct: CPU of the process chain that started the job (Snakemake, its shell,
             the supervisor) over the window, % of one CPU: the lab's own overhead, kept out of
-            ``interference_pct`` and reported on its own; NaN where it could not be read.
+            ``interference_pct`` and reported on its own; 0 for a job run by hand (no
+            Snakemake above it), NaN where the sampler did not report it.
         sampler_cpu_pct: the sampler process's own CPU time over the window, % of one CPU.
         steal_pct: steal time of the affinity CPUs over the window (the hypervisor ran other
             guests), % of their time; NaN where /proc/stat has no steal column.
@@ -134,6 +135,9 @@ class Window:
         others: ``[[pid, name, command line, CPU s]]``, the processes outside the job's tree
             that used the most CPU in the window, most first (at most 3, each at least 1% of
             one CPU; :func:`experiments.sampler.top_others`).
+        edge_span_s: the time between the sampler's two edge readings (s), which bracket the
+            window: what the steal, the pipeline's and the other processes' CPU seconds are
+            divided by (``wall_s`` where the sampler did not report it).
         start_unix, end_unix: the window's bounds as Unix time (s), to check overlaps.
         t0: ``perf_counter`` value at the start; spans are reported relative to it.
         ncpu: the available CPUs the window was measured against.
@@ -155,7 +159,13 @@ class Window:
     throttled_s: float = float("nan")
     cpu_freq_mhz: float = float("nan")
     others: list = dataclasses.field(default_factory=list)
+    edge_span_s: float = float("nan")
     samples: list[tuple[float, str, float]] = dataclasses.field(default_factory=list)
+
+    def share_pct(self, cpu_s: float) -> float:
+        """CPU seconds counted between the edge readings as % of one CPU over their span."""
+        span = self.edge_span_s if self.edge_span_s > 0 else self.wall_s
+        return 100.0 * cpu_s / span if span > 0 else float("nan")
 
     def columns(self) -> dict:
         """The metrics columns every experiment takes from a window (docs/csv-schema.md): the
@@ -177,7 +187,7 @@ class Window:
             "cpu_freq_mhz": self.cpu_freq_mhz,
             "top_other_pid": top[0] if top else None,
             "top_other": top[2] if top else "",
-            "top_other_cpu_pct": 100.0 * top[3] / self.wall_s if top and self.wall_s > 0 else 0.0,
+            "top_other_cpu_pct": self.share_pct(top[3]) if top else 0.0,
         }
 
 
@@ -261,14 +271,15 @@ def _edges(win: Window, edges: dict) -> None:
     """Fill ``win``'s steal, throttling, frequency and other processes from the sampler's
     edge counters (see :class:`Window`)."""
     nan = float("nan")
+    win.edge_span_s = edges.get("span_s") or win.wall_s
     steal = edges.get("steal_s")
-    span = win.wall_s * len(affinity())
+    span = win.edge_span_s * len(affinity())
     win.steal_pct = 100.0 * steal / span if steal is not None and span > 0 else nan
     win.throttled_s = edges["throttled_s"] if edges.get("throttled_s") is not None else nan
     win.cpu_freq_mhz = edges["freq_mhz"] if edges.get("freq_mhz") is not None else nan
     win.others = edges.get("others") or []
     if edges.get("pipeline_cpu_s") is not None and win.wall_s > 0:
-        win.pipeline_cpu_pct = 100.0 * edges["pipeline_cpu_s"] / win.wall_s
+        win.pipeline_cpu_pct = win.share_pct(edges["pipeline_cpu_s"])
         if win.interference_pct == win.interference_pct:  # not NaN
             win.interference_pct = max(0.0, win.interference_pct - win.pipeline_cpu_pct)
 

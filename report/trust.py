@@ -18,7 +18,7 @@ def headlines(exps: list[dict], trust: dict) -> list[dict]:
     took the most CPU, if one did)."""
     out = [{**h, "anchor": e["name"]} for e in exps for h in e.get("headlines", [])]
     verdict = f"{trust['passed']} of {trust['passed'] + trust['warned']} theory checks pass"
-    verdict += f"; {trust['contended']} of {trust['points']} points contended"
+    verdict += f"; {trust['contended']} of {trust['points']} measured points contended"
     if trust["contended"] and trust["others"]:
         top = trust["others"][0]
         verdict += f" (most of all by pid {top['pid']} `{top['cmdline']}`, {top['cpu']} CPU)"
@@ -30,9 +30,10 @@ def headlines(exps: list[dict], trust: dict) -> list[dict]:
     return [*out, {"question": "Can these numbers be trusted?", "answer": verdict, "anchor": "trust"}]
 
 
-def contention_text(c: dict, others: list[dict], ncpu) -> str:
+def contention_text(c: dict, others: list[dict], ncpu, contended: int, points: int) -> str:
     """One paragraph: how much of the run was contended, by whom, and what that does to the
-    numbers (run.json ``contention``, interference.csv)."""
+    numbers (run.json ``contention`` for the windows, interference.csv for the processes; the
+    points counted as the report's tables flag them: ``contended`` of ``points`` measured)."""
     if not c or not c.get("windows"):
         return ""
     if not c.get("contended_windows"):
@@ -41,7 +42,7 @@ def contention_text(c: dict, others: list[dict], ncpu) -> str:
             "the CPUs were the lab's alone."
         )
     text = (
-        f"{c['contended_points']} of {c['points']} points were contended (their median window's other "
+        f"{contended} of {points} measured points were contended (their median window's other "
         f"processes used over 10% of a CPU); {c['contended_windows']} of {c['windows']} windows were "
         f"({c['contended_time_pct']:.0f}% of the measured time), and in them other processes used a median "
         f"{c['other_cpu_median']:.2f} CPU of {ncpu}"
@@ -92,7 +93,12 @@ def capacity_rows(host: dict, run: dict) -> list[tuple[str, str]]:
             "Steal time in measured windows (median)",
             f"{steal:.1f}% of the CPUs' time" if steal is not None else "unreadable",
         ),
-        ("Quota throttling in measured windows", f"{throttled:.2f} s in all" if throttled is not None else "no quota"),
+        (
+            "Quota throttling in measured windows",
+            f"{throttled:.2f} s in all"
+            if throttled is not None
+            else ("unreadable (no cpu.stat counter)" if quota else "no quota"),
+        ),
         (
             "The pipeline's own Snakemake, shell and supervisor in measured windows (median)",
             f"{pipeline:.2f} CPU (not counted as other processes)" if pipeline is not None else "not recorded",
@@ -136,9 +142,12 @@ def trust_context(
         for _, r in (others if others is not None else pd.DataFrame()).head(5).iterrows()
     ]
     budget = [{"experiment": e["name"], **b} for e in exps for b in e.get("budget_stopped", [])]
+    contended, measured = sum("contended" in f for f in flags), len(flags) - len(problems)
     return {
         "others": named,
-        "contention": contention_text(run.get("contention") or {}, named, run.get("available_cpus")),
+        "contention": contention_text(
+            run.get("contention") or {}, named, run.get("available_cpus"), contended, measured
+        ),
         "budget_stopped": budget,
         "problems": problems,
         "checks": checks,
@@ -151,6 +160,6 @@ def trust_context(
         "overhead_per_job": f"{run['overhead_per_job_s']:.1f} s",
         "between_jobs": f"{run['measurement_phase_s'] - run['job_s']:.0f} s",
         "noisy": sum("noisy" in f for f in flags),
-        "contended": sum("contended" in f for f in flags),
-        "points": len(flags),
+        "contended": contended,
+        "points": measured,
     }

@@ -9,7 +9,8 @@
 # SLURM_* variable, SLURM_CONF included, before its inner srun, so the configuration must be at
 # SLURM's default place. An existing /etc/slurm/slurm.conf is kept aside and put back by `down`.
 #
-# The node is this machine with its CPUs; two partitions select it: `debug` (default) and `onecpu`.
+# The node is this machine with its CPUs and the node feature `cpulab` (for --constraint); two
+# partitions select it: `debug` (default) and `onecpu`.
 # There is no accounting daemon: give Snakemake `--slurm-status-command squeue` (its default,
 # sacct, loses the jobs). TaskPlugin=task/affinity binds each task to the CPUs it asked for, so
 # a job of 1 CPU on a 2-CPU node sees one CPU in its affinity, as a confined cluster job does.
@@ -77,7 +78,7 @@ ReturnToService=2
 SlurmctldTimeout=30
 SlurmdTimeout=30
 MinJobAge=300
-NodeName=$host CPUs=$cpus RealMemory=$mem State=UNKNOWN
+NodeName=$host CPUs=$cpus RealMemory=$mem Features=cpulab State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
 PartitionName=onecpu Nodes=$host MaxTime=INFINITE State=UP
 EOF

@@ -273,9 +273,15 @@ def test_the_chain_that_started_the_job_is_counted_apart():
     after = {1: (1, 10.0, "init"), 50: (5, 2.3, "snakemake"), 60: (6, 1.6, "python"), 70: (7, 0.2, "sh")}
     assert cpu_between(before, after, {50, 70}) == pytest.approx(0.5)  # sh started in between: all of it
     assert [o[0] for o in top_others(before, after, {50}, wall_s=1.0)] == [60, 70]
+    from experiments.sampler import is_snakemake
+
+    assert is_snakemake([b"/venv/bin/python3", b"/venv/bin/snakemake", b"--cores", b"4"])
+    assert is_snakemake([b"python", b"-m", b"snakemake", b"--executor", b"slurm-jobstep"])
+    conda = [b"/bin/bash", b"-c", b"source /opt/conda/bin/activate '/w/.snakemake/conda/ab12'; python -m x"]
+    assert not is_snakemake(conda)  # a rule's shell under --use-conda is not Snakemake itself
     assert ancestors(os.getpid()) == set()  # pytest was not started by Snakemake
     code = "import os; from experiments.sampler import ancestors; print(sorted(ancestors(os.getpid())))"
-    shell = f"exec -a snakemake-like sh -c '{sys.executable} -c \"{code}\"'"
+    shell = f"exec -a snakemake sh -c '{sys.executable} -c \"{code}\"'"
     out = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, check=True, env=venv_env())
     chain = eval(out.stdout)
-    assert len(chain) == 1  # the sh named like snakemake: the chain stops there
+    assert len(chain) == 1  # the sh named snakemake: the chain stops there

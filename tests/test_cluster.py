@@ -71,10 +71,10 @@ def test_every_host_label_is_measured_on_whole_nodes_of_its_own(root, tmp_path):
         if job["rule"] in MEASURING:
             assert "slurm_extra=--exclusive" in text, text
             if "host=big" in text:
-                assert "slurm_partition=amd" in text and "--constraint=zen4" in text and "threads: 8" in text
+                assert "slurm_partition=amd" in text and "constraint=zen4" in text and "threads: 8" in text
             else:
                 # one thread: the dry run prints no threads line
-                assert "host=small" in text and "threads:" not in text and "--constraint" not in text
+                assert "host=small" in text and "threads:" not in text and "constraint=" not in text
             assert "measure=" not in text  # the node is held exclusively: no global limit
     # sweeps resolve with each label's CPUs: threads auto = 1..8 plus 16 on big, 1 and 2 on small
     big = {m for m in re.findall(r"host=big, experiment=intraop, point=workload~matmul/threads~(\d+)", proc.stdout)}
@@ -125,3 +125,18 @@ def test_points_from_a_node_unlike_the_host_are_left_out_or_flagged(tmp_path):
     assert not bool(s.loc["sequential", "other_node"])
     reps = pd.read_csv(tmp_path / "kept" / "replicates.csv")
     assert set(reps["node"]) == {"n1", "n7"}
+
+
+def test_the_slurm_plugin_accepts_what_the_workflow_asks_for():
+    """The pinned plugin validates slurm_extra and refuses the options it sets itself
+    (--constraint, --mem, ...): the workflow passes those as the plugin's own resources."""
+    validation = pytest.importorskip("snakemake_executor_plugin_slurm.validation")
+    from types import SimpleNamespace
+
+    def job(extra):
+        return SimpleNamespace(resources=SimpleNamespace(slurm_extra=extra))
+
+    validation.validate_slurm_extra(job("--exclusive"))  # what MEASURE_RESOURCES passes
+    for refused in ("--exclusive --constraint=zen4", "--exclusive --mem=0"):
+        with pytest.raises(Exception, match="not allowed"):
+            validation.validate_slurm_extra(job(refused))

@@ -13,7 +13,7 @@ from experiments.configcheck import ConfigError, validate_config
 
 
 def _validate(root, cfg: dict) -> dict:
-    validate_config(cfg, root / "schemas" / "config.schema.yaml", registry.schemas())
+    validate_config(cfg, root / "schemas" / "config.schema.yaml", registry.schemas(), registry.rounds_users())
     return cfg
 
 
@@ -112,6 +112,16 @@ def test_bad_config_is_refused(root, default_config, patch, key):
             {"experiments": ["gil", "nosuch"]},
             "(no package experiments/nosuch/); allowed: one of workload, gil, singlethread, convoy, multiprocessing,",
         ),
+        (
+            {"rounds": {"max_rounds": 3}},
+            "config key rounds.max_rounds: 3 is not allowed (less than gil.repeats 6); allowed: integer >= 6",
+        ),
+        (
+            {"rounds": {"workers": 4}, "gil": {"repeats": 6}, "jit": {"repeats": 3}},
+            "config key rounds.workers: 4 is not allowed (jit.repeats 3 would give a worker process fewer than 2",
+        ),
+        ({"rounds": {"budget_s": 0}}, "config key rounds.budget_s: 0 is not allowed (rounds.target_ci_pct 5 needs"),
+        ({"cluster": {"hosts": {"big": {"partition": "amd"}}}}, "config key cluster.hosts.big: "),
     ],
 )
 def test_bad_config_is_explained_in_one_line(root, default_config, patch, line):

@@ -2,8 +2,9 @@
 runs the quick config through Snakemake's SLURM executor as two host labels, one per partition,
 then `snakemake compare` puts them side by side; the cluster is torn down after.
 
-The node is this machine: `debug` gives its jobs every CPU, `onecpu` is the label whose jobs ask
-for one CPU (SLURM's task/affinity binds them to it, as a confined cluster job is). Skipped
+The node is this machine: `debug` (with the node feature `cpulab` as the label's constraint)
+gives its jobs every CPU, `onecpu` is the label whose jobs ask for one CPU (SLURM's
+task/affinity binds them to it, as a confined cluster job is). Skipped
 where SLURM cannot be brought up here (not root, no apt), except with LAB_REQUIRE_SLURM=1 (CI).
 """
 
@@ -28,7 +29,7 @@ SCRIPT = ROOT / "scripts" / "slurm-test-cluster.sh"
 OVERLAY = """
 cluster:
   hosts:
-    slurm-2cpu: {partition: debug, cpus: %(cpus)d}
+    slurm-2cpu: {partition: debug, constraint: cpulab, cpus: %(cpus)d}
     slurm-1cpu: {partition: onecpu, cpus: 1}
 experiments: [gil, intraop]
 selfcheck: {duration_s: 0.3, repeats: 2}

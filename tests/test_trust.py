@@ -40,19 +40,26 @@ def test_measured_causes_in_order_and_none_invented():
     r = {"throttled_s": 0.2, "interference_pct": 30.0, "steal_pct": 12.0}
     host = {**HOST, "cgroup_quota_cpus": 1.0, "cgroup_quota_cgroup": "/slurm/job_7"}
     host["capacity"] = {"smt_groups": [[0, 1]], "cores": 1}
-    found = causes(r, host)
+    found = causes(r, host, units=2)
     assert found[0] == "the CPU quota throttled it 0.20 s per window (a CPU quota of 1 CPU set by cgroup /slurm/job_7)"
     assert found[1] == "other processes used 0.30 CPU"
     assert found[2].startswith("the hypervisor took 12% of the CPUs' time")
     assert found[3] == "the 2 available CPUs are SMT siblings of 1 core"
+    # SMT siblings are a cause only where the point ran more tasks than there are cores
+    assert len(causes(r, host, units=1)) == 3 and len(causes(r, host)) == 3
     # below the thresholds nothing is claimed
     assert causes({"throttled_s": 0.001, "interference_pct": 5.0, "steal_pct": 1.0}, HOST) == []
 
 
 def test_busy_cpus_that_did_not_scale_are_reported_as_such_only_without_a_measured_cause():
-    row = _check(_processes(speedup=0.93, cpu_util_pct=95.0))
+    measured = {"interference_pct": 2.0, "steal_pct": 0.0}
+    row = _check(_processes(speedup=0.93, cpu_util_pct=95.0, **measured))
     assert "1.90 CPUs of 2 (95% busy) yet ran only 0.93x faster" in row["reason"]
     assert "about 46% of a core" in row["reason"] and "No other process, steal" in row["reason"]
+    assert "possibilities: the host behind this machine giving less than whole cores" in row["reason"]
+    # counters that could not be read are not ruled out
+    row = _check(_processes(speedup=0.93, cpu_util_pct=95.0))
+    assert "Nothing measured explains it (other processes' CPU, steal time: unreadable)" in row["reason"]
     # idle CPUs and nothing measured: the possibilities, marked as such
     row = _check(_processes(cpu_util_pct=40.0))
     assert row["reason"].startswith("2 processes got 0.80 CPUs of 2: no quota throttling, steal")
@@ -178,3 +185,19 @@ def test_coverage_of_two_fixture_runs(tmp_path):
     assert c["ci_width_pct_median"] == pytest.approx(np.median(widths))
     text = rep.markdown(df, {"cpu_model": "fixture"}, [])
     assert "for 1 of 2 points (50%)" in text and "num_workers=2" in text
+
+
+def test_worker_scale_is_one_without_a_difference_between_workers_and_grows_with_one():
+    """Simulated log ratios, 2 workers x 3 rounds per point (the default split of 6 rounds),
+    noise sd 0.12: with no difference between workers the mean lambda is about 1 (unbiased),
+    so S is about 1; with workers shifted by +-0.15 S exceeds 1.5."""
+    from analysis.stats import worker_inflation
+
+    rng = np.random.default_rng(3)
+    workers = np.array([0, 0, 0, 1, 1, 1])
+    same = [worker_inflation(np.exp(rng.normal(0, 0.12, 6)), workers) for _ in range(4000)]
+    assert np.mean(same) == pytest.approx(1.0, abs=0.1)
+    shifted = [worker_inflation(np.exp(rng.normal(0, 0.12, 6) + 0.15 * (2 * workers - 1)), workers) for _ in range(500)]
+    assert np.sqrt(np.mean(shifted)) > 1.5
+    assert worker_inflation(np.ones(6), workers) is None  # no spread within
+    assert worker_inflation(np.exp(rng.normal(0, 0.1, 4)), np.array([0, 1, 2, 3])) is None  # one round each

@@ -74,7 +74,7 @@ def _point_lines(summary: pd.DataFrame, label: str, prefix: str, host: dict) -> 
                 r = pick(sub, workload=workload, workers=workers, mode=mode)
                 if r is not None and np.isfinite(r["speedup"]):
                     limit = one_cpu_note(host, workers) if workload != "io" else ""
-                    parts.append(f"{workers} {mode} gave {fmt_x(r)}{note(r, host)}{limit}")
+                    parts.append(f"{workers} {mode} gave {fmt_x(r)}{note(r, host, workers)}{limit}")
             if parts:
                 what = f"{prefix}{WORKLOADS[workload]}, {workers} tasks, over sequential: "
                 out.append(what + "; ".join(parts) + ".")

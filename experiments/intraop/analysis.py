@@ -24,11 +24,11 @@ def _workload_finding(workload: str, sub: pd.DataFrame, host: dict) -> str:
     else:
         unit = EXPERIMENT.unit(best["metric"])
         s = f"{workload}: best at {plural(int(best['threads']), 'thread')}, {num(best['median'], unit)}"
-        s += f", {fmt_x(best)} over 1 thread{note(best, host)}" if int(best["threads"]) != 1 else ""
+        s += f", {fmt_x(best)} over 1 thread{note(best, host, best['threads'])}" if int(best["threads"]) != 1 else ""
     at_n = pick(sub, threads=ncpu) if ncpu else None
     if at_n is not None and ncpu > 1:
         s += f"; at {ncpu} threads (all available CPUs) parallel efficiency {at_n['parallel_efficiency']:.0%}"
-        s += note(at_n, host) if best is None or at_n["threads"] != best["threads"] else ""
+        s += note(at_n, host, ncpu) if best is None or at_n["threads"] != best["threads"] else ""
     s += one_cpu_note(host, max(sub["threads"]))
     over = sub[sub["oversubscribed"]]
     if len(over):

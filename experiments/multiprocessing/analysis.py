@@ -31,7 +31,8 @@ def findings(summary: pd.DataFrame, host: dict) -> list[str]:
             f"Best split: {plural(int(best['processes']), 'process', 'processes')} x "
             f"{plural(int(best['threads']), 'thread')} at "
             f"{num(best['median'], 'samples/s')}, {fmt_x(best)} over 1 x 1 "
-            f"(parallel efficiency {best['parallel_efficiency']:.0%}){note(best, host)}."
+            f"(parallel efficiency {best['parallel_efficiency']:.0%})"
+            f"{note(best, host, best['processes'] * best['threads'])}."
         ]
     over = ok[ok["oversubscribed"]]
     if len(over):
@@ -41,7 +42,7 @@ def findings(summary: pd.DataFrame, host: dict) -> list[str]:
         than = than if best is None or best["speedup_source"] != "baseline" else "1 x 1 was the best split"
         out.append(
             f"Oversubscribed ({p} x {t} = {p * t} threads on {ncpu} available CPU{'s' if ncpu != 1 else ''}): "
-            f"{fmt_x(worst)} of 1 x 1 where {than}{note(worst, host)}."
+            f"{fmt_x(worst)} of 1 x 1 where {than}{note(worst, host, p * t)}."
         )
     return out
 
