@@ -68,6 +68,31 @@ def winner(summary: pd.DataFrame) -> pd.Series | None:
     return None
 
 
+def unranked(summary: pd.DataFrame, best: pd.Series | None) -> pd.DataFrame:
+    """The points that :func:`winner` passed over only for uncertainty: a higher median speedup
+    than ``best``'s but a 95% CI that holds 1. Naming ``best`` the winner alone would claim more
+    than the data shows (its lead over them is not measured); empty when ``best`` is None or
+    the baseline."""
+    if best is None or "speedup" not in summary or best.get("speedup_source") == "baseline":
+        return summary.iloc[0:0]
+    pts = summary[summary["speedup_source"] != "baseline"] if "speedup_source" in summary else summary
+    return pts[(pts["speedup"] > best["speedup"]) & (pts["speedup_ci_low"] <= 1)]
+
+
+def unranked_text(summary: pd.DataFrame, best: pd.Series | None, name, short: bool = False) -> str:
+    """``"; 2 threads 1.81x (95% CI 0.34-2.09): a higher median but an interval holding 1, too
+    uncertain to rank"``, to append to a sentence that names ``best``: the :func:`unranked`
+    points, each named by ``name(row)``; empty when there are none. ``short``: the headline
+    form, ``" (2 threads 1.81x (95% CI 0.34-2.09) too uncertain to rank)"``."""
+    rows = unranked(summary, best)
+    if rows.empty:
+        return ""
+    parts = ", ".join(f"{name(r)} {fmt_x(r)}" for _, r in rows.iterrows())
+    if short:
+        return f" ({parts} too uncertain to rank)"
+    return f"; {parts}: a higher median but an interval holding 1, too uncertain to rank"
+
+
 def slower(summary: pd.DataFrame) -> pd.DataFrame:
     """The points clearly slower than their baseline (speedup CI below 1)."""
     return summary[summary["speedup_ci_high"] < 1] if "speedup_ci_high" in summary else summary.iloc[0:0]

@@ -125,6 +125,32 @@ def test_no_clear_winner_when_no_interval_clears_one(tmp_path):
     assert f["headlines"][0]["answer"].endswith("no clear winner")
 
 
+def test_a_winner_does_not_outrank_a_higher_but_uncertain_point():
+    from analysis.findings import unranked, winner
+    from experiments.intraop.analysis import findings, headlines
+
+    base = {"workload": "matmul", "metric": "gflop_per_s", "status": "ok", "reason": "", "oversubscribed": False}
+    rows = [
+        {**base, "threads": 1, "median": 78.0, "speedup": 1.0, "speedup_ci_low": 1.0, "speedup_ci_high": 1.0},
+        {**base, "threads": 2, "median": 162.0, "speedup": 1.81, "speedup_ci_low": 0.34, "speedup_ci_high": 2.09},
+        {**base, "threads": 4, "median": 139.0, "speedup": 1.51, "speedup_ci_low": 1.38, "speedup_ci_high": 1.80},
+    ]
+    s = pd.DataFrame(rows)
+    s["speedup_source"] = ["baseline", "interleaved", "interleaved"]
+    s["best"] = [False, False, True]
+    s["parallel_efficiency"] = s["speedup"] / s["threads"]
+    best = winner(s)
+    assert int(best["threads"]) == 4 and list(unranked(s, best)["threads"]) == [2]
+    host = {"available_cpus": 2}
+    answer = headlines(s, host)[0]["answer"]
+    assert answer == "matmul: 4 (1.51x (95% CI 1.38-1.80)) (2 threads 1.81x (95% CI 0.34-2.09) too uncertain to rank)"
+    assert "2 threads 1.81x (95% CI 0.34-2.09): a higher median but an interval holding 1" in findings(s, host)[0]
+    # once the higher point's interval clears 1 it is the winner and nothing is left unranked
+    s.loc[1, "speedup_ci_low"], s["best"] = 1.2, [False, True, False]
+    assert int(winner(s)["threads"]) == 2 and unranked(s, winner(s)).empty
+    assert "uncertain" not in headlines(s, host)[0]["answer"]
+
+
 def test_jit_claims_a_payoff_only_when_the_gain_is_clear():
     from experiments.jit.analysis import _mode_part
 

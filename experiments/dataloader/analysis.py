@@ -7,7 +7,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.capacity import note as measured_note
-from analysis.findings import best_row, fmt_x, in_order, measured, num, pick, slower, winner
+from analysis.findings import best_row, fmt_x, in_order, measured, num, pick, slower, unranked_text, winner
 from analysis.plotting import (
     PALETTE,
     baseline_text,
@@ -25,6 +25,10 @@ from experiments.dataloader import DATASETS
 KEYS = ("dataset", "num_workers")
 
 
+def _workers(row) -> str:
+    return f"num_workers = {int(row['num_workers'])}"
+
+
 def _dataset_finding(dataset: str, sub: pd.DataFrame, host: dict) -> str:
     best, zero = winner(sub), pick(sub, num_workers=0)
     label = DATASETS[dataset][0].upper() + DATASETS[dataset][1:]
@@ -35,6 +39,7 @@ def _dataset_finding(dataset: str, sub: pd.DataFrame, host: dict) -> str:
         s = f"{label}: best num_workers = {int(best['num_workers'])} at {num(best['median'], 'samples/s')}"
         if int(best["num_workers"]) != 0:
             s += f", {fmt_x(best)} over num_workers = 0{measured_note(best, host)}"
+        s += unranked_text(sub, best, _workers)
         shown = best
     s += f"; the training loop waited for data {shown['data_stall_pct']:.0f}% of the time there."
     worse = slower(sub)
@@ -72,6 +77,7 @@ def headlines(summary: pd.DataFrame, host: dict) -> list[dict]:
             best = winner(sub)
             gain = f" ({fmt_x(best)})" if best is not None and int(best["num_workers"]) else ""
             answer = f"{int(best['num_workers'])}{gain}" if best is not None else "no clear winner"
+            answer += unranked_text(sub, best, _workers, short=True)
             parts.append(f"{DATASETS[dataset]}: {answer}")
     return (
         [{"question": "The best DataLoader num_workers per kind of data?", "answer": "; ".join(parts)}] if parts else []

@@ -8,10 +8,14 @@ from matplotlib.figure import Figure
 
 from analysis.capacity import capacity_reason, note, one_cpu_note
 from analysis.fidelity import speedup_check
-from analysis.findings import best_row, fmt_x, measured, num, pick, plural, winner
+from analysis.findings import best_row, fmt_x, measured, num, pick, plural, unranked_text, winner
 from analysis.plotting import PALETTE, baseline_text, cpus_text, not_measured_panel, plt, speedup_line, speedup_note
 from analysis.plotting import ymax as speedup_top
 from experiments.intraop import EXPERIMENT, WORKLOADS
+
+
+def _threads(row) -> str:
+    return plural(int(row["threads"]), "thread")
 
 
 def _workload_finding(workload: str, sub: pd.DataFrame, host: dict) -> str:
@@ -25,6 +29,7 @@ def _workload_finding(workload: str, sub: pd.DataFrame, host: dict) -> str:
         unit = EXPERIMENT.unit(best["metric"])
         s = f"{workload}: best at {plural(int(best['threads']), 'thread')}, {num(best['median'], unit)}"
         s += f", {fmt_x(best)} over 1 thread{note(best, host, best['threads'])}" if int(best["threads"]) != 1 else ""
+        s += unranked_text(sub, best, _threads)
     at_n = pick(sub, threads=ncpu) if ncpu else None
     if at_n is not None and ncpu > 1:
         s += f"; at {ncpu} threads (all available CPUs) parallel efficiency {at_n['parallel_efficiency']:.0%}"
@@ -73,6 +78,7 @@ def headlines(summary: pd.DataFrame, host: dict) -> list[dict]:
             best = winner(sub)
             gain = f" ({fmt_x(best)})" if best is not None and int(best["threads"]) != 1 else ""
             answer = f"{int(best['threads'])}{gain}" if best is not None else "no clear winner"
+            answer += unranked_text(sub, best, _threads, short=True)
             parts.append(f"{workload}: {answer}")
     out = [{"question": "The best intra-op thread count per workload?", "answer": "; ".join(parts)}] if parts else []
     fp32, bf16 = (measured(summary[summary["workload"] == w]) for w in ("matmul", "matmul_bf16"))

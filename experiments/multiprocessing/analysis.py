@@ -7,11 +7,15 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.capacity import note, one_cpu_note
-from analysis.findings import fmt_x, measured, num, plural, winner
+from analysis.findings import fmt_x, measured, num, plural, unranked_text, winner
 from analysis.plotting import PALETTE, baseline_text, cpus_text, plt, speedup_line, speedup_note
 from analysis.timelines import point_of
 
 KEYS = ("processes", "threads")
+
+
+def _split(row) -> str:
+    return f"{int(row['processes'])} x {int(row['threads'])}"
 
 
 def findings(summary: pd.DataFrame, host: dict) -> list[str]:
@@ -32,7 +36,7 @@ def findings(summary: pd.DataFrame, host: dict) -> list[str]:
             f"{plural(int(best['threads']), 'thread')} at "
             f"{num(best['median'], 'samples/s')}, {fmt_x(best)} over 1 x 1 "
             f"(parallel efficiency {best['parallel_efficiency']:.0%})"
-            f"{note(best, host, best['processes'] * best['threads'])}."
+            f"{note(best, host, best['processes'] * best['threads'])}{unranked_text(ok, best, _split)}."
         ]
     over = ok[ok["oversubscribed"]]
     if len(over):
@@ -59,6 +63,7 @@ def headlines(summary: pd.DataFrame, host: dict) -> list[dict]:
         answer = "1 x 1: every other split clearly slower"
     else:
         answer = f"{int(best['processes'])} x {int(best['threads'])}: {fmt_x(best)} over 1 x 1"
+        answer += unranked_text(ok, best, _split, short=True)
     return [{"question": "How many training processes x intra-op threads?", "answer": answer}]
 
 
