@@ -123,6 +123,11 @@ def test_no_clear_winner_when_no_interval_clears_one(tmp_path):
     f = findings("dataloader", s, {"available_cpus": 2})
     assert "no clear winner, no num_workers was clearly faster than num_workers = 0" in f["findings"][0]
     assert f["headlines"][0]["answer"].endswith("no clear winner")
+    # the chart agrees: no ring on the baseline, the panel says so
+    from experiments.dataloader.analysis import dataloader_throughput
+
+    ax = dataloader_throughput(s, {"available_cpus": 2}).axes[0]
+    assert [t.get_text() for t in ax.texts] == ["no clear winner"] and ax.get_legend() is None
 
 
 def test_a_winner_does_not_outrank_a_higher_but_uncertain_point():

@@ -85,17 +85,20 @@ def headlines(summary: pd.DataFrame, host: dict) -> list[dict]:
 
 
 def dataloader_throughput(summary: pd.DataFrame, host: dict) -> Figure:
-    """Speedup over num_workers = 0 against num_workers, one panel per dataset, best circled."""
+    """Speedup over num_workers = 0 against num_workers, one panel per dataset, the clear winner
+    (:func:`analysis.findings.winner`) circled, else "no clear winner" written in the panel."""
     datasets = in_order(summary["dataset"], DATASETS)
     fig, axes = plt.subplots(1, len(datasets), figsize=(4.3 * len(datasets), 4.2), squeeze=False)
     for ax, ds, c in zip(axes[0], datasets, PALETTE):
         sub = summary[summary["dataset"] == ds].sort_values("num_workers")
         speedup_line(ax, sub["num_workers"], sub, c)
-        best = sub[sub["best"]]
-        if len(best):
-            b = best.iloc[0]
+        b = winner(measured(sub)) if sub["median"].notna().any() else None
+        if b is not None:
             circle_best(ax, b["num_workers"], b["speedup"], f"best: num_workers={int(b['num_workers'])}")
             ax.legend(loc="best", fontsize=9)
+        elif sub["median"].notna().any():
+            # the findings' "no clear winner": no ring on the baseline a reader would take for a best
+            ax.text(0.03, 0.05, "no clear winner", transform=ax.transAxes, fontsize=9, color="#444444")
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xticks(sub["num_workers"])
         ax.set_xlabel("num_workers")
