@@ -149,8 +149,9 @@ def _gantt(ax, sp: pd.DataFrame, rows: list[str], timeline: Timeline, threads: i
 def _utilisation(ax, sa: pd.DataFrame, ncpu) -> None:
     for series, colour, label in (("tree", "#0072B2", "this job's processes"), ("system", "#D55E00", "whole machine")):
         s = sa[sa["series"] == series].sort_values("t_s")
-        if len(s):  # a sample covers the interval that ends at its time
-            ax.step(s["t_s"], s["busy_pct"], where="pre", color=colour, linewidth=1.4, label=label)
+        if len(s):  # a sample covers the interval that ends at its time; the first one from 0
+            t, busy = [0.0, *s["t_s"]], [s["busy_pct"].iloc[0], *s["busy_pct"]]
+            ax.step(t, busy, where="pre", color=colour, linewidth=1.4, label=label)
     ax.set_ylim(0, 105)
     ax.set_yticks([0, 50, 100])
     ax.set_ylabel(f"busy %\nof {cpus_text(ncpu)}", fontsize=8)
