@@ -267,9 +267,8 @@ def core_heatmap(experiment: str, samples: pd.DataFrame, summary: pd.DataFrame, 
     cores = sorted({s for sa in sels for s in sa["series"].unique() if str(s).startswith("cpu")}, key=natural)
     ends = _group_ends(experiment, [p for p, _, _ in panels], [_t_end(sa.iloc[0:0], sa) for sa in sels])
     h = 0.22 * max(1, len(cores)) + 0.55
-    fig, axes = plt.subplots(
-        len(panels), 1, figsize=(10, 0.9 + h * len(panels)), squeeze=False, gridspec_kw={"hspace": 0.9}
-    )
+    # constrained layout keeps the figure's title clear of the first panel's (one panel: 2 s tall)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 1.1 + h * len(panels)), squeeze=False, layout="constrained")
     ncpu = host.get("available_cpus", "?")
     meshes = [
         _heatmap_panel(ax, p, label, sa, cores, e, ncpu)

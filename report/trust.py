@@ -12,11 +12,27 @@ import pandas as pd
 from report.format import fmt as _fmt
 
 
+CAVEAT_SHARE = 0.25
+"""Above this share of contended points the first screen opens with a caveat: its answers were
+measured while other processes took CPU."""
+
+
+def _caveat(trust: dict) -> str:
+    text = f"{trust['contended']} of {trust['points']} points were measured while other processes took CPU"
+    if trust["others"]:
+        top = trust["others"][0]
+        text += f" (most of all pid {top['pid']} `{top['cmdline']}`, {top['cpu']} CPU)"
+    return text + "; the answers below may be those of a busier machine: rerun on an idle one before acting on them."
+
+
 def headlines(exps: list[dict], trust: dict) -> list[dict]:
     """The report's first screen: each experiment's answers (``findings.json`` ``headlines``), in
     report order, each linked to its section, then the trust verdict (naming the process that
-    took the most CPU, if one did)."""
+    took the most CPU, if one did). Where more than :data:`CAVEAT_SHARE` of the measured points
+    were contended, a caveat saying so comes first."""
     out = [{**h, "anchor": e["name"]} for e in exps for h in e.get("headlines", [])]
+    if trust["points"] and trust["contended"] > CAVEAT_SHARE * trust["points"]:
+        out.insert(0, {"question": "Measured under contention:", "answer": _caveat(trust), "anchor": "trust"})
     verdict = f"{trust['passed']} of {trust['passed'] + trust['warned']} theory checks pass"
     verdict += f"; {trust['contended']} of {trust['points']} measured points contended"
     if trust["contended"] and trust["others"]:
@@ -52,9 +68,15 @@ def contention_text(c: dict, others: list[dict], ncpu, contended: int, points: i
         points = f"{top['points']} point{'s' if top['points'] != 1 else ''}"
         text += f", most of all pid {top['pid']} `{top['cmdline']}` ({top['cpu']} CPU during {points})"
     left = c["cpus_left"]
+    # a one-CPU baseline gets min(1, left) of a CPU and a parallel point at most left: their ratio
+    cap = (
+        f"a parallel speedup over one CPU is capped near {left:.2f}x"
+        if left >= 1
+        else "less than one: no parallel speedup was possible then (capped near 1x)"
+    )
     return text + (
-        f". CPU-bound work measured then had about {left:.2f} CPUs left: its speedups are capped near {left:.2f}x, "
-        "and a point and its baseline met the same load only where both windows of a round were contended."
+        f". CPU-bound work measured then had about {left:.2f} CPUs left, {cap}; a point and its baseline "
+        "met the same load only where both windows of a round were contended."
     )
 
 

@@ -232,3 +232,23 @@ def test_worker_scale_is_one_without_a_difference_between_workers_and_grows_with
     assert np.sqrt(np.mean(shifted)) > 1.5
     assert worker_inflation(np.ones(6), workers) is None  # no spread within
     assert worker_inflation(np.exp(rng.normal(0, 0.1, 4)), np.array([0, 1, 2, 3])) is None  # one round each
+
+
+def test_contended_runs_open_the_first_screen_with_a_caveat_and_cap_parallel_speedups():
+    from report.trust import contention_text, headlines
+
+    busy = {"pid": 4242, "cmdline": "python train.py", "cpu": "0.97", "points": 34}
+    trust = {"passed": 5, "warned": 2, "contended": 34, "points": 36, "others": [busy], "noisy": 3}
+    trust |= {"budget_stopped": [], "problems": []}
+    exps = [{"name": "gil", "headlines": [{"question": "Processes or threads?", "answer": "sequential"}]}]
+    first = headlines(exps, trust)
+    assert first[0]["question"] == "Measured under contention:" and first[0]["anchor"] == "trust"
+    assert first[0]["answer"].startswith("34 of 36 points were measured while other processes took CPU (most of")
+    assert [h["question"] for h in first[1:]] == ["Processes or threads?", "Can these numbers be trusted?"]
+    # a few contended points: the trust line counts them, no caveat
+    assert headlines(exps, {**trust, "contended": 9})[0]["question"] == "Processes or threads?"
+    c = {"windows": 100, "contended_windows": 90, "contended_time_pct": 90.0, "other_cpu_median": 1.03}
+    text = contention_text({**c, "cpus_left": 0.97}, [busy], 2, 34, 36)
+    assert "0.97 CPUs left, less than one: no parallel speedup was possible then (capped near 1x)" in text
+    text = contention_text({**c, "other_cpu_median": 0.4, "cpus_left": 1.6}, [busy], 2, 34, 36)
+    assert "1.60 CPUs left, a parallel speedup over one CPU is capped near 1.60x" in text
