@@ -578,3 +578,16 @@ def test_compile_pays_off_after_the_calls_its_upfront_cost_needs():
     assert payoff_calls(current, fast) == 4000  # 16 s / 4 ms
     slower = fast.assign(wall_s=1.2)
     assert payoff_calls(current, slower) is None  # saves nothing per call: never pays off
+
+
+def test_the_search_sentence_says_why_it_stopped_before_its_budget_was_spent():
+    from experiments.workload.recommend import search_sentence
+
+    early = {"search": {"comparisons": 1, "spent_s": 25.0, "budget_s": 45.0, "stopped": "budget"}}
+    assert search_sentence(early) == (
+        "The search compared 1 candidate in 25 s of its 45 s budget and stopped because the next "
+        "comparison would not fit in the 20 s left (one took 25 s on average)."
+    )
+    over = {"search": {"comparisons": 4, "spent_s": 46.0, "budget_s": 45.0, "stopped": "budget"}}
+    assert search_sentence(over).startswith("The search compared 4 candidates in 46 s of its 45 s budget (the")
+    assert search_sentence(over).endswith("and stopped because its time budget ran out.")

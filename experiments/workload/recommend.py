@@ -129,9 +129,17 @@ def search_sentence(d: dict) -> str:
         return ""
     how = {"converged": "it converged", "budget": "its time budget ran out", "passes": "its passes were spent"}
     spent, budget = s.get("spent_s") or 0, s.get("budget_s") or 0
-    text = f"The search compared {s['comparisons']} candidates in {spent:.0f} s of its {budget:.0f} s budget"
+    n = s["comparisons"]
+    text = f"The search compared {n} candidate{'s' if n != 1 else ''} in {spent:.0f} s of its {budget:.0f} s budget"
     text += " (the comparison under way finished its round)" if spent > budget else ""
-    text += f" and stopped because {how.get(s.get('stopped'), s.get('stopped'))}."
+    if s.get("stopped") == "budget" and spent < budget:
+        # the search does not start a comparison it expects to overrun (experiments/workload/search.py)
+        text += (
+            f" and stopped because the next comparison would not fit in the {budget - spent:.0f} s left"
+            f" (one took {spent / n:.0f} s on average)."
+        )
+    else:
+        text += f" and stopped because {how.get(s.get('stopped'), s.get('stopped'))}."
     skipped = s.get("skipped_knobs") or {}
     text += "".join(f" {why}." for why in skipped.values())
     untried = s.get("untried") or []
