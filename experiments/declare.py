@@ -227,6 +227,17 @@ class Experiment:
         return list(self.depends(point)) if self.depends is not None else []
 
 
+def thread_ladder(ncpu: int) -> list[int]:
+    """The thread (or process) counts a scaling sweep measures on ``ncpu`` available CPUs: the
+    powers of two below ``ncpu``, then ``ncpu`` itself, as scaling studies sample them (1, 2, 4,
+    8, 12 on 12 CPUs; 1, 2, ..., 128, 192 on 192). Every count is a job: 1 .. ``ncpu`` would be
+    192 jobs on a 192-CPU node. Raises ValueError for ``ncpu`` below 1."""
+    if ncpu < 1:
+        raise ValueError(f"available CPUs must be at least 1, got {ncpu}")
+    ladder = [1 << i for i in range(ncpu.bit_length()) if 1 << i < ncpu]
+    return [*ladder, ncpu]
+
+
 def point_label(point: Mapping[str, Any]) -> str:
     """``key=value`` pairs of a point, space separated, e.g. ``mode=threads workers=2``."""
     return " ".join(f"{k}={v}" for k, v in point.items())

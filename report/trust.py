@@ -11,7 +11,6 @@ import pandas as pd
 
 from report.format import fmt as _fmt
 
-
 CAVEAT_SHARE = 0.25
 """Above this share of contended points the first screen opens with a caveat: its answers were
 measured while other processes took CPU."""

@@ -155,3 +155,31 @@ def test_bad_config_stops_snakemake_before_any_job(root, tmp_path):
         "(-2 is less than the minimum of 0); allowed: integer >= 0"
     ]
     assert not (work / "results").exists() and not (work / "logs").exists()
+
+
+@pytest.mark.parametrize(
+    "ncpu, ladder",
+    [
+        (1, [1]),
+        (2, [1, 2]),
+        (3, [1, 2, 3]),
+        (8, [1, 2, 4, 8]),
+        (12, [1, 2, 4, 8, 12]),
+        (192, [*(2**i for i in range(8)), 192]),
+    ],
+)
+def test_auto_sweeps_double_up_to_the_available_cpus(ncpu, ladder):
+    from experiments.declare import thread_ladder
+    from experiments.intraop import resolve_threads as intraop_threads
+    from experiments.workload import resolve_threads as workload_threads
+
+    assert thread_ladder(ncpu) == ladder
+    assert intraop_threads("auto", ncpu) == [*ladder, 2 * ncpu] and workload_threads("auto", ncpu) == ladder
+    assert intraop_threads([3, 5], ncpu) == [3, 5]
+
+
+def test_a_thread_ladder_needs_a_cpu():
+    from experiments.declare import thread_ladder
+
+    with pytest.raises(ValueError, match="available CPUs must be at least 1, got 0"):
+        thread_ladder(0)
