@@ -252,3 +252,27 @@ def test_contended_runs_open_the_first_screen_with_a_caveat_and_cap_parallel_spe
     assert "0.97 CPUs left, less than one: no parallel speedup was possible then (capped near 1x)" in text
     text = contention_text({**c, "other_cpu_median": 0.4, "cpus_left": 1.6}, [busy], 2, 34, 36)
     assert "1.60 CPUs left, a parallel speedup over one CPU is capped near 1.60x" in text
+
+
+def test_threads_outside_the_gil_range_are_explained_by_what_was_measured():
+    row = {"interpreter": "default", "workload": "cpu", "mode": "threads", "workers": 2, "status": "ok"}
+    row |= {"speedup": 1.16, "speedup_ci_low": 1.02, "speedup_ci_high": 1.4, "gil_enabled": True}
+    busy = {"interference_pct": 96.0, "top_other_pid": 8165, "top_other": "python x.py", "top_other_cpu_pct": 96.0}
+
+    def reason(**extra):
+        table = checks({"gil": pd.DataFrame([{**row, **extra}])}, None, ncpu=2, sample_hz=10, host=HOST)
+        r = table.set_index("check").loc["CPU-bound Python: 2 threads over sequential"]
+        assert r["verdict"] == "warn"
+        return r["reason"]
+
+    assert reason(**busy).startswith(
+        "2 threads ran 1.16x of sequential, outside what the GIL allows, while other processes used 0.96 CPU, "
+        "most of all pid 8165 `python x.py`"
+    )
+    assert (
+        reason(interference_pct=1.0)
+        == "its 95% CI (1.02-1.40) reaches into the range the GIL allows: measurement noise"
+    )
+    assert reason(interference_pct=1.0, speedup=1.5, speedup_ci_low=1.3, speedup_ci_high=1.7) == (
+        "outside the range the GIL allows with the GIL measured on, and nothing measured explains it"
+    )
