@@ -197,9 +197,9 @@ def rounds_policy(args, experiment: str, params, parser: argparse.ArgumentParser
 
     try:
         target = args.rounds_target_ci_pct
-        if target > 0 and not (args.rounds_budget_s > 0 and args.rounds_max > params.repeats):
+        if target > 0 and not (args.rounds_budget_s > 0 and args.rounds_max >= params.repeats):
             raise ValueError(
-                "--rounds-target-ci-pct needs --rounds-budget-s S (> 0) and --rounds-max N (> --repeats):"
+                "--rounds-target-ci-pct needs --rounds-budget-s S (> 0) and --rounds-max N (>= --repeats):"
                 " without them no round is added"
             )
         metric = registry.get(experiment).spec.metric(dataclasses.asdict(params)) if target > 0 else ""

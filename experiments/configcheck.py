@@ -97,7 +97,58 @@ def explain(config, schema_path: str | Path, prefix: str = "") -> str | None:
     value = repr(err.instance)
     if len(value) > 80:
         value = value[:77] + "..."
-    return f"config key {path}: {value} is not allowed ({err.message}); allowed: {_allowed(sub, resolve)}"
+    line = f"config key {path}: {value} is not allowed ({err.message}); allowed: {_allowed(sub, resolve)}"
+    return _text_hint(line, err.instance)
+
+
+def _walk(node, path: str = ""):
+    """``(key path, key, value)`` of every mapping entry and list item under ``node``."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in items:
+        sub = f"{path}.{key}" if path else str(key)
+        yield sub, key, value
+        yield from _walk(value, sub)
+
+
+def check_values(config: dict) -> None:
+    """What JSON Schema cannot see in a YAML configuration: a number that is not finite
+    (``.nan``, ``.inf`` pass ``minimum``; every count, time and share here must be finite) and a
+    mapping key that is not text (YAML reads ``9654:`` as an integer; labels name paths).
+
+    Raises:
+        ConfigError: naming the key path and what is allowed.
+    """
+    import math
+
+    for path, _, value in _walk(config):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(
+                f"config key {path}: {value} is not allowed (not a finite number); allowed: a finite number"
+            )
+    for path, _, value in [("(top level)", None, config), *_walk(config)]:
+        if isinstance(value, dict):
+            for key in value:
+                if not isinstance(key, str):
+                    raise ConfigError(
+                        f"config key {path}: {key!r} is not allowed as a key (YAML read it as a {type(key).__name__});"
+                        f" allowed: text, e.g. '{key}' in quotes"
+                    )
+
+
+def _text_hint(message: str, value) -> str:
+    """Snakemake reads a nested ``--config`` value as text (YAML's BaseLoader): where a text
+    value would parse as what the schema asks, say how to pass it."""
+    if isinstance(value, str) and "is not of type" in message:
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError:
+            return message
+        if not isinstance(parsed, str):
+            return (
+                f"{message} (a nested value given with --config arrives as text: put it in a YAML file"
+                " passed with --configfile)"
+            )
+    return message
 
 
 def _snakemake_validate(data: dict, schema_path: Path, prefix: str = "") -> None:
@@ -173,6 +224,7 @@ def validate_config(
             ``config key (top level): unknown key <key>; allowed: ...``.
     """
     schema_path = Path(schema_path)
+    check_values(config)
     base = yaml.safe_load(schema_path.read_text(encoding="utf-8"))["properties"]
     unknown = sorted(k for k in config if k not in base and k not in sections)
     if unknown:

@@ -122,6 +122,19 @@ def test_bad_config_is_refused(root, default_config, patch, key):
         ),
         ({"rounds": {"budget_s": 0}}, "config key rounds.budget_s: 0 is not allowed (rounds.target_ci_pct 5 needs"),
         ({"cluster": {"hosts": {"big": {"partition": "amd"}}}}, "config key cluster.hosts.big: "),
+        (
+            {"rounds": {"budget_s": float("inf")}},
+            "config key rounds.budget_s: inf is not allowed (not a finite number)",
+        ),
+        (
+            {"rounds": {"target_ci_pct": float("nan")}},
+            "config key rounds.target_ci_pct: nan is not allowed (not a finite",
+        ),
+        (
+            {"cluster": {"hosts": {9654: {"cpus": 2}}}},
+            "config key cluster.hosts: 9654 is not allowed as a key (YAML read it as a int); allowed: text",
+        ),
+        ({"gil": {"repeats": "7"}}, "'7' is not of type 'integer'); allowed: integer >= 1 (a nested value given with"),
     ],
 )
 def test_bad_config_is_explained_in_one_line(root, default_config, patch, line):
@@ -183,3 +196,15 @@ def test_a_thread_ladder_needs_a_cpu():
 
     with pytest.raises(ValueError, match="available CPUs must be at least 1, got 0"):
         thread_ladder(0)
+
+
+def test_max_rounds_equal_to_repeats_passes_the_check_and_the_job(root, default_config):
+    """The config check allows max_rounds == repeats; the job's command line must too."""
+    import argparse
+
+    from experiments.cli import rounds_policy
+    from experiments.gil.measure import Params
+
+    _validate(root, _merge(default_config, {"rounds": {"max_rounds": 6}, "gil": {"repeats": 6}}))
+    args = argparse.Namespace(rounds_target_ci_pct=5.0, rounds_budget_s=10.0, rounds_max=6, rounds_workers=2)
+    assert rounds_policy(args, "gil", Params(repeats=6), argparse.ArgumentParser()).max_rounds == 6

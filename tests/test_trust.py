@@ -276,3 +276,20 @@ def test_threads_outside_the_gil_range_are_explained_by_what_was_measured():
     assert reason(interference_pct=1.0, speedup=1.5, speedup_ci_low=1.3, speedup_ci_high=1.7) == (
         "outside the range the GIL allows with the GIL measured on, and nothing measured explains it"
     )
+
+
+def test_gil_headline_says_no_clear_winner_where_no_interval_clears_one():
+    from experiments.gil.analysis import headlines
+
+    base = {"workload": "cpu", "workers": 2, "status": "ok", "reason": ""}
+    rows = [
+        {**base, "mode": "sequential", "speedup": 1.0, "speedup_ci_low": 1.0, "speedup_ci_high": 1.0},
+        {**base, "mode": "threads", "speedup": 0.98, "speedup_ci_low": 0.80, "speedup_ci_high": 1.06},
+        {**base, "mode": "processes", "speedup": 0.99, "speedup_ci_low": 0.91, "speedup_ci_high": 1.05},
+    ]
+    s = pd.DataFrame(rows).assign(speedup_source=["baseline", "interleaved", "interleaved"], best=[True, False, False])
+    answer = headlines(s, {"available_cpus": 2})[0]["answer"]
+    assert answer.startswith("no clear winner: 2 processes 0.99x (95% CI 0.91-1.05); 2 threads"), answer
+    s.loc[2, ["speedup", "speedup_ci_low", "speedup_ci_high"]] = [1.8, 1.4, 1.95]
+    s["best"] = [False, False, True]
+    assert headlines(s, {"available_cpus": 2})[0]["answer"].startswith("processes: 2 processes 1.80x")

@@ -11,7 +11,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.capacity import note, one_cpu_note
-from analysis.findings import fmt_x, in_order, pick
+from analysis.findings import fmt_x, in_order, pick, winner
 from analysis.plotting import SPEEDUP, noisy_mask, plt, yerr
 from experiments.gil import MODES, WORKLOADS
 from experiments.gil.checks import fidelity, gil_on, with_interpreter
@@ -143,8 +143,8 @@ def headlines(summary: pd.DataFrame, host: dict) -> list[dict]:
         for mode in ("processes", "threads")
         if (r := pick(mine, workers=n, mode=mode)) is not None
     ]
-    best = mine[(mine["workers"] == n) & mine["best"]]
-    verdict = f"{best.iloc[0]['mode']}" if len(best) else "no clear winner"
+    best = winner(mine[mine["workers"] == n])
+    verdict = f"{best['mode']}" if best is not None else "no clear winner"
     answer = f"{verdict}: " + "; ".join(parts)
     for label in others:
         r = pick(cpu, interpreter=label, workers=n, mode="threads")
