@@ -74,7 +74,7 @@ def speedup_check(
     return check_row(check, expected, s, ok, reason_ok, warn, ci)
 
 
-def sampler_checks(selfcheck: pd.DataFrame | None, ncpu: int, sample_hz: float) -> list[dict]:
+def sampler_checks(selfcheck: pd.DataFrame | None, ncpu: int, sample_hz: float, host: dict | None = None) -> list[dict]:
     """The sampler against a busy loop, and its own cost (see the module docstring). Where the
     loop got less than 90% of a CPU, the reason names what was measured to take the rest (steal,
     other processes) or says that nothing inside the machine did."""
@@ -84,8 +84,9 @@ def sampler_checks(selfcheck: pd.DataFrame | None, ncpu: int, sample_hz: float) 
     kernel = float(np.median(busy["process_cpu_pct"])) if has else float("nan")
     ideal = 100.0 / ncpu
     got = f"the loop got {kernel / ideal:.0%} of a CPU"
-    medians = {c: np.median(busy[c]) for c in ("interference_pct", "steal_pct") if c in busy} if has else {}
-    found, missing = (causes(medians), unread(medians)) if has else ([], [])
+    cols = ("throttled_s", "interference_pct", "steal_pct")
+    medians = {c: np.median(busy[c]) for c in cols if c in busy} if has else {}
+    found, missing = (causes(medians, host), unread(medians, host)) if has else ([], [])
     if found:
         why = "; ".join(found)
     elif missing:
@@ -145,5 +146,5 @@ def checks(
         module = exp.analysis()
         if hasattr(module, "fidelity"):
             rows += call(module.fidelity, summary=summaries.get(name), ncpu=ncpu, host=host or {"available_cpus": ncpu})
-    rows += sampler_checks(selfcheck, ncpu, sample_hz)
+    rows += sampler_checks(selfcheck, ncpu, sample_hz, host)
     return pd.DataFrame(rows, columns=COLUMNS)

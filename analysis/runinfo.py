@@ -110,7 +110,10 @@ def contention(metrics: list[pd.DataFrame], jobs: list[dict], host: dict) -> dic
         contended windows), ``points``, ``contended_points`` (jobs whose median window was
         contended, as summary.csv's ``contended``),
         ``other_cpu_median`` (CPUs other processes used in the contended windows, median),
-        ``cpus_left`` (available CPUs minus that: what CPU-bound work could use then),
+        ``cpus`` (the logical CPUs of the pipeline's affinity, which other processes share),
+        ``quota_cpus`` (its cgroup's CPU quota, which they do not: None without one),
+        ``cpus_left`` (what CPU-bound work could use then: ``cpus`` minus the others' CPU, at
+        most the quota),
         ``pipeline_cpu_median`` (CPUs the chain that started the jobs used: Snakemake, its
         shell, the supervisor), ``steal_pct_median`` and ``throttled_s`` (sum) over every
         window, and ``rounds``:
@@ -122,7 +125,9 @@ def contention(metrics: list[pd.DataFrame], jobs: list[dict], host: dict) -> dic
     wall = pd.to_numeric(w["wall_s"], errors="coerce").fillna(0.0)
     contended = w["contended"].fillna(False).astype(bool) if "contended" in w else pd.Series(False, index=w.index)
     other = pd.to_numeric(w.get("interference_pct", pd.Series(dtype=float)), errors="coerce")
-    ncpu = host.get("available_cpus") or 1
+    affinity = host.get("affinity")
+    cpus = len(affinity) if isinstance(affinity, list) and affinity else host.get("available_cpus") or 1
+    quota = host.get("cgroup_quota_cpus")
     other_cpu = float(other[contended].median() / 100) if contended.any() else 0.0
     per_job = [
         bool(pd.to_numeric(m["interference_pct"], errors="coerce").median() > CONTENDED_PCT)
@@ -144,7 +149,10 @@ def contention(metrics: list[pd.DataFrame], jobs: list[dict], host: dict) -> dic
         "points": len(frames),
         "contended_points": int(sum(per_job)),
         "other_cpu_median": other_cpu,
-        "cpus_left": max(0.0, ncpu - other_cpu),
+        "cpus": cpus,
+        "quota_cpus": float(quota) if quota else None,
+        # processes outside the pipeline's cgroup share its CPUs but not its quota
+        "cpus_left": min(max(0.0, cpus - other_cpu), float(quota)) if quota else max(0.0, cpus - other_cpu),
         "pipeline_cpu_median": None if median("pipeline_cpu_pct") is None else median("pipeline_cpu_pct") / 100,
         "steal_pct_median": median("steal_pct"),
         "throttled_s": float(throttled.sum()) if throttled is not None and len(throttled) else None,

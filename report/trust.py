@@ -60,13 +60,14 @@ def contention_text(c: dict, others: list[dict], ncpu, contended: int, points: i
         f"{contended} of {points} measured points were contended (their median window's other "
         f"processes used over 10% of a CPU); {c['contended_windows']} of {c['windows']} windows were "
         f"({c['contended_time_pct']:.0f}% of the measured time), and in them other processes used a median "
-        f"{c['other_cpu_median']:.2f} CPU of {ncpu}"
+        f"{c['other_cpu_median']:.2f} CPU of {c.get('cpus') or ncpu}"
     )
     if others:
         top = others[0]
         points = f"{top['points']} point{'s' if top['points'] != 1 else ''}"
         text += f", most of all pid {top['pid']} `{top['cmdline']}` ({top['cpu']} CPU during {points})"
-    left = c["cpus_left"]
+    left, quota = c["cpus_left"], c.get("quota_cpus")
+    binds = f" (the CPU quota of {quota:g} CPUs binds first)" if quota and left >= quota else ""
     # a one-CPU baseline gets min(1, left) of a CPU and a parallel point at most left: their ratio
     cap = (
         f"a parallel speedup over one CPU is capped near {left:.2f}x"
@@ -74,7 +75,7 @@ def contention_text(c: dict, others: list[dict], ncpu, contended: int, points: i
         else "less than one: no parallel speedup was possible then (capped near 1x)"
     )
     return text + (
-        f". CPU-bound work measured then had about {left:.2f} CPUs left, {cap}; a point and its baseline "
+        f". CPU-bound work measured then had about {left:.2f} CPUs left{binds}, {cap}; a point and its baseline "
         "met the same load only where both windows of a round were contended."
     )
 

@@ -290,6 +290,12 @@ def test_fidelity_verdicts(tmp_path):
         .loc["sampler: one busy-looping process"]
     )
     assert row["verdict"] == "warn" and row["measured"] == 38.0
+    # under a CPU quota the throttling is the measured cause, named with its cgroup
+    quota = {"available_cpus": 1, "cgroup_quota_cpus": 0.5, "cgroup_quota_cgroup": "/job"}
+    throttled = stolen.assign(throttled_s=0.3, interference_pct=1.0, steal_pct=0.0)
+    row = checks({}, throttled, ncpu=2, sample_hz=10, host=quota).set_index("check")
+    reason = row.loc["sampler: one busy-looping process", "reason"]
+    assert "the CPU quota throttled it 0.30 s per window (a CPU quota of 0.50 CPU" in reason and "/job" in reason
     none = checks({}, None, ncpu=2, sample_hz=10)
     assert set(none["verdict"]) == {"n/a"}
 

@@ -100,6 +100,14 @@ def test_run_contention_and_the_processes_named():
     assert c["contended_time_pct"] == pytest.approx(100 * 2 / 6)
     assert c["other_cpu_median"] == pytest.approx(0.97) and c["cpus_left"] == pytest.approx(1.03)
     assert c["steal_pct_median"] == pytest.approx(0.25) and c["rounds"] == {"budget": 1, "target": 1}
+    # outside the pipeline's cgroup, other processes share its CPUs but not its quota
+    quota = {"available_cpus": 1, "affinity": [0, 1], "cgroup_quota_cpus": 0.5}
+    q = contention([windows.iloc[:2], windows.iloc[2:]], jobs, quota)
+    assert q["cpus"] == 2 and q["cpus_left"] == pytest.approx(0.5) and q["quota_cpus"] == 0.5
+    from report.trust import contention_text
+
+    text = contention_text(q, [], 1, 1, 2)
+    assert "0.97 CPU of 2" in text and "0.50 CPUs left (the CPU quota of 0.5 CPUs binds first)" in text, text
     jobs.append({"others": [{"pid": 42, "name": "python", "cmdline": "python x.py", "cpu_pct": 99.0}]})
     jobs.append({"others": [{"pid": 7, "name": "kworker/0:1", "cmdline": "kworker/0:1", "cpu_pct": 2.0}]})
     t = interference_table(["gil a", "gil b", "jit c", "jit d"], jobs)
