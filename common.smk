@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import Paramspace
 
 sys.path.insert(0, workflow.basedir)
@@ -62,10 +63,25 @@ def host_cpus(host):
     return int(CLUSTER[host]["cpus"]) if host in CLUSTER else available_cpus()
 
 
+LOCAL_EXECUTORS = ("local", "dryrun", "touch")
+
+
 def measure_threads(wildcards):
     """Threads of a measurement job: every CPU of its node (cluster.hosts `cpus`: SLURM's
-    --cpus-per-task) or, locally, all --cores, so no other job runs beside it."""
-    return host_cpus(wildcards.host) if CLUSTER else workflow.cores
+    --cpus-per-task) or, locally, all --cores, so no other job runs beside it. Another executor
+    (profiles/slurm) without cluster.hosts would submit measurements that share nodes: refused,
+    naming the key."""
+    if CLUSTER:
+        return host_cpus(wildcards.host)
+    plugin = workflow.executor_plugin
+    name = getattr(plugin, "name", "local") if plugin is not None else "local"
+    if name.rsplit("-", 1)[-1] not in LOCAL_EXECUTORS:
+        raise WorkflowError(
+            f"config key cluster.hosts: none set, but the executor is {name!r}: measurement jobs would"
+            " share nodes with other jobs. Map each host label to its nodes (README 'On a cluster'),"
+            " e.g. cluster: {hosts: {mynodes: {partition: p, cpus: 64}}}, or run locally with --cores N"
+        )
+    return workflow.cores
 
 
 def _node(wildcards, key, default=""):

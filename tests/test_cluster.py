@@ -140,3 +140,20 @@ def test_the_slurm_plugin_accepts_what_the_workflow_asks_for():
     for refused in ("--exclusive --constraint=zen4", "--exclusive --mem=0"):
         with pytest.raises(Exception, match="not allowed"):
             validation.validate_slurm_extra(job(refused))
+
+
+def test_the_slurm_profile_without_cluster_hosts_is_refused_before_any_submission(root, tmp_path):
+    """profiles/slurm with no cluster.hosts would submit measurements that share nodes (and,
+    without --cores, stopped on Snakemake's 'requires a total number of cores')."""
+    import shutil
+
+    from conftest import IGNORE
+
+    work = tmp_path / "repo"
+    shutil.copytree(root, work, ignore=IGNORE)
+    cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", "--configfile", "config.quick.yaml"]
+    cmd += ["--config", "experiments=[gil]", "host=noclu"]
+    proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=300, env=venv_env())
+    assert proc.returncode != 0
+    assert "config key cluster.hosts: none set, but the executor is 'slurm'" in proc.stderr, proc.stderr[-2000:]
+    assert "Submitted" not in proc.stderr and not (work / "results" / "noclu").exists()
