@@ -99,15 +99,28 @@ def _cgroup_dir(path: str, root: str, mount: str, fs_root: str) -> Path | None:
     return Path(fs_root + mount) / rel.lstrip("/")
 
 
+def _per_period(quota: int, period: int, what: str) -> float:
+    if quota <= 0 or period <= 0:
+        raise ValueError(f"{what}: quota {quota} per period {period} is not a CPU quota")
+    return quota / period
+
+
 def _v1_quota(directory: Path) -> float | None:
     quota = int((directory / "cpu.cfs_quota_us").read_text())
-    period = int((directory / "cpu.cfs_period_us").read_text())
-    return quota / period if quota > 0 and period > 0 else None
+    if quota == -1:  # no quota at this level (sched-bwc.rst)
+        return None
+    try:
+        period = int((directory / "cpu.cfs_period_us").read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{directory}/cpu.cfs_quota_us without cpu.cfs_period_us") from None
+    return _per_period(quota, period, f"{directory}/cpu.cfs_quota_us")
 
 
 def _v2_quota(directory: Path) -> float | None:
     fields = (directory / "cpu.max").read_text().split()
-    return None if fields[0] == "max" else int(fields[0]) / int(fields[1])
+    if len(fields) != 2:
+        raise ValueError(f"{directory}/cpu.max is not '<quota|max> <period>'")
+    return None if fields[0] == "max" else _per_period(int(fields[0]), int(fields[1]), f"{directory}/cpu.max")
 
 
 def _walk(directory: Path, top: Path, path: str, version: str, read) -> tuple[float | None, str | None, Path | None]:
@@ -178,10 +191,9 @@ def throttled_seconds(quota: Quota) -> float | None:
     except OSError:
         return None
     stat = dict(line.split() for line in text.splitlines() if len(line.split()) == 2)
-    if "throttled_usec" in stat:
-        return int(stat["throttled_usec"]) / 1e6
-    if "throttled_time" in stat:
-        return int(stat["throttled_time"]) / 1e9
+    for key, scale in (("throttled_usec", 1e6), ("throttled_time", 1e9)):
+        if stat.get(key, "").isdigit():
+            return int(stat[key]) / scale
     return None
 
 
@@ -196,7 +208,12 @@ def parse_cpu_list(text: str) -> list[int]:
         if not part:
             continue
         lo, _, hi = part.partition("-")
-        cpus.update(range(int(lo), int(hi or lo) + 1))
+        first, last = int(lo), int(hi or lo)
+        if last < first or first < 0:
+            raise ValueError(f"{part!r} is not a CPU range")
+        cpus.update(range(first, last + 1))
+    if not cpus:
+        raise ValueError(f"{text!r} names no CPU")
     return sorted(cpus)
 
 
@@ -232,7 +249,7 @@ def read_proc_stat(path: str = "/proc/stat") -> dict[int, list[int]]:
     """
     out = {}
     for line in Path(path).read_text().splitlines():
-        m = re.match(r"cpu(\d+)\s+(.*)", line)
+        m = re.match(r"cpu(\d+)((?:\s+\d+)+)\s*$", line)
         if m:
             out[int(m.group(1))] = [int(v) for v in m.group(2).split()]
     return out

@@ -87,6 +87,27 @@ def test_quota_unreadable_says_why(tmp_path):
     assert "no cpu controller" in q.reason
 
 
+@pytest.mark.parametrize(
+    "files, why",
+    [
+        ({"/sys/fs/cgroup/job/cpu.max": "50000 0\n"}, "quota 50000 per period 0 is not a CPU quota"),
+        ({"/sys/fs/cgroup/job/cpu.max": "-1 100000\n"}, "quota -1 per period 100000 is not a CPU quota"),
+        ({"/sys/fs/cgroup/job/cpu.max": "garbage\n"}, "is not '<quota|max> <period>'"),
+    ],
+)
+def test_a_malformed_v2_quota_is_unreadable_not_a_number(tmp_path, files, why):
+    _tree(tmp_path, "0::/job\n", V2_MOUNT, files)
+    q = capacity.cgroup_quota(proc=str(tmp_path / "proc"), fs_root=str(tmp_path))
+    assert q.cpus is None and why in q.reason and q.describe().startswith("unreadable"), q
+
+
+def test_a_v1_quota_without_its_period_is_unreadable(tmp_path):
+    mount = "40 23 0:30 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n"
+    _tree(tmp_path, "4:cpu,cpuacct:/job\n", mount, {"/sys/fs/cgroup/cpu,cpuacct/job/cpu.cfs_quota_us": "50000\n"})
+    q = capacity.cgroup_quota(proc=str(tmp_path / "proc"), fs_root=str(tmp_path))
+    assert q.cpus is None and "without cpu.cfs_period_us" in q.reason, q
+
+
 def test_quota_of_a_real_child_cgroup(child_cgroup):
     code = (
         "import json; from experiments import capacity, host; q = capacity.cgroup_quota();"
@@ -118,6 +139,8 @@ def test_steal_is_read_per_available_cpu(tmp_path):
     assert capacity.steal_seconds(stat, [0, 1]) == 40 / capacity.CLK_TCK
     assert capacity.steal_seconds(stat, [1]) == 10 / capacity.CLK_TCK
     assert capacity.steal_seconds({0: [1, 2, 3]}, [0]) is None  # an old kernel without steal
+    f.write_text("cpu0 garbage here\ncpu1 1 2 3 4 5 6 7 9\n")
+    assert capacity.read_proc_stat(str(f)) == {1: [1, 2, 3, 4, 5, 6, 7, 9]}
 
 
 def _topology(root: Path, siblings: dict[int, str]) -> None:
@@ -135,6 +158,12 @@ def test_smt_siblings_grouped_by_core(tmp_path):
     groups, why = capacity.smt_groups([0, 7], str(tmp_path))
     assert groups is None and "cpu7" in why
     assert capacity.parse_cpu_list("0-3,8,10-11") == [0, 1, 2, 3, 8, 10, 11]
+    for bad in ("", "3-1", "x"):  # an empty or reversed list is unreadable, not one core of all CPUs
+        with pytest.raises(ValueError):
+            capacity.parse_cpu_list(bad)
+    _topology(tmp_path / "empty", {0: "", 1: ""})
+    groups, why = capacity.smt_groups([0, 1], str(tmp_path / "empty"))
+    assert groups is None and "cpu0" in why
 
 
 def test_frequency_read_or_unreadable(tmp_path):
@@ -285,3 +314,10 @@ def test_the_chain_that_started_the_job_is_counted_apart():
     out = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, check=True, env=venv_env())
     chain = eval(out.stdout)
     assert len(chain) == 1  # the sh named snakemake: the chain stops there
+
+
+def test_throttling_counter_that_is_not_a_number_is_unread(tmp_path):
+    (tmp_path / "cpu.stat").write_text("nr_periods 10\nthrottled_usec n/a\n")
+    assert capacity.throttled_seconds(capacity.Quota(cpus=0.5, directory=str(tmp_path))) is None
+    (tmp_path / "cpu.stat").write_text("nr_periods 10\nthrottled_usec 2500000\n")
+    assert capacity.throttled_seconds(capacity.Quota(cpus=0.5, directory=str(tmp_path))) == 2.5
