@@ -248,6 +248,20 @@ def test_median_ci_matches_scipy_quantile_test():
         assert ours == (ref.low, ref.high), n
 
 
+def test_order_index_beyond_exact_arithmetic_agrees_with_it():
+    from experiments import intervals
+
+    n = intervals.EXACT_UP_TO + 1
+    total, below, exact = 2**n, 0, None
+    for k in range(1, (n + 1) // 2 + 1):
+        below += math.comb(n, k - 1)
+        if 1 - 2 * below / total < 0.95:
+            break
+        exact = k
+    assert order_index(n) == exact == 470
+    assert 19700 < order_index(40_000) < 19900  # n/2 - 1.96 sqrt(n)/2 = 19804
+
+
 def test_median_ci_coverage_holds_its_level_where_the_bootstrap_did_not():
     """Simulated with a known median (log-normal noise, sd 0.12, the noise of a window ratio
     here): the order-statistic interval covers the median at least 95% of the time at 6 and
