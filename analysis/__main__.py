@@ -204,10 +204,12 @@ def cmd_compare(args) -> int:
     names = [h.name for h in hosts]
     baseline = args.baseline if args.baseline in names else (names[0] if names else args.baseline)
     if baseline != args.baseline:
-        print(
-            f"not comparable: baseline host {args.baseline} could not be read; {baseline} is the baseline",
-            file=sys.stderr,
+        why = (
+            "could not be read"
+            if any(b["name"] == args.baseline for b in broken)
+            else f"is not among the hosts ({', '.join(names + [b['name'] for b in broken])})"
         )
+        print(f"not comparable: baseline host {args.baseline} {why}; {baseline} is the baseline", file=sys.stderr)
     tables = compare_hosts(hosts, baseline, args.experiments)
     out = Path(args.out_dir)
     for name, df in tables.items():

@@ -62,6 +62,9 @@ def _read_host_json(path: Path) -> dict:
         raise DataError(hj, f"not valid JSON ({exc})") from None
     if not isinstance(host, dict) or "available_cpus" not in host:
         raise DataError(hj, "no 'available_cpus' field: not a host fingerprint written by experiments.hostinfo")
+    cpus = host["available_cpus"]
+    if not isinstance(cpus, int) or isinstance(cpus, bool) or cpus < 1:
+        raise DataError(hj, f"'available_cpus' is {cpus!r}: a count of CPUs (integer >= 1) was expected")
     return host
 
 

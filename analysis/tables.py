@@ -166,9 +166,13 @@ def read_table(path: str | Path, experiment: str | None = None, types: dict[str,
         The table; a header-only file gives an empty table with its columns.
 
     Raises:
-        DataError: an empty file (no header), an unreadable CSV, or a cell that does not fit its
-            column's type, naming file, row and column.
+        DataError: an empty file (no header), a file whose last line is cut off (no final
+            newline: a copy or a write that stopped part-way), an unreadable CSV, or a cell that
+            does not fit its column's type, naming file, row and column.
     """
+    with open(path, "rb") as f:
+        if f.seek(0, 2) and (f.seek(-1, 2), f.read(1))[1] != b"\n":
+            raise DataError(path, "the last line is cut off (no final newline): the file is truncated")
     try:
         raw = pd.read_csv(path, dtype=str, keep_default_na=False)
     except pd.errors.EmptyDataError:

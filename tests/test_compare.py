@@ -141,6 +141,15 @@ def test_significance_needs_enough_replicates():
         (lambda d: (d / "host.json").write_text("{not json"), "host.json: not valid JSON"),
         (lambda d: (d / "host.json").write_text("[]"), "host.json: no 'available_cpus' field"),
         (lambda d: (d / "gil" / "replicates.csv").write_text(""), "replicates.csv: file is empty"),
+        (
+            lambda d: (d / "host.json").write_text('{"available_cpus": "two"}'),
+            "host.json: 'available_cpus' is 'two': a count of CPUs",
+        ),
+        (lambda d: (d / "host.json").write_text('{"available_cpus": 0}'), "'available_cpus' is 0"),
+        (
+            lambda d: (d / "gil" / "replicates.csv").write_bytes((d / "gil" / "replicates.csv").read_bytes()[:-40]),
+            "replicates.csv: the last line is cut off",
+        ),
         (lambda d: (d / "gil" / "summary.csv").unlink(), "summary.csv: missing while its sibling exists"),
         (
             lambda d: (d / "gil" / "summary.csv").write_text("workload,mode\ncpu,threads\n"),
@@ -259,3 +268,6 @@ def test_a_broken_host_is_not_comparable_and_the_rest_are_compared(two_hosts, tm
     args[2] = "broken"
     assert analysis_main(args) == 0
     assert "baseline host broken could not be read; two-cpu is the baseline" in capsys.readouterr().err
+    args[2] = "zzz"  # a baseline that is no host at all
+    assert analysis_main(args) == 0
+    assert "baseline host zzz is not among the hosts (" in capsys.readouterr().err
