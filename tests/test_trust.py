@@ -301,3 +301,18 @@ def test_gil_headline_says_no_clear_winner_where_no_interval_clears_one():
     s.loc[2, ["speedup", "speedup_ci_low", "speedup_ci_high"]] = [1.8, 1.4, 1.95]
     s["best"] = [False, False, True]
     assert headlines(s, {"available_cpus": 2})[0]["answer"].startswith("processes: 2 processes 1.80x")
+
+
+def test_dataloader_explains_slower_workers_by_batch_passing_only_without_a_measured_cause():
+    from experiments.dataloader.analysis import findings
+
+    base = {"dataset": "tensor", "metric": "samples_per_s", "status": "ok", "reason": "", "data_stall_pct": 40.0}
+    rows = [
+        {**base, "num_workers": 0, "median": 70000.0, "speedup": 1.0, "speedup_ci_low": 1.0, "speedup_ci_high": 1.0},
+        {**base, "num_workers": 2, "median": 20000.0, "speedup": 0.29, "speedup_ci_low": 0.26, "speedup_ci_high": 0.32},
+    ]
+    s = pd.DataFrame(rows).assign(speedup_source=["baseline", "interleaved"], best=[True, False])
+    quiet = findings(s.assign(interference_pct=1.0), {"available_cpus": 2})[0]
+    assert quiet.endswith("passing batches between processes costs more than loading them."), quiet
+    busy = findings(s.assign(interference_pct=95.0), {"available_cpus": 2})[0]
+    assert "other processes used 0.95 CPU" in busy and "passing batches" not in busy, busy

@@ -45,9 +45,11 @@ def _dataset_finding(dataset: str, sub: pd.DataFrame, host: dict) -> str:
     worse = slower(sub)
     if (best is None or int(best["num_workers"]) == 0) and len(worse):
         worst = worse.loc[worse["speedup"].idxmin()]
+        why = measured_note(worst, host)
+        # the cost of passing batches is the explanation only where nothing else was measured
         s += (
-            f" More workers were slower (num_workers = {int(worst['num_workers'])}: {fmt_x(worst)}"
-            f"{measured_note(worst, host)}): passing batches between processes costs more than loading them."
+            f" More workers were slower (num_workers = {int(worst['num_workers'])}: {fmt_x(worst)}{why})"
+            + (": passing batches between processes costs more than loading them." if not why else ".")
         )
     return s
 
