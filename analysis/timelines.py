@@ -5,7 +5,9 @@ columns, ``repeat``, ``role``, ``actor``, ``kind``, ``start_s``, ``end_s`` in s 
 the span's measured window, plus ``cpu_s`` where the experiment records CPU time) and
 ``samples.csv`` (CPU samples: key columns, ``repeat``, ``role``, ``t_s`` in s on the same axis,
 ``series`` = ``tree``, ``system`` or ``cpu<i>``, ``busy_pct`` 0-100). Every chart draws one
-measured window: repeat 0 of the point's own configuration (``role == "point"``), cut at
+measured window of each role of a point (its own configuration, ``role == "point"``, and the
+roles its timeline declares): the round of median length (:func:`median_repeat`), so the
+picture is a typical round, not the first one, cut at
 :data:`MAX_WINDOW_S` so spans stay legible. What a timeline looks like for an experiment (its
 span kinds, title, threads per actor) is its declared :class:`experiments.declare.Timeline`;
 which points it shows, its package's ``analysis.timeline_points(summary)``.
@@ -75,15 +77,35 @@ def _nothing(experiment: str, what: str) -> Figure:
     return fig
 
 
-def _select(df: pd.DataFrame, point: dict, repeat: int = 0, role: str = "point") -> pd.DataFrame:
+def _select(df: pd.DataFrame, point: dict, repeat: int | None = 0, role: str = "point") -> pd.DataFrame:
+    """Rows of ``point``'s ``role`` in ``repeat`` (every repeat where None)."""
     if df.empty or "repeat" not in df:  # no point wrote any row: header with key columns only
         return df.iloc[0:0].assign(repeat=[], role=[], actor=[], kind=[], series=[], t_s=[], busy_pct=[])
     if "role" not in df:  # files from before interleaved baselines hold point rows only
         df = df.assign(role="point")
-    mask = (df["repeat"] == repeat) & (df["role"] == role)
+    mask = df["role"] == role
+    if repeat is not None:
+        mask &= df["repeat"] == repeat
     for k, v in point.items():
         mask &= df[k] == v
     return df[mask]
+
+
+def median_repeat(samples: pd.DataFrame, point: dict, role: str = "point", spans: pd.DataFrame | None = None):
+    """``(repeat, windows)``: the round of ``point`` and ``role`` whose measured window has the
+    median length (the last CPU sample's time, else the last span's end; the lower median of
+    an even count, the first such round on ties) and how many rounds there are; ``(0, 0)``
+    where none was recorded. Every round does the same work, so its length is its inverse
+    throughput: the median round is the typical one."""
+    sel = _select(samples, point, None, role)
+    length = sel.groupby("repeat")["t_s"].max() if len(sel) else pd.Series(dtype=float)
+    if length.empty and spans is not None:
+        sel = _select(spans, point, None, role)
+        length = sel.groupby("repeat")["end_s"].max() if len(sel) else length
+    if length.empty:
+        return 0, 0
+    ordered = length.sort_values(kind="stable")
+    return int(ordered.index[(len(ordered) - 1) // 2]), len(ordered)
 
 
 def window(spans: pd.DataFrame, samples: pd.DataFrame, point: dict, repeat: int = 0, role: str = "point") -> tuple:
@@ -172,7 +194,9 @@ def _t_end(sp: pd.DataFrame, sa: pd.DataFrame) -> float:
     return float(max(ends)) if max(ends) > 0 else 1.0
 
 
-def _window_panel(sub, point: dict, label: str, sp, sa, group_end: float, timeline: Timeline, ncpu) -> set[str]:
+def _window_panel(
+    sub, point: dict, label: str, sp, sa, group_end: float, timeline: Timeline, ncpu, rounds: int = 0
+) -> set[str]:
     """One point's Gantt rows and utilisation strip in subfigure ``sub``; returns kinds drawn."""
     n = max(1, sp["actor"].nunique()) if len(sp) else 1
     ax_g, ax_u = sub.subplots(2, 1, sharex=True, height_ratios=[0.36 * n + 0.3, 0.7])
@@ -186,7 +210,10 @@ def _window_panel(sub, point: dict, label: str, sp, sa, group_end: float, timeli
     ax_u.set_xlim(0, shown * 1.01)
     cut = f"; first {shown:.2g} s shown" if wall > shown else ""
     n_samples = sa[sa["series"] == "tree"]["t_s"].nunique() if len(sa) else 0
-    title = f"{_title(point, label)}: window of {wall:.3g} s, {n_samples} CPU sample{'' if n_samples == 1 else 's'}"
+    which = f" (median of {rounds} rounds)" if rounds > 1 else ""
+    title = (
+        f"{_title(point, label)}: window of {wall:.3g} s{which}, {n_samples} CPU sample{'' if n_samples == 1 else 's'}"
+    )
     sub.suptitle(title + cut, x=0.01, ha="left", fontsize=9.5)
     ax_u.set_xlabel("time since start of measured window (s)", fontsize=8.5)
     return kinds
@@ -218,14 +245,15 @@ def timeline(experiment: str, spans: pd.DataFrame, samples: pd.DataFrame, summar
         return _nothing(experiment, "timeline")
     ncpu = host.get("available_cpus", "?")
     panels = _panels(experiment, points)
-    wins = [window(spans, samples, p, role=role) for p, role, _ in panels]
+    picks = [median_repeat(samples, p, role, spans) for p, role, _ in panels]
+    wins = [window(spans, samples, p, rep, role) for (p, role, _), (rep, _) in zip(panels, picks)]
     heights = [0.36 * (max(1, sp["actor"].nunique()) if len(sp) else 1) + 0.3 + 0.7 + 0.75 for sp, _ in wins]
     fig = plt.figure(figsize=(10, 1.0 + sum(heights)), layout="constrained")
     subfigs = fig.subfigures(len(panels) + 1, 1, height_ratios=[1.0, *heights], hspace=0.02)
     ends = _group_ends(experiment, [p for p, _, _ in panels], [_t_end(sp, sa) for sp, sa in wins])
     kinds: set[str] = set()
-    for (point, _, label), (sp, sa), end, sub in zip(panels, wins, ends, subfigs[1:]):
-        kinds |= _window_panel(sub, point, label, sp, sa, end, spec_timeline, ncpu)
+    for (point, _, label), (sp, sa), end, sub, pick in zip(panels, wins, ends, subfigs[1:], picks):
+        kinds |= _window_panel(sub, point, label, sp, sa, end, spec_timeline, ncpu, pick[1])
     head = subfigs[0]
     head.suptitle(f"{spec_timeline.title} ({cpus_text(ncpu)} available)", fontsize=11)
     head.legend(handles=_legend(spec_timeline, kinds), loc="center", ncol=3, fontsize=8)
@@ -263,7 +291,7 @@ def core_heatmap(experiment: str, samples: pd.DataFrame, summary: pd.DataFrame, 
     if not points:
         return _nothing(experiment, "per-core utilisation")
     panels = _panels(experiment, points)
-    sels = [_select(samples, p, role=role) for p, role, _ in panels]
+    sels = [_select(samples, p, median_repeat(samples, p, role)[0], role) for p, role, _ in panels]
     cores = sorted({s for sa in sels for s in sa["series"].unique() if str(s).startswith("cpu")}, key=natural)
     ends = _group_ends(experiment, [p for p, _, _ in panels], [_t_end(sa.iloc[0:0], sa) for sa in sels])
     h = 0.22 * max(1, len(cores)) + 0.55

@@ -274,3 +274,19 @@ def test_charts_draw_a_placeholder_when_no_point_completed(experiment):
         timelines.core_heatmap(experiment, empty, summary, {"available_cpus": 2}),
     ):
         assert "no point of" in fig.axes[0].texts[0].get_text()
+
+
+def test_timelines_draw_the_round_of_median_length():
+    from analysis.timelines import median_repeat
+
+    rows = [
+        {"workload": "cpu", "repeat": r, "role": "point", "t_s": t, "series": "tree", "busy_pct": 50.0}
+        for r, end in ((0, 0.5), (1, 0.1), (2, 0.3))
+        for t in (end / 2, end)
+    ]
+    samples = pd.DataFrame(rows)
+    assert median_repeat(samples, {"workload": "cpu"}) == (2, 3)  # 0.1, 0.3, 0.5: the 0.3 s round
+    more = pd.concat([samples, samples[samples["repeat"] == 1].assign(repeat=3, t_s=[0.1, 0.2])])
+    assert median_repeat(more, {"workload": "cpu"}) == (3, 4)  # the lower median of 0.1, 0.2, 0.3, 0.5
+    assert median_repeat(samples, {"workload": "io"}) == (0, 0)
+    assert median_repeat(samples.iloc[0:0], {"workload": "cpu"}, spans=pd.DataFrame()) == (0, 0)

@@ -47,9 +47,8 @@ def _dataset_finding(dataset: str, sub: pd.DataFrame, host: dict) -> str:
         worst = worse.loc[worse["speedup"].idxmin()]
         why = measured_note(worst, host)
         # the cost of passing batches is the explanation only where nothing else was measured
-        s += (
-            f" More workers were slower (num_workers = {int(worst['num_workers'])}: {fmt_x(worst)}{why})"
-            + (": passing batches between processes costs more than loading them." if not why else ".")
+        s += f" More workers were slower (num_workers = {int(worst['num_workers'])}: {fmt_x(worst)}{why})" + (
+            ": passing batches between processes costs more than loading them." if not why else "."
         )
     return s
 
