@@ -36,8 +36,8 @@ def _timeline(experiment: str):
 
 
 def _cores(experiment: str):
-    def draw(samples: pd.DataFrame, summary: pd.DataFrame, host: dict) -> Figure:
-        return timelines.core_heatmap(experiment, samples, summary, host)
+    def draw(spans: pd.DataFrame, samples: pd.DataFrame, summary: pd.DataFrame, host: dict) -> Figure:
+        return timelines.core_heatmap(experiment, samples, summary, host, spans)
 
     draw.__doc__ = timelines.core_heatmap.__doc__
     return draw

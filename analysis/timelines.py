@@ -96,12 +96,15 @@ def median_repeat(samples: pd.DataFrame, point: dict, role: str = "point", spans
     median length (the last CPU sample's time, else the last span's end; the lower median of
     an even count, the first such round on ties) and how many rounds there are; ``(0, 0)``
     where none was recorded. Every round does the same work, so its length is its inverse
-    throughput: the median round is the typical one."""
+    throughput: the median round is the typical one. Where ``spans`` record some rounds of
+    the point only (the workload's verification: its epoch, repeat 0), those are the
+    candidates: a window without spans has nothing to draw."""
     sel = _select(samples, point, None, role)
     length = sel.groupby("repeat")["t_s"].max() if len(sel) else pd.Series(dtype=float)
-    if length.empty and spans is not None:
-        sel = _select(spans, point, None, role)
-        length = sel.groupby("repeat")["end_s"].max() if len(sel) else length
+    drawn = _select(spans, point, None, role) if spans is not None else pd.DataFrame()
+    if len(drawn):
+        with_spans = drawn.groupby("repeat")["end_s"].max()
+        length = length.reindex(with_spans.index).fillna(with_spans)
     if length.empty:
         return 0, 0
     ordered = length.sort_values(kind="stable")
@@ -283,15 +286,18 @@ def _heatmap_panel(ax, point: dict, label: str, sa: pd.DataFrame, cores: list[st
     return mesh
 
 
-def core_heatmap(experiment: str, samples: pd.DataFrame, summary: pd.DataFrame, host: dict) -> Figure:
+def core_heatmap(
+    experiment: str, samples: pd.DataFrame, summary: pd.DataFrame, host: dict, spans: pd.DataFrame | None = None
+) -> Figure:
     """Per-core utilisation (logical CPU x time, colour = busy %) for the points of
     :func:`timeline_points`, one panel each; sampled every 1/``sample_hz`` s by the job's
-    CPU sampler, so a cell is one sampling interval."""
+    CPU sampler, so a cell is one sampling interval. The windows are the timeline's
+    (:func:`median_repeat`, with ``spans`` saying which rounds have spans to draw)."""
     points = timeline_points(experiment, summary)
     if not points:
         return _nothing(experiment, "per-core utilisation")
     panels = _panels(experiment, points)
-    sels = [_select(samples, p, median_repeat(samples, p, role)[0], role) for p, role, _ in panels]
+    sels = [_select(samples, p, median_repeat(samples, p, role, spans)[0], role) for p, role, _ in panels]
     cores = sorted({s for sa in sels for s in sa["series"].unique() if str(s).startswith("cpu")}, key=natural)
     ends = _group_ends(experiment, [p for p, _, _ in panels], [_t_end(sa.iloc[0:0], sa) for sa in sels])
     h = 0.22 * max(1, len(cores)) + 0.55

@@ -128,7 +128,8 @@ def test_timeline_and_heatmap_draw_the_chosen_windows():
     fig = timelines.timeline("gil", spans, samples, summary, {"available_cpus": 2})
     titles = [sf._suptitle.get_text() for sf in fig.subfigs[1:]]
     assert titles == [
-        "interpreter=default workload=cpu mode=sequential workers=2: window of 0.4 s, 4 CPU samples",
+        "interpreter=default workload=cpu mode=sequential workers=2: window of 0.4 s (median of 2 rounds),"
+        " 4 CPU samples",
         "interpreter=default workload=cpu mode=threads workers=2: window of 0.4 s, 4 CPU samples",
     ]
     gantt = fig.subfigs[2].axes[0]
@@ -289,4 +290,7 @@ def test_timelines_draw_the_round_of_median_length():
     more = pd.concat([samples, samples[samples["repeat"] == 1].assign(repeat=3, t_s=[0.1, 0.2])])
     assert median_repeat(more, {"workload": "cpu"}) == (3, 4)  # the lower median of 0.1, 0.2, 0.3, 0.5
     assert median_repeat(samples, {"workload": "io"}) == (0, 0)
+    # rounds with spans are the candidates where only some have them (the workload's epoch)
+    spans = pd.DataFrame([{"workload": "cpu", "repeat": 0, "role": "point", "start_s": 0.0, "end_s": 0.5}])
+    assert median_repeat(samples, {"workload": "cpu"}, spans=spans) == (0, 1)
     assert median_repeat(samples.iloc[0:0], {"workload": "cpu"}, spans=pd.DataFrame()) == (0, 0)
