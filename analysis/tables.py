@@ -171,7 +171,8 @@ def read_table(path: str | Path, experiment: str | None = None, types: dict[str,
             does not fit its column's type, naming file, row and column.
     """
     with open(path, "rb") as f:
-        if f.seek(0, 2) and (f.seek(-1, 2), f.read(1))[1] != b"\n":
+        size = f.seek(0, 2)
+        if size and (f.seek(size - 1), f.read(1))[1] != b"\n":
             raise DataError(path, "the last line is cut off (no final newline): the file is truncated")
     try:
         raw = pd.read_csv(path, dtype=str, keep_default_na=False)

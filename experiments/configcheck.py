@@ -16,6 +16,7 @@ derived from the same JSON Schema (jsonschema's ``best_match``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -118,14 +119,11 @@ def check_values(config: dict) -> None:
     Raises:
         ConfigError: naming the key path and what is allowed.
     """
-    import math
-
-    for path, _, value in _walk(config):
+    for path, _, value in [("(top level)", None, config), *_walk(config)]:
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(
                 f"config key {path}: {value} is not allowed (not a finite number); allowed: a finite number"
             )
-    for path, _, value in [("(top level)", None, config), *_walk(config)]:
         if isinstance(value, dict):
             for key in value:
                 if not isinstance(key, str):

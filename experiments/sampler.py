@@ -287,14 +287,14 @@ class _Series:
 
         freqs = [x for x in (a.get("freq_mhz"), b["freq_mhz"]) if x is not None]
         tree = {self.target.pid, *descendants(self.target.pid), *self.known, *self.exclude}
-        before = a.get("procs", {})
+        before, span = a.get("procs", {}), b["t"] - a.get("t", b["t"])
         return {
-            "span_s": b["t"] - a.get("t", b["t"]),
+            "span_s": span,
             "steal_s": diff("steal_s"),
             "throttled_s": diff("throttled_s"),
             "freq_mhz": sum(freqs) / len(freqs) if freqs else None,
             "pipeline_cpu_s": cpu_between(before, b["procs"], self.ours),
-            "others": top_others(before, b["procs"], tree | self.ours, b["t"] - a.get("t", b["t"])),
+            "others": top_others(before, b["procs"], tree | self.ours, span),
         }
 
     def tree_cpu_s(self) -> float:
