@@ -1,7 +1,7 @@
 # CPU-utilisation lab: how well do Python and PyTorch use this machine's CPUs, and why?
 #
 #   snakemake --cores 4                                   # default config.yaml
-#   snakemake --cores 4 --configfile config.quick.yaml    # small, about 5 minutes
+#   snakemake --cores 4 --configfile config.quick.yaml    # small, about 6 minutes
 #   snakemake --cores 4 --config host=laptop              # choose the host label
 #
 # Experiments are the packages experiments/<name>/, found by experiments/registry.py; this file
@@ -48,6 +48,7 @@ try:
         f"{workflow.basedir}/schemas/config.schema.yaml",
         SCHEMAS,
         registry.rounds_users(),
+        registry.config_checks(),
     )
 except ConfigError as exc:
     sys.exit(f"Invalid configuration: {exc}")

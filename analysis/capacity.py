@@ -37,9 +37,13 @@ def _value(r, key: str) -> float:
     return v
 
 
-def cpus_text(n: float) -> str:
-    """``1 CPU``, ``0.98 CPU``, ``2 CPUs``."""
-    return f"{n:.2f} CPU" if n < 1 or not float(n).is_integer() else f"{int(n)} CPU{'s' if n != 1 else ''}"
+def cpus_text(n: float | None) -> str:
+    """``1 CPU``, ``0.98 CPU``, ``1.50 CPUs``, ``2 CPUs``; ``? CPUs`` when ``n`` is unknown (None)."""
+    if n is None or not np.isfinite(n):
+        return "? CPUs"
+    if not float(n).is_integer():
+        return f"{n:.2f} CPU" + ("s" if n > 1 else "")
+    return f"{int(n)} CPU{'s' if n != 1 else ''}"
 
 
 def other_process(r) -> str:

@@ -19,6 +19,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from analysis import capacity  # noqa: E402
+
 # Okabe-Ito colour-blind-safe palette.
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
 
@@ -40,9 +42,7 @@ plt.rcParams.update(
 )
 
 
-def cpus_text(n) -> str:
-    """``"1 CPU"``, ``"2 CPUs"``; ``"? CPUs"`` when ``n`` is unknown (None)."""
-    return f"{n} CPU" if n == 1 else f"{'?' if n is None else n} CPUs"
+cpus_text = capacity.cpus_text
 
 
 def yerr(df: pd.DataFrame, centre: str = "median", low: str = "ci_low", high: str = "ci_high") -> np.ndarray:

@@ -17,7 +17,7 @@ derived from the same JSON Schema (jsonschema's ``best_match``).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import yaml
@@ -206,12 +206,18 @@ def check_rounds(config: dict, users: list[str]) -> None:
 
 
 def validate_config(
-    config: dict, schema_path: str | Path, sections: Mapping[str, str | Path], rounds_users: list[str] = ()
+    config: dict,
+    schema_path: str | Path,
+    sections: Mapping[str, str | Path],
+    rounds_users: list[str] = (),
+    checks: Mapping[str, Callable[[Mapping], None]] | None = None,
 ) -> None:
     """Validate ``config`` in place and fill in the schemas' defaults.
 
     Args:
         rounds_users: experiments that measure in rounds (:func:`check_rounds`).
+        checks: experiment name -> its parse-time check of its section (``Experiment.check_config``),
+            run for the experiments of this run after their schemas.
         config: the workflow's configuration.
         schema_path: ``schemas/config.schema.yaml``, the keys that belong to no experiment.
         sections: experiment name -> its section's schema; every one is validated (an absent
@@ -249,3 +255,9 @@ def validate_config(
     for name, section_schema in sections.items():
         _snakemake_validate(config.setdefault(name, {}), Path(section_schema), prefix=name)
     check_rounds(config, rounds_users)
+    for name, check in (checks or {}).items():
+        if name in config["experiments"]:
+            try:
+                check(config[name])
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None

@@ -150,6 +150,9 @@ class Experiment:
             ``keys``) sweeps their labels, and its jobs read ``interpreters.json`` (which must be
             in ``host_files``).
         timeline: set if the experiment records work spans.
+        check_config: checks the experiment's config section (defaults filled in) at parse time
+            beyond what its JSON Schema can say, before any job runs (the workload's entry
+            point must exist); raises ValueError with one line naming the key.
         order: position in the report (lower first; ties by name).
     """
 
@@ -170,6 +173,7 @@ class Experiment:
     artefacts: tuple[str, ...] = ()
     timeline: Timeline | None = None
     interpreters: bool = False
+    check_config: Callable[[Mapping[str, Any]], None] | None = None
     order: int = 100
 
     def __post_init__(self) -> None:

@@ -250,6 +250,11 @@ def schemas() -> dict[str, Path]:
     return {name: e.schema_path for name, e in experiments().items()}
 
 
+def config_checks() -> dict[str, object]:
+    """Each experiment's parse-time check of its config section (``Experiment.check_config``), by name."""
+    return {n: e.spec.check_config for n, e in experiments().items() if e.spec.check_config is not None}
+
+
 def rounds_users() -> list[str]:
     """The experiments whose ``run`` takes a rounds policy (:mod:`experiments.rounds`): their
     ``repeats`` are a minimum and config ``rounds`` applies to them."""

@@ -33,10 +33,18 @@ THREAD_VARIABLES = re.compile(
 )
 
 
+#: Variables of the user's shell that the measured interpreters do not see: they start with
+#: ``-I``, which ignores every ``PYTHON*`` variable (:mod:`experiments.interpreters`), and the
+#: GIL of each is set by config ``interpreters`` (``python_gil``). Recorded so that the report
+#: can say so, rather than drop them without a word.
+IGNORED_VARIABLES = ("PYTHON_GIL",)
+
+
 def capture(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The thread variables of ``environ`` (default: this process's environment), sorted."""
+    """The thread variables of ``environ`` (default: this process's environment) and those of
+    :data:`IGNORED_VARIABLES` it sets, sorted."""
     environ = os.environ if environ is None else environ
-    return {k: environ[k] for k in sorted(environ) if THREAD_VARIABLES.match(k)}
+    return {k: environ[k] for k in sorted(environ) if THREAD_VARIABLES.match(k) or k in IGNORED_VARIABLES}
 
 
 _PROBE = "import json, torch; print(json.dumps([torch.get_num_threads(), torch.get_num_interop_threads()]))"

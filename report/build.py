@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from analysis.capacity import cpus_text
 from analysis.tables import read_table
 from experiments import registry
 from experiments.declare import point_label
@@ -44,19 +45,40 @@ def interpreter_rows(entries: list[dict]) -> list[tuple[str, str]]:
     return rows
 
 
-def user_env_rows(env: dict) -> list[tuple[str, str]]:
-    """Label/value pairs of the user's shell (``user_env.json``; empty when absent)."""
+def user_env_rows(env: dict, interpreters: list[dict] = ()) -> list[tuple[str, str]]:
+    """Label/value pairs of the user's shell (``user_env.json``; empty when absent): its thread
+    variables, what torch made of them, and a ``PYTHON_GIL`` it set, which the measured
+    interpreters did not apply (they start with ``-I``), with the GIL each label ran under
+    instead (``interpreters.json``) and how to set it per label."""
     if not env:
         return []
-    variables = env.get("variables") or {}
+    variables = dict(env.get("variables") or {})
+    shell_gil = variables.pop("PYTHON_GIL", None)
     text = ", ".join(f"{k}={v}" for k, v in variables.items()) or "none"
-    return [
+    rows = [
         ("Thread variables of your shell", text),
         (
             "torch intra-op / inter-op threads in your shell (measured)",
             f"{env.get('torch_threads')} / {env.get('torch_interop_threads')}",
         ),
     ]
+    if shell_gil is not None:
+        ran = [
+            f"{e['label']} GIL {'on' if e.get('gil_enabled') else 'off'}"
+            for e in interpreters
+            if e.get("ok") and e.get("free_threaded")
+        ]
+        rows.append(
+            (
+                "PYTHON_GIL of your shell",
+                f"PYTHON_GIL={shell_gil} was set and not applied: the measured interpreters start with -I, which"
+                " ignores PYTHON* variables"
+                + (f" ({', '.join(ran)})" if ran else "")
+                + "; set the GIL per label in config interpreters, e.g."
+                " {label: 3.13t-gil, command: ..., python_gil: 1}",
+            )
+        )
+    return rows
 
 
 def environment_rows(host: dict) -> list[tuple[str, str]]:
@@ -221,7 +243,8 @@ def build_context(host_dir: str | Path, experiments: list[str]) -> dict:
         experiments: experiment names, in report order.
 
     Returns:
-        ``{"host", "cpu_model", "available_cpus", "environment", "parallel_info", "generated",
+        ``{"host", "cpu_model", "available_cpus", "available_cpus_text" ("1 CPU", "2 CPUs"),
+        "environment", "parallel_info", "generated",
         "trust", "experiments": [...]}``, each experiment with ``name, title, question, what,
         why, findings, tables, table, figures, trace, problems`` (``figures``: see
         :func:`figure`; ``tables``: extra tables of its findings; ``trace``: path of its Chrome
@@ -256,7 +279,8 @@ def build_context(host_dir: str | Path, experiments: list[str]) -> dict:
         "host": host.get("host", host_dir.name),
         "cpu_model": host.get("cpu_model") or "unknown CPU",
         "available_cpus": host.get("available_cpus"),
-        "environment": environment_rows(host) + interpreter_rows(interps) + user_env_rows(env),
+        "available_cpus_text": cpus_text(host.get("available_cpus")),
+        "environment": environment_rows(host) + interpreter_rows(interps) + user_env_rows(env, interps),
         "headlines": headlines(exps, trust),
         "parallel_info": host.get("torch_parallel_info", ""),
         "generated": now.strftime("%Y-%m-%d %H:%M UTC"),

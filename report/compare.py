@@ -116,8 +116,9 @@ def build_compare_context(compare_dir: str | Path) -> dict:
 
     Returns:
         ``hosts`` (name, cpus, cpu_model), ``baseline``, ``environment`` (columns, rows with a
-        ``differs`` flag), ``experiments`` (name, title, table, figure, counts), ``best`` rows,
-        ``generated``.
+        ``differs`` flag), ``experiments`` (name, title, table, figure, counts: those at least
+        one host ran), ``not_run`` (the titles of the experiments of the comparison that no
+        host ran), ``best`` rows, ``generated``.
 
     Raises:
         FileNotFoundError: naming the missing comparison output.
@@ -129,10 +130,11 @@ def build_compare_context(compare_dir: str | Path) -> dict:
     comparison = read_table(d / "comparison.csv")
     best = read_table(d / "best.csv", types={"best": "str", "group": "str"})
     own = json.loads((d / "tables.json").read_text()) if (d / "tables.json").exists() else {}
-    exps = [
-        _experiment(d, exp, comparison[comparison["experiment"] == exp], hosts, meta["baseline"], own)
-        for exp in meta["experiments"]
-    ]
+    by_exp = {exp: comparison[comparison["experiment"] == exp] for exp in meta["experiments"]}
+    # an experiment no host ran has no point to show: listed once, not drawn as an empty section
+    ran = {exp: c for exp, c in by_exp.items() if (c["point"].fillna("") != "").any()}
+    exps = [_experiment(d, exp, c, hosts, meta["baseline"], own) for exp, c in ran.items()]
+    not_run = [registry.get(exp).prose["title"] for exp in by_exp if exp not in ran]
     best_rows = [
         [r["experiment"], r["group"], r["host"], r["best"], _x(r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"])]
         + ["yes" if r["shifts"] else ""]
@@ -152,6 +154,7 @@ def build_compare_context(compare_dir: str | Path) -> dict:
             ],
         },
         "experiments": exps,
+        "not_run": not_run,
         "not_comparable": meta.get("not_comparable", []),
         "best": {
             "columns": ["experiment", "group", "host", "best", "speedup (95% CI)", "differs between hosts"],

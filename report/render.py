@@ -7,6 +7,7 @@ that opens offline; the Markdown references ``figures/*.png`` by relative path.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
@@ -14,10 +15,60 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 TEMPLATES = Path(__file__).with_name("templates")
 
 
-def _md_cell(value) -> str:
-    """Text from data, made inert in Markdown: no raw HTML, no table breaks, one line."""
-    text = str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return text.replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+#: Characters that start Markdown markup in running text (CommonMark and GitHub's tables and
+#: strikethrough): each is made literal with a backslash, which CommonMark allows before any
+#: ASCII punctuation (spec section 2.4). ``_`` only where it can open or close emphasis, next to
+#: a non-word character (``cpu_util_pct`` stays as it is: CommonMark never emphasises inside a
+#: word); ``&`` only where it would start an entity; ``>``, ``#``, ``+``, ``-`` and ``1.`` only
+#: at the start, where they would open a block quote, a heading or a list (``1\\.``; ``>= 1.40x``
+#: inside a sentence stays as it is).
+_MD_SPECIAL = re.compile(
+    r"[\\`*\[\]<|~]|(?<!\w)_|_(?!\w)|&(?=#?\w+;)|^\s*(?:[>#]|[+-](?=\s))|(?<=^\d)[.)]|(?<=^\d\d)[.)]|(?<=^\d{3})[.)]"
+)
+
+#: A code span: a run of backticks, then anything, then a run of the same length (spec 6.1).
+_CODE_SPAN = re.compile(r"(`+)(.+?)(?<!`)\1(?!`)")
+
+
+def _one_line(value) -> str:
+    return str(value).replace("\r", " ").replace("\n", " ")
+
+
+def _md_escape(text: str) -> str:
+    def escape(m: re.Match) -> str:
+        found = m.group(0)
+        lead = len(found) - len(found.lstrip())
+        return found[:lead] + "\\" + found[lead:]
+
+    return _MD_SPECIAL.sub(escape, text)
+
+
+def md_text(value) -> str:
+    """Text from data, made inert in Markdown, on one line: outside code spans every character
+    that could start markup (raw HTML, emphasis, links, table cells, strikethrough) gets a
+    backslash, which renders as the character itself (``<b>`` stays ``<b>`` on the page, not a
+    tag, and reads as ``\\<b\\>`` in the file, never ``&lt;b&gt;``); code spans the text
+    already holds (a finding's `` `python train.py` ``) are kept as code, their pipes escaped
+    for tables (GitHub's table syntax takes ``\\|`` inside code spans too). HTML entities are
+    not Markdown's escaping: inside a code span they would show literally."""
+    text, out, at = _one_line(value), [], 0
+    for m in _CODE_SPAN.finditer(text):
+        out.append(_md_escape(text[at : m.start()]))
+        out.append(m.group(0).replace("|", "\\|"))
+        at = m.end()
+    out.append(_md_escape(text[at:]))
+    return "".join(out)
+
+
+def md_code(value) -> str:
+    """Data shown as a Markdown code span, on one line: fenced by one backtick more than the
+    longest run of backticks inside (CommonMark 6.1), padded with a space where it starts or
+    ends with a backtick, pipes escaped for tables."""
+    text = _one_line(value).replace("|", "\\|")
+    runs = [len(r) for r in re.findall(r"`+", text)]
+    fence = "`" * (max(runs, default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def environment() -> Environment:
@@ -28,7 +79,8 @@ def environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters["md"] = _md_cell
+    env.filters["md"] = md_text
+    env.filters["md_code"] = md_code
     return env
 
 

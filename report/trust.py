@@ -9,6 +9,7 @@ import math
 
 import pandas as pd
 
+from analysis.capacity import cpus_text
 from report.format import fmt as _fmt
 
 CAVEAT_SHARE = 0.25
@@ -67,7 +68,7 @@ def contention_text(c: dict, others: list[dict], ncpu, contended: int, points: i
         points = f"{top['points']} point{'s' if top['points'] != 1 else ''}"
         text += f", most of all pid {top['pid']} `{top['cmdline']}` ({top['cpu']} CPU during {points})"
     left, quota = c["cpus_left"], c.get("quota_cpus")
-    binds = f" (the CPU quota of {quota:g} CPUs binds first)" if quota and left >= quota else ""
+    binds = f" (the CPU quota of {cpus_text(quota)} binds first)" if quota and left >= quota else ""
     # a one-CPU baseline gets min(1, left) of a CPU and a parallel point at most left: their ratio
     cap = (
         f"a parallel speedup over one CPU is capped near {left:.2f}x"
@@ -88,17 +89,18 @@ def capacity_rows(host: dict, run: dict) -> list[tuple[str, str]]:
     c = run.get("contention") or {}
     quota = host.get("cgroup_quota_cpus")
     quota_text = (
-        f"{_fmt(quota)} CPUs, set by cgroup {host.get('cgroup_quota_cgroup')}"
+        f"{cpus_text(quota)}, set by cgroup {host.get('cgroup_quota_cgroup')}"
         if quota
         else f"unreadable: {why['quota']}"
         if "quota" in why
         else f"none (cgroup {cap.get('cgroup_version') or '?'} {cap.get('own_cgroup') or ''} and its parents)"
     )
     groups = cap.get("smt_groups")
+    cores = f"{cap.get('cores')} core{'s' if cap.get('cores') != 1 else ''}"
     smt = (
         f"unreadable: {why['smt']}"
         if groups is None and "smt" in why
-        else ", ".join("{" + ",".join(map(str, g)) + "}" for g in groups or []) + f" ({cap.get('cores')} cores)"
+        else ", ".join("{" + ",".join(map(str, g)) + "}" for g in groups or []) + f" ({cores})"
     )
     freq = cap.get("cpu_freq_mhz")
     steal = c.get("steal_pct_median")

@@ -298,6 +298,13 @@ def test_fidelity_verdicts(tmp_path):
     assert "the CPU quota throttled it 0.30 s per window (a CPU quota of 0.50 CPU" in reason and "/job" in reason
     none = checks({}, None, ncpu=2, sample_hz=10)
     assert set(none["verdict"]) == {"n/a"}
+    # where the physics is wrong the checks warn: a sampler that reads nothing of a busy loop,
+    # and CPU-bound threads that scale under a GIL build (the GIL was measured on)
+    blind = sc.assign(sampler_tree_pct=[0.0] * 6)
+    scaled = gil.assign(speedup=[1.9, 1.5, 1.9], speedup_ci_low=[1.8, 1.4, 1.8], speedup_ci_high=[2.0, 1.6, 2.0])
+    t = checks({"gil": scaled.assign(gil_enabled=True)}, blind, ncpu=2, sample_hz=10).set_index("check")
+    assert t.loc["sampler: one busy-looping process", "verdict"] == "warn"
+    assert t.loc["CPU-bound Python: 2 threads over sequential", "verdict"] == "warn"
 
 
 def test_run_timing():

@@ -10,8 +10,10 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pandas as pd
+import psutil
 import pytest
 from helpers import start_busy_stranger, venv_env
 
@@ -41,8 +43,11 @@ def _run(work, tmp_path, host: str, **popen) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_a_run_next_to_a_busy_process_names_it(quick_run, tmp_path):
     busy = start_busy_stranger()
+    stranger = psutil.Process(busy)
     try:
         proc = _run(quick_run, tmp_path, "e2e-busy")
+        own = stranger.cpu_times()  # the kernel's account of the stranger's CPU time, by another clock
+        own_pct = 100 * (own.user + own.system) / (time.time() - stranger.create_time())
     finally:
         os.kill(busy, 9)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -50,10 +55,14 @@ def test_a_run_next_to_a_busy_process_names_it(quick_run, tmp_path):
     others = pd.read_csv(host / "interference.csv")
     top = others.iloc[0]
     assert top["pid"] == busy and "while True: pass" in top["cmdline"], others.head()
-    assert top["cpu_pct_median"] > 40  # a third to a whole CPU, by how the scheduler shared them
+    # what the sampler read of it agrees with what the kernel gave it over the run (the windows
+    # share its CPUs with our jobs, so the run's average is the floor, within the windows' spread)
+    assert top["cpu_pct_median"] >= 0.5 * own_pct, (top.to_dict(), own_pct)
     contention = json.loads((host / "run.json").read_text())["contention"]
     assert contention["contended_points"] == contention["points"] > 0
-    assert contention["other_cpu_median"] > 0.4 and contention["cpus_left"] < 1.6
+    # the others' CPU includes the stranger's, and what is left is the CPUs minus it (run.json)
+    assert contention["other_cpu_median"] >= 0.8 * top["cpu_pct_median"] / 100, contention
+    assert contention["cpus_left"] == pytest.approx(contention["cpus"] - contention["other_cpu_median"])
     summary = pd.read_csv(host / "gil" / "summary.csv")
     assert (summary["top_other_pid"] == busy).all() and summary["contended"].all()
     # the findings and the warnings state the measured cause, naming the process
@@ -89,4 +98,4 @@ def test_a_run_in_a_child_cgroup_reports_its_quota(quick_run, tmp_path, child_cg
     text = " ".join(json.loads((host / "gil" / "findings.json").read_text())["findings"])
     assert f"this host has 1 available CPU (a CPU quota of 1 CPU set by cgroup {child_cgroup.cgroup})" in text
     html = (host / "report.html").read_text()
-    assert f"1 CPUs, set by cgroup {child_cgroup.cgroup}" in html
+    assert f"1 CPU, set by cgroup {child_cgroup.cgroup}" in html

@@ -12,6 +12,7 @@ from helpers import write_point
 from analysis.__main__ import main as analysis_main
 from analysis.compare import compare_hosts, compare_values, load_host, min_two_sided_p
 from analysis.load import DataError
+from experiments import registry
 from report.__main__ import main as report_main
 
 SEQ = [10.0, 10.2, 9.8, 10.1, 9.9]
@@ -197,6 +198,24 @@ def test_cli_and_report(two_hosts, tmp_path, capsys):
     assert analysis_main(args) == 1
     assert f"{b / 'host.json'}: not valid JSON" in capsys.readouterr().err
     pd.read_csv(out / "comparison.csv")  # the earlier output is intact
+
+
+def test_an_experiment_no_host_ran_is_listed_once_not_drawn(two_hosts, tmp_path):
+    """jit is in the comparison but neither host ran it: one line names it; no empty section,
+    table or figure stands for it."""
+    a, b = two_hosts
+    out = tmp_path / "compare"
+    args = ["compare", "--baseline", "two-cpu", "--experiments", "gil", "jit", "--out-dir", str(out), str(a), str(b)]
+    assert analysis_main(args) == 0
+    fig = ["compare-figure", "gil", "--compare-dir", str(out), "--out", str(out / "figures/compare_gil.png")]
+    assert analysis_main(fig) == 0  # jit's figure is never read
+    html, md = out / "report.html", out / "report.md"
+    assert report_main(["--compare-dir", str(out), "--html", str(html), "--md", str(md)]) == 0
+    title = registry.get("jit").prose["title"]
+    for text in (html.read_text(), md.read_text()):
+        assert f"Not run on any compared host, so not compared: {title}." in text.replace("\\", "")
+        assert text.count(title) == 1  # not in the contents either
+    assert '<section id="jit">' not in html.read_text() and '<section id="gil">' in html.read_text()
 
 
 def test_a_failed_point_does_not_poison_the_others(tmp_path):

@@ -13,7 +13,8 @@ from experiments.configcheck import ConfigError, validate_config
 
 
 def _validate(root, cfg: dict) -> dict:
-    validate_config(cfg, root / "schemas" / "config.schema.yaml", registry.schemas(), registry.rounds_users())
+    base = root / "schemas" / "config.schema.yaml"
+    validate_config(cfg, base, registry.schemas(), registry.rounds_users(), registry.config_checks())
     return cfg
 
 
@@ -135,6 +136,17 @@ def test_bad_config_is_refused(root, default_config, patch, key):
             "config key cluster.hosts: 9654 is not allowed as a key (YAML read it as a int); allowed: text",
         ),
         ({"gil": {"repeats": "7"}}, "'7' is not of type 'integer'); allowed: integer >= 1 (a nested value given with"),
+        (
+            {"workload": {"entry": "examples.textcls.bench:buidl"}},
+            "config key workload.entry: 'examples.textcls.bench:buidl': examples.textcls.bench (",
+        ),
+        ({"workload": {"entry": "examples.textcls.bench:buidl"}}, "bench.py) defines no buidl (did you mean build?)"),
+        (
+            {"workload": {"entry": "examples.textcls.bnech:build"}},
+            "'examples.textcls.bnech:build': cannot find module examples.textcls.bnech in ",
+        ),
+        ({"workload": {"entry": "examples.textcls.bnech:build"}}, "on the Python path (did you mean bench?)"),
+        ({"workload": {"entry": "examples.textcls.bench"}}, "allowed: string matching ^$|^[A-Za-z_]"),
     ],
 )
 def test_bad_config_is_explained_in_one_line(root, default_config, patch, line):
@@ -153,21 +165,27 @@ def test_bad_config_stops_snakemake_before_any_job(root, tmp_path):
 
     work = tmp_path / "repo"
     shutil.copytree(root, work, ignore=IGNORE)
-    (work / "bad.yaml").write_text("dataloader:\n  num_workers: [0, -2]\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "--cores", "1", "--configfile", "bad.yaml"],
-        cwd=work,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode != 0
-    reason = [line for line in proc.stderr.splitlines() if line.startswith("Invalid configuration:")]
-    assert reason == [
-        "Invalid configuration: config key dataloader.num_workers.1: -2 is not allowed "
-        "(-2 is less than the minimum of 0); allowed: integer >= 0"
-    ]
-    assert not (work / "results").exists() and not (work / "logs").exists()
+    bad = {
+        "dataloader:\n  num_workers: [0, -2]\n": "config key dataloader.num_workers.1: -2 is not allowed "
+        "(-2 is less than the minimum of 0); allowed: integer >= 0",
+        # a typo in the entry point: found before host_info, without importing the user's code
+        "workload:\n  entry: 'examples.textcls.bench:buidl'\n": "config key workload.entry: "
+        f"'examples.textcls.bench:buidl': examples.textcls.bench ({work}/examples/textcls/bench.py) defines no"
+        " buidl (did you mean build?)",
+    }
+    for text, line in bad.items():
+        (work / "bad.yaml").write_text(text)
+        proc = subprocess.run(
+            [sys.executable, "-m", "snakemake", "--cores", "1", "--configfile", "bad.yaml"],
+            cwd=work,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode != 0
+        reason = [line for line in proc.stderr.splitlines() if line.startswith("Invalid configuration:")]
+        assert reason == [f"Invalid configuration: {line}"]
+        assert not (work / "results").exists() and not (work / "logs").exists()
 
 
 @pytest.mark.parametrize(
@@ -208,3 +226,19 @@ def test_max_rounds_equal_to_repeats_passes_the_check_and_the_job(root, default_
     _validate(root, _merge(default_config, {"rounds": {"max_rounds": 6}, "gil": {"repeats": 6}}))
     args = argparse.Namespace(rounds_target_ci_pct=5.0, rounds_budget_s=10.0, rounds_max=6, rounds_workers=2)
     assert rounds_policy(args, "gil", Params(repeats=6), argparse.ArgumentParser()).max_rounds == 6
+
+
+def test_the_quick_runs_duration_is_stated_alike_everywhere(root):
+    """config.quick.yaml's header, the Snakefile's header and the README state one duration for
+    the quick run (a new user read 5 minutes in one and 10 in the other); docs/benchmarks.md
+    gives the measured runs behind it."""
+    import re
+
+    said = {
+        "config.quick.yaml": (root / "config.quick.yaml").read_text().splitlines()[0],
+        "Snakefile": next(ln for ln in (root / "Snakefile").read_text().splitlines() if "config.quick.yaml" in ln),
+        "README.md": next(ln for ln in (root / "README.md").read_text().splitlines() if ln.startswith("A small run")),
+    }
+    minutes = {name: re.findall(r"about (\d+(?:\.\d+)?) minutes", line) for name, line in said.items()}
+    assert all(len(m) == 1 for m in minutes.values()), said
+    assert len({m[0] for m in minutes.values()}) == 1, minutes

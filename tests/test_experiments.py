@@ -20,7 +20,7 @@ from experiments.intraop import measure as intraop
 from experiments.jit import measure as jit
 from experiments.multiprocessing import measure as mp_exp
 from experiments.threads import set_torch_threads
-from experiments.window import CONTENDED_PCT, Meter
+from experiments.window import Meter
 
 NCPU = available_cpus()
 
@@ -35,23 +35,24 @@ def _busy(seconds: float) -> None:
 
 
 def test_measure_busy_loop_uses_one_cpu():
-    windows = []
-    for _attempt in range(3):  # a window that other processes competed in says so: measure again
-        with Meter(20) as meter, meter.window() as w:
-            _busy(0.5)
-        windows.append(w)
-        if w.interference_pct <= CONTENDED_PCT:
-            break
-    w = min(windows, key=lambda x: x.interference_pct)
-    expected = 100.0 / NCPU
+    """The window's CPU utilisation is the busy loop's own CPU time (the kernel's account, read
+    by the loop itself with process_time) over the window: one CPU's worth where the host gives
+    the loop a whole CPU, less where it does not (steal, a shared core); judged against what the
+    loop itself got, not against 100 / CPUs."""
+    with Meter(20) as meter, meter.window() as w:
+        c0, t0 = time.process_time(), time.perf_counter()
+        _busy(0.5)
+        own_s, span_s = time.process_time() - c0, time.perf_counter() - t0
+    own = 100.0 * own_s / (span_s * NCPU)
     assert w.wall_s == pytest.approx(0.5, abs=0.1)
     assert w.cpu_util_pct == pytest.approx(100 * w.cpu_s / (w.wall_s * NCPU))
-    assert abs(w.cpu_util_pct - expected) < 15, (w.cpu_util_pct, expected, w.interference_pct)
+    assert abs(w.cpu_util_pct - own) <= 3, (w.cpu_util_pct, own, w.interference_pct)  # 10 ms ticks of 0.5 s
+    assert w.cpu_util_pct <= 100.0 / NCPU + 3  # one thread: never more than one CPU
     tree = [v for _, s, v in w.samples if s == "tree"]
     assert len(tree) >= 5
     # psutil's first cpu_percent() call returns 0.0; the sampler primes it, so a busy
     # process is never sampled as idle.
-    assert min(tree[:-1]) > expected * 0.5
+    assert min(tree[:-1]) > own * 0.5
     cores = {s for _, s, _ in w.samples if s.startswith("cpu")}
     assert len(cores) == NCPU
 

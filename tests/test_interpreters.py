@@ -8,6 +8,7 @@ The free-threaded interpreter comes from ``scripts/build-free-threaded-python.sh
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -16,7 +17,9 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import physics
 import pytest
+import yaml
 
 from experiments import interpreters
 from experiments.configcheck import ConfigError, validate_config
@@ -133,17 +136,13 @@ def interpreters_run(tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 def test_verdicts_follow_physics_under_each_interpreter(interpreters_run):
-    """CPU-bound threads: no faster than sequential under the GIL (a GIL build, and the
-    free-threaded binary with PYTHON_GIL=1), faster with the GIL off; sha256 threads faster under
-    every build. Bounds leave room for a shared 2-CPU VM (ratios move by up to 30%)."""
+    """CPU-bound threads: under the GIL (a GIL build, and the free-threaded binary with
+    PYTHON_GIL=1) they keep one CPU busy and run no faster than sequential; with the GIL off they
+    keep both CPUs busy and scale as far as the machine lets processes scale in the same run;
+    sha256 threads do so under every build. Judged against what this run measured about the
+    machine (tests/physics.py), never against a fixed speedup: the same VM delivered 1.3 to 2.1
+    cores to two processes within a day."""
     s = pd.read_csv(interpreters_run / "gil" / "summary.csv")
-    threads = s[(s["mode"] == "threads")].set_index(["interpreter", "workload"])
-    for gil in ("default", "3.13t-gil"):
-        assert threads.loc[(gil, "cpu"), "speedup"] < 1.3, threads.loc[(gil, "cpu")]
-    assert threads.loc[("3.13t", "cpu"), "speedup"] > 1.4
-    assert threads.loc[("3.13t", "cpu"), "speedup_ci_low"] > threads.loc[("3.13t-gil", "cpu"), "speedup_ci_high"] - 0.3
-    for label in ("default", "3.13t", "3.13t-gil"):
-        assert threads.loc[(label, "release"), "speedup"] > 1.3
     gone = s[s["interpreter"] == "gone"]
     assert set(gone["status"]) == {"skipped"} and gone["reason"].str.contains("not found").all()
     probes = {e["label"]: e for e in json.loads((interpreters_run / "interpreters.json").read_text())["interpreters"]}
@@ -158,39 +157,89 @@ def test_verdicts_follow_physics_under_each_interpreter(interpreters_run):
     assert "under 3.13t (CPython 3.13" in report and "free-threaded build, GIL off (PYTHON_GIL=0)" in report
     assert "| interpreter 3.13t-gil | CPython 3.13" in report  # the environment table, per interpreter
 
+    machine = physics.conditions(interpreters_run)
+    machine.require(need_capacity=False)
+    threads = s[(s["mode"] == "threads")].set_index(["interpreter", "workload"])
+    for gil in ("default", "3.13t-gil"):
+        physics.check_gil_threads(threads.loc[(gil, "cpu")], machine.cpus)
+    machine.require()
+    physics.check_parallel(threads.loc[("3.13t", "cpu")], machine.cpus, machine.capacity, "3.13t threads, GIL off")
+    for label in ("default", "3.13t", "3.13t-gil"):
+        physics.check_parallel(threads.loc[(label, "release")], machine.cpus, machine.capacity, f"{label} sha256")
+
+
+def test_the_physics_checks_fail_where_the_physics_is_wrong():
+    """The assertions above on recorded inputs: a GIL build whose threads scale (or keep two
+    CPUs busy), and free-threaded threads that never ran at once, fail them; a run on one CPU,
+    a contended run and one whose processes did not scale are skipped with the measured reason."""
+    recorded = {"cpu_util_pct": 50.0, "speedup": 1.0, "speedup_ci_low": 0.9, "speedup_ci_high": 1.1}
+    row = pd.Series(recorded)
+    physics.check_gil_threads(row, 2)  # one CPU busy, no gain: the GIL
+    with pytest.raises(AssertionError, match="scaled"):
+        physics.check_gil_threads(pd.Series(recorded | {"speedup": 1.8, "speedup_ci_low": 1.6}), 2)
+    with pytest.raises(AssertionError, match="kept 1.90 CPUs busy"):
+        physics.check_gil_threads(pd.Series(recorded | {"cpu_util_pct": 95.0}), 2)
+    # 1.3x where the machine delivered 1.35: what the machine gave
+    physics.check_parallel(pd.Series(recorded | {"cpu_util_pct": 95.0, "speedup": 1.3}), 2, 1.35, "t")
+    with pytest.raises(AssertionError, match="kept only 1.00 of 2 CPUs busy"):
+        physics.check_parallel(row, 2, 1.35, "t")
+    with pytest.raises(AssertionError, match="under 70% of the 1.90x"):
+        physics.check_parallel(pd.Series(recorded | {"cpu_util_pct": 95.0, "speedup": 1.1}), 2, 1.9, "t")
+    base = physics.Conditions(cpus=2, capacity=1.9, capacity_text="x", contended=0, points=10, top_other="")
+    base.require()
+    for cond, why in [
+        (dataclasses.replace(base, cpus=1), "1 available CPU"),
+        (dataclasses.replace(base, contended=4, top_other="pid 7 `yes`"), "4 of 10 points .* most of all pid 7"),
+        (dataclasses.replace(base, capacity=1.1, capacity_text="2 processes 1.10x"), "delivered 1.10 CPUs"),
+    ]:
+        with pytest.raises(pytest.skip.Exception, match=why):
+            cond.require()
+
 
 @pytest.mark.slow
 def test_the_single_thread_cost_is_measured_against_the_first_interpreter(interpreters_run):
-    """3.13t runs one thread of the counting loop slower than CPython 3.11 (the issue's single
-    run: 0.206 s against 0.147 s, 0.71x; here 0.85x (0.78-0.90) and 0.77x with PYTHON_GIL=1).
-    The median of the interleaved ratios must say so; its CI was 0.78-0.90 in one run and
-    reached 1.17 in a CI run on the same VM, so the bound is on the median."""
+    """3.13t runs one thread of the counting loop slower than CPython 3.11 (its specialising
+    interpreter is off in free-threaded 3.13 builds; the issue's single run: 0.71x; here 0.85x
+    (0.78-0.90) and 0.77x with PYTHON_GIL=1). A ratio of two interpreters measured interleaved
+    in one job: the machine's speed cancels out of it. Its CI reached 1.17 in a CI run on the
+    same VM, so the bound is on the median."""
     s = pd.read_csv(interpreters_run / "singlethread" / "summary.csv").set_index("interpreter")
     assert s.loc["default", "status"] == "skipped" and "reference" in s.loc["default", "reason"]
     for label in ("3.13t", "3.13t-gil"):
         assert s.loc[label, "status"] == "ok" and s.loc[label, "n"] >= 5
-        assert 0.3 < s.loc[label, "speedup"] < 1.0, s.loc[label]
-    assert s.loc["3.13t", "speedup_ci_low"] < 1.0
+        assert 0.3 < s.loc[label, "speedup"] < 1, s.loc[label]
+    assert s.loc["3.13t", "speedup_ci_low"] < 1
     report = (interpreters_run / "report.md").read_text()
     assert "3.13t (CPython 3.13.5, free-threaded build, GIL off (PYTHON_GIL=0)): one thread of" in report
 
 
 @pytest.mark.slow
 def test_the_convoy_waits_for_the_switch_interval_only_under_the_gil(interpreters_run):
-    """Next to a CPU-bound thread, a sleeping thread wakes about one switch interval (5 ms)
-    late under the GIL (python/cpython#90204) and on time with the GIL off (2 CPUs); alone it
-    wakes on time everywhere (its own rate is the baseline of the same job)."""
+    """Next to a CPU-bound thread, a sleeping thread wakes about one switch interval late under
+    the GIL (python/cpython#90204) and on time with the GIL off (2 CPUs); alone it wakes on time
+    everywhere (its own rate is the baseline of the same job). The bounds come from the
+    configured switch interval and sleep, not from the machine's speed."""
     s = pd.read_csv(interpreters_run / "convoy" / "summary.csv").set_index("interpreter")
+    config = yaml.safe_load((interpreters_run / "config.yaml").read_text())
+    sleep_ms = 1000 * float(config["convoy"]["io_sleep_s"])
+
+    def gil_bound(r) -> float:  # each wake-up waits for the GIL half the interval at least
+        return sleep_ms / (sleep_ms + r["switch_interval_ms"] / 2)
+
     for gil in ("default", "3.13t-gil"):
-        assert s.loc[gil, "latency_p50_ms"] >= 2.5 and s.loc[gil, "speedup"] < 0.9, s.loc[gil]
-    assert s.loc["3.13t", "latency_p50_ms"] < 2.5 and s.loc["3.13t", "speedup"] > 0.9
+        r = s.loc[gil]
+        assert r["latency_p50_ms"] >= r["switch_interval_ms"] / 2, r
+        assert r["speedup"] <= gil_bound(r) * (1 + physics.CONVOY_RATE_SLACK), r
     spans = pd.read_csv(interpreters_run / "convoy" / "spans.csv")
     alone = spans[(spans["kind"] == "io") & (spans["role"] == "baseline")]
-    assert alone["latency_ms"].median() < 2.0  # the sleep itself is kept
+    assert alone["latency_ms"].median() < sleep_ms / 5  # alone, the sleep is not delayed
     fidelity = pd.read_csv(interpreters_run / "fidelity.csv").set_index("check")
     check = "Convoy (default, GIL on): median wake-up delay at 5 ms interval"
     assert fidelity.loc[check, "verdict"] == "pass"
     assert (interpreters_run / "figures" / "convoy_latency.png").stat().st_size > 10_000
+    physics.conditions(interpreters_run).require(need_capacity=False)  # GIL off, the sleeper needs a CPU of its own
+    r = s.loc["3.13t"]
+    assert r["latency_p50_ms"] < r["switch_interval_ms"] / 2 and r["speedup"] > gil_bound(r), r
 
 
 def test_old_results_without_the_interpreter_column_read_as_the_default(tmp_path):

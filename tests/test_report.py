@@ -176,11 +176,80 @@ def test_report_escapes_markup_from_data(host_dir):
     assert "Test &lt;b&gt;CPU&lt;/b&gt; &amp; co" in text
 
 
+def _rendered_markdown(text: str) -> str:
+    """report.md as a CommonMark renderer with GitHub's tables and strikethrough shows it."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark").enable(["table", "strikethrough"]).render(text)
+
+
 def test_markdown_report_escapes_markup_from_data(host_dir):
+    """Markdown's own escaping (a backslash), not HTML's: rendered, the data reads as it was
+    (no tag, no '&lt;' shown as text); in the file, no HTML entity at all."""
     md = host_dir / "r.md"
     report_main(
         ["--host-dir", str(host_dir), "--experiments", "jit", "--html", str(host_dir / "r.html"), "--md", str(md)]
     )
     text = md.read_text()
-    assert "<script>" not in text and "<b>" not in text
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    assert not re.search(r"(?<!\\)<(script|b)>", text)  # every tag from data made inert
+    assert "&lt;" not in text and "&gt;" not in text and "&amp;" not in text
+    assert "\\<script>alert(1)\\</script>" in text and "Test \\<b>CPU\\</b> & co" in text
+    page = _rendered_markdown(text)
+    assert "<script>" not in page and "<b>CPU" not in page
+    assert "no &lt;script&gt;alert(1)&lt;/script&gt; compiler" in page  # the text itself, shown
+    assert "Test &lt;b&gt;CPU&lt;/b&gt; &amp; co" in page
+    assert "&amp;lt;" not in page and "&amp;gt;" not in page  # nothing escaped twice
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        "t<a>b",
+        "x >= 1.40x & y",
+        "`python t<x.py` | grep ok",
+        "num_workers~2 ~3~ *not bold* _not em_ [not](link) #1",
+        "> 1. - not a block",
+        "C:\\path\\* and a lone ` tick",
+    ],
+)
+def test_markdown_escaping_shows_data_as_it_is(data):
+    """In a table cell, in running text and in a code span: the rendered page shows the data's
+    own characters (the code span's own backticks aside), with no markup made from them."""
+    from report.render import md_code, md_text
+
+    page = _rendered_markdown(f"| a | b |\n|---|---|\n| {md_text(data)} | {md_code(data)} |\n\n- {md_text(data)}\n")
+    cells = re.findall(r"<td>(.*?)</td>", page)
+    item = re.findall(r"<li>(.*?)</li>", page)[0]
+    shown = str(escape(data))
+    plain = lambda html: re.sub(r"</?code>", "", html).replace("`", "")  # noqa: E731
+    assert plain(cells[0]) == plain(item) == shown.replace("`", ""), (cells, item)
+    assert cells[1] == f"<code>{shown}</code>"
+    assert not re.search(r"<(em|strong|a|del|h\d|blockquote|ol|ul)\b", page.split("<ul>")[0] + item)
+
+
+def test_one_available_cpu_reads_in_the_singular(host_dir):
+    host = json.loads((host_dir / "host.json").read_text()) | {"available_cpus": 1}
+    (host_dir / "host.json").write_text(json.dumps(host))
+    md, html = host_dir / "r.md", host_dir / "r.html"
+    report_main(["--host-dir", str(host_dir), "--experiments", "jit", "--html", str(html), "--md", str(md)])
+    for text in (md.read_text(), html.read_text()):
+        assert "co, 1 CPU available." in text and "1 available CPUs" not in text and "1 CPUs" not in text
+
+
+def test_the_shells_python_gil_is_reported_as_not_applied():
+    """PYTHON_GIL=1 in the shell that ran Snakemake: the interpreters start with -I, so a
+    free-threaded label without python_gil ran with the GIL off; the environment table says so,
+    and how to set it per label."""
+    from report.build import user_env_rows
+
+    env = {"variables": {"OMP_NUM_THREADS": "2", "PYTHON_GIL": "1"}, "torch_threads": 2, "torch_interop_threads": 2}
+    interps = [
+        {"label": "default", "ok": True, "free_threaded": False, "gil_enabled": True},
+        {"label": "3.13t", "ok": True, "free_threaded": True, "gil_enabled": False},
+    ]
+    rows = dict(user_env_rows(env, interps))
+    assert rows["Thread variables of your shell"] == "OMP_NUM_THREADS=2"
+    said = rows["PYTHON_GIL of your shell"]
+    assert said.startswith("PYTHON_GIL=1 was set and not applied: the measured interpreters start with -I")
+    assert "(3.13t GIL off)" in said and "python_gil: 1" in said
+    assert "PYTHON_GIL of your shell" not in dict(user_env_rows({"variables": {}}, interps))

@@ -49,8 +49,9 @@ def test_every_output_exists(quick_run):
         not_base = summary[(summary["speedup_source"] != "baseline") & (summary["status"] == "ok")]
         if exp == "workload":  # its search is summarised by its verification: no speedup of its own
             not_base = not_base[not_base["stage"] == "verify"]
-        if exp == "convoy":  # the sleeper next to a CPU-bound thread over the sleeper alone, same job
-            assert (not_base["speedup"] < 1).all(), not_base[["switch_interval_ms", "speedup"]]
+        if exp == "convoy":  # the sleeper next to a CPU-bound thread, under the GIL: late by the interval
+            half = not_base["switch_interval_ms"] / 2
+            assert (not_base["latency_p50_ms"] >= half).all(), not_base[["switch_interval_ms", "latency_p50_ms"]]
         assert len(not_base) and (not_base["speedup_source"] == "interleaved").all(), exp
     run = json.loads((host / "run.json").read_text())
     assert 0 < run["measured_share_pct"] < 100
@@ -96,7 +97,8 @@ def test_an_experiment_is_one_folder_and_a_config_section(quick_run):
         assert (pd.read_csv(host / "nap" / f"sleepers~{n}" / "samples.csv")["series"] == "tree").any()
     summary = pd.read_csv(host / "nap" / "summary.csv").set_index("sleepers")
     assert summary.loc[2, "speedup_source"] == "interleaved"
-    assert 1.5 < summary.loc[2, "speedup"] < 2.3  # two sleepers overlap: about 2x
+    ideal = 2  # two sleepers overlap whatever the CPUs deliver: sleeping takes none
+    assert 0.75 * ideal < summary.loc[2, "speedup"] < 1.15 * ideal
     assert summary.loc[2, "parallel_efficiency"] == pytest.approx(summary.loc[2, "speedup"] / 2)
     found = json.loads((host / "nap" / "findings.json").read_text())["findings"]
     assert found == [f"2 sleeping threads gave {summary.loc[2, 'speedup']:.2f}x" + found[0].split("x", 1)[1]]
@@ -143,6 +145,8 @@ def test_your_workload_is_searched_verified_and_answered_first(quick_run):
     glance = md.split("## At a glance")[1].split("## Contents")[0]
     assert md.index("## At a glance") < md.index("## Environment")
     lines = [ln for ln in glance.splitlines() if ln.startswith("- ")]
+    if lines[0].startswith("- [Measured under contention:](#trust)"):  # the run was contended: said first
+        lines = lines[1:]
     assert lines[0].startswith("- [What should I change for my workload on this machine?](#workload)")
     assert "x (95% CI " in lines[0] and lines[-1].startswith("- [Can these numbers be trusted?](#trust)")
     assert any("(#gil)" in ln for ln in lines) and any("(#dataloader)" in ln for ln in lines)
@@ -492,18 +496,20 @@ def test_the_example_workload_runs_by_changing_only_config(quick_run, tmp_path):
 
 @pytest.mark.slow
 def test_a_broken_workload_fails_alone_and_the_report_says_why(quick_run, tmp_path):
-    """A workload whose entry does not import: its jobs record the reason, the other
-    experiments (here the fixture's) still run, and the report lists the workload as failed;
-    the run's last job then fails, naming the key to fix rather than a command that would
-    measure the same input again."""
+    """A workload whose entry exists but does not import (a typo is refused before any job,
+    tests/test_config.py): its jobs record the reason, the other experiments (here the
+    fixture's) still run, and the report lists the workload as failed; the run's last job then
+    fails, naming the key to fix rather than a command that would measure the same input again."""
+    (tmp_path / "mylab").mkdir()
+    (tmp_path / "mylab" / "missing.py").write_text("import not_installed_here\n\n\ndef build():\n    pass\n")
     broken = tmp_path / "broken.yaml"
     broken.write_text(
         "experiments: [workload, nap]\nselfcheck: {duration_s: 0.3, repeats: 2}\nnap: {sleepers: [1, 2]}\n"
         "workload: {entry: 'mylab.missing:build'}\n"
     )
-    proc = snakemake_in(
-        quick_run, "--cores", "4", "--configfile", "config.quick.yaml", str(broken), "--config", "host=e2e-broken"
-    )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    args = ["--configfile", "config.quick.yaml", str(broken), "--config", "host=e2e-broken"]
+    proc = snakemake_in(quick_run, "--cores", "4", *args, env=env)
     assert proc.returncode == 1 and "Error in rule point_status" in proc.stderr, proc.stderr[-3000:]
     log = (quick_run / "logs" / "e2e-broken" / "point_status.log").read_text()
     assert "failed: workload stage~search: config key workload.entry: 'mylab.missing:build'" in log

@@ -552,6 +552,8 @@ def test_the_users_shell_is_measured_not_assumed():
 
     env = {"OMP_NUM_THREADS": "1", "KMP_AFFINITY": "compact", "PATH": "/bin", "GOMP_CPU_AFFINITY": "0"}
     assert capture(env) == {"GOMP_CPU_AFFINITY": "0", "KMP_AFFINITY": "compact", "OMP_NUM_THREADS": "1"}
+    # the shell's PYTHON_GIL is recorded: the report says the interpreters did not apply it
+    assert capture(env | {"PYTHON_GIL": "1", "PYTHONPATH": "/x"})["PYTHON_GIL"] == "1"
     measured, why = torch_defaults({"OMP_NUM_THREADS": "1"})
     assert why == "" and measured["torch_threads"] == 1
     from experiments.workload.analysis import environment_sentences

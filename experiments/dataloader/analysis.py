@@ -136,7 +136,7 @@ def dataloader_stall(summary: pd.DataFrame, host: dict) -> Figure:
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9)
     ax.set_title(
         f"DataLoader: share of the epoch the training loop waited for data\n"
-        f"({host.get('available_cpus', '?')} available CPUs; lower is better)",
+        f"({cpus_text(host.get('available_cpus'))} available; lower is better)",
         fontsize=10,
     )
     note(fig, "Median over epochs; error bars: 95% CI of the median.")

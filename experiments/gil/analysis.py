@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.capacity import note, one_cpu_note
+from analysis.capacity import cpus_text, note, one_cpu_note
 from analysis.findings import fmt_x, in_order, pick, winner
 from analysis.plotting import SPEEDUP, noisy_mask, plt, yerr
 from experiments.gil import MODES, WORKLOADS
@@ -262,7 +262,7 @@ def gil_speedup(summary: pd.DataFrame, host: dict) -> Figure:
             ax.set_title(title, fontsize=10)
             ax.set_ylim(0, ymax)
             ax.legend(loc="upper center", ncol=len(modes), fontsize=8)
-    fig.suptitle(f"GIL: threads vs processes on {ncpu} available CPUs (dotted: ideal)", fontsize=11)
+    fig.suptitle(f"GIL: threads vs processes on {cpus_text(ncpu)} available (dotted: ideal)", fontsize=11)
     fig.text(
         0.01,
         0.005,

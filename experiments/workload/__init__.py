@@ -39,6 +39,21 @@ def resolve_threads(value, ncpu: int) -> list[int]:
     return thread_ladder(ncpu) if value == "auto" else list(value)
 
 
+def check_config(section) -> None:
+    """``workload.entry`` names a module and a function that exist (found without importing
+    them, :func:`experiments.workload.loader.resolve_entry`), so a typo stops the run before
+    anything is measured, with the name it was probably meant to be.
+
+    Raises:
+        ValueError: ``config key workload.entry: '...': ...``.
+    """
+    entry = section.get("entry") or ""
+    if entry:
+        from experiments.workload.loader import resolve_entry
+
+        resolve_entry(entry, f"config key workload.entry: {entry!r}")
+
+
 def depends(point) -> list[dict]:
     """The verification needs the search's winner."""
     return [{"stage": "search"}] if point["stage"] == "verify" else []
@@ -59,6 +74,7 @@ EXPERIMENT = Experiment(
     free_params=frozenset({"budget_s", "max_rounds", "warmup"}),
     resolve={"threads": resolve_threads},
     depends=depends,
+    check_config=check_config,
     host_files=("user_env.json",),
     artefacts=("recommended.json", "recommended.env", "recommended.py"),
     timeline=Timeline(

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from analysis.capacity import cpus_text
 from analysis.findings import bound
 from analysis.plotting import PALETTE, note, plt, yerr
 from analysis.stats import median_ci
@@ -138,7 +139,7 @@ def environment_sentences(env: dict, ncpu) -> list[str]:
         name = "OMP_NUM_THREADS" if "OMP_NUM_THREADS" in variables else "MKL_NUM_THREADS"
         out = [
             f"Your shell exports {name}={variables[name]}: your own programs run {threads} intra-op "
-            f"thread{'s' if threads != 1 else ''} ({measured}) on {ncpu} available CPUs."
+            f"thread{'s' if threads != 1 else ''} ({measured}) on {cpus_text(ncpu)} available."
         ]
     else:
         out = [
@@ -154,7 +155,7 @@ def environment_sentences(env: dict, ncpu) -> list[str]:
         )
     if env.get("cgroup_quota_cpus"):
         where = f", set by cgroup {env['cgroup_quota_cgroup']}" if env.get("cgroup_quota_cgroup") else ""
-        out.append(f"A CPU quota of {env['cgroup_quota_cpus']:g} CPUs applies to it{where}.")
+        out.append(f"A CPU quota of {cpus_text(env['cgroup_quota_cpus'])} applies to it{where}.")
     return out
 
 
@@ -306,7 +307,7 @@ def workload_verify(replicates: pd.DataFrame, host: dict) -> Figure:
     panels = [
         ("value", "samples/s"),
         ("data_stall_pct", "data stall (% of wall time)"),
-        ("cpu_util_pct", f"CPU utilisation (% of {host.get('available_cpus', '?')} CPUs)"),
+        ("cpu_util_pct", f"CPU utilisation (% of {cpus_text(host.get('available_cpus'))})"),
         ("peak_pss_mb", "peak PSS (MB)"),
     ]
     fig, axes = plt.subplots(1, len(panels), figsize=(12, 3.6))

@@ -20,9 +20,14 @@ current settings with an unknown knob or value.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import difflib
 import importlib
 import importlib.util
+import os
+import pkgutil
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -65,10 +70,111 @@ def split(batch) -> tuple[Any, Any]:
     return batch, None
 
 
-def _function(entry: str, where: str):
+def _module_file(module_name: str, path: list[str]) -> Path | None:
+    """The source file of ``module_name`` on ``path`` (``a/b/c.py`` or ``a/b/c/__init__.py``;
+    a directory for a namespace package), found without importing anything; None if absent."""
+    parts = module_name.split(".")
+    for base in path:
+        where = Path(base or ".").joinpath(*parts)
+        for candidate in (where.with_suffix(".py"), where / "__init__.py"):
+            if candidate.is_file():
+                return candidate
+        if where.is_dir() and len(parts) > 1:
+            return where
+    return None
+
+
+def _near(name: str, names) -> str:
+    """`` (did you mean build?)`` where ``names`` hold one close to ``name``, else ``""``."""
+    close = difflib.get_close_matches(name, sorted(set(names)), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def _siblings(module_name: str, path: list[str]) -> list[str]:
+    """Module names beside the last part of ``module_name`` (its would-be package's contents)."""
+    parent, _, _ = module_name.rpartition(".")
+    found: set[str] = set()
+    for base in path:
+        d = Path(base or ".").joinpath(*parent.split(".")) if parent else Path(base or ".")
+        if d.is_dir():
+            found |= {m.name for m in pkgutil.iter_modules([str(d)])}
+    return sorted(found)
+
+
+def _defined(source: Path) -> set[str] | None:
+    """Top-level names a module's source defines (functions, classes, assignments, imports);
+    None where they cannot be known without running it (``__getattr__``, ``import *``, a syntax
+    error, a module that is not a Python file)."""
+    if source.suffix != ".py":
+        return None
+    try:
+        tree = ast.parse(source.read_text(encoding="utf-8", errors="replace"))
+    except (SyntaxError, ValueError):
+        return None
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any(a.name == "*" for a in node.names):
+                return None
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+    return None if "__getattr__" in names else names
+
+
+def _found_by_import(module_name: str) -> Path | None:
+    """Where the import system finds a module the path search missed (a module an import hook
+    or a package's own code provides, such as ``os.path``): its origin, importing only its
+    parent packages; None if it finds none."""
+    try:
+        spec = importlib.util.find_spec(module_name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    return Path(spec.origin) if spec.origin and spec.has_location else Path(module_name)
+
+
+def resolve_entry(entry: str, where: str, path: list[str] | None = None) -> Path | None:
+    """Find a workload entry ``package.module:function`` without importing it: the module's
+    file on ``path`` (default: the working directory, where jobs run, then ``sys.path``) and the
+    function's name among the names its source defines at top level. The Snakefile calls it at
+    parse time, so a typo is reported before anything is measured.
+
+    Returns:
+        The module's source file, or None for a module that exists but is no Python source
+        (a compiled extension), which only importing can check.
+
+    Raises:
+        WorkloadError: ``<where>: expected 'package.module:function'``, ``cannot find module
+            X``, or ``X (path) defines no F``, each with ``(did you mean ...?)`` where a name
+            close to the one given exists.
+    """
     module_name, sep, attr = entry.partition(":")
     if not sep or not module_name or not attr:
         raise WorkloadError(f"{where}: expected 'package.module:function'")
+    path = [os.getcwd(), *sys.path] if path is None else path
+    source = _module_file(module_name, path)
+    if source is None:
+        source = _found_by_import(module_name)
+        if source is not None and source.suffix != ".py":
+            return None  # a built-in or compiled module: importing it is the only check
+    if source is None:
+        near = _near(module_name.rpartition(".")[2], _siblings(module_name, path))
+        raise WorkloadError(f"{where}: cannot find module {module_name} in {path[0]} or on the Python path{near}")
+    names = _defined(source if source.is_file() else source / "__init__.py")
+    if names is not None and attr not in names:
+        near = _near(attr, [n for n in names if not n.startswith("_")])
+        raise WorkloadError(f"{where}: {module_name} ({source}) defines no {attr}{near}")
+    return source
+
+
+def _function(entry: str, where: str):
+    resolve_entry(entry, where)
+    module_name, _, attr = entry.partition(":")
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:  # the user's module: anything can go wrong on import
