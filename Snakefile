@@ -76,6 +76,18 @@ localrules:
     all,
 
 
+onstart:
+    start_job_server()
+
+
+onsuccess:
+    stop_job_server()
+
+
+onerror:
+    stop_job_server()
+
+
 rule all:
     default_target: True
     input:

@@ -61,7 +61,7 @@ def _figure_data(name: str, host_dir: Path) -> dict:
     from analysis.figures import drawing, figure_owner
 
     experiment = figure_owner(name)
-    files = {"jobs": host_dir / "jobs.csv"}
+    files = {"jobs": host_dir / "jobs.csv", "capacity": host_dir / "capacity.csv"}
     if experiment:
         files |= {k: host_dir / experiment / f"{k}.csv" for k in ("summary", "spans", "samples", "replicates")}
     data = {}
@@ -260,18 +260,38 @@ def cmd_fidelity(args) -> int:
 
 
 def cmd_runinfo(args) -> int:
-    from analysis.runinfo import contention, interference_table, job_intervals, job_label, run_timing
+    from analysis import runinfo
 
     host = json.loads(Path(args.host_json).read_text())
     jobs = [json.loads(Path(p).read_text()) for p in args.jobs]
     metrics = [read_table(Path(p).with_name("metrics.csv")) for p in args.jobs]
-    labels = [job_label(p) for p in args.jobs]
-    write_json(Path(args.out), run_timing(jobs, metrics, host) | {"contention": contention(metrics, jobs, host)})
+    labels = [runinfo.job_label(p) for p in args.jobs]
+    timing = runinfo.run_timing(jobs, metrics, host)
+    capacity = runinfo.capacity_table(labels, jobs, metrics)
+    run = timing | {"contention": runinfo.contention(metrics, jobs, host)}
+    run["capacity"] = runinfo.capacity_drift(capacity, timing["measurement_phase_s"])
+    write_json(Path(args.out), run)
     if args.jobs_csv:
-        write_frame(Path(args.jobs_csv), job_intervals(labels, jobs, metrics))
+        write_frame(Path(args.jobs_csv), runinfo.job_intervals(labels, jobs, metrics))
     if args.interference_csv:
-        write_frame(Path(args.interference_csv), interference_table(labels, jobs))
+        write_frame(Path(args.interference_csv), runinfo.interference_table(labels, jobs))
+    if args.capacity_csv:
+        write_frame(Path(args.capacity_csv), capacity)
     return 0
+
+
+def _runinfo_parser(sub) -> None:
+    ri = sub.add_parser("runinfo", help="run duration and share inside measured windows (run.json)")
+    ri.add_argument("--host-json", required=True)
+    ri.add_argument("--out", required=True)
+    ri.add_argument("--jobs-csv", default=None, help="also write every job's phases and windows (jobs.csv)")
+    ri.add_argument(
+        "--interference-csv", default=None, help="also write the other processes that used the CPUs (interference.csv)"
+    )
+    ri.add_argument(
+        "--capacity-csv", default=None, help="also write what the capacity probe measured per job (capacity.csv)"
+    )
+    ri.add_argument("jobs", nargs="+", help="job.json of every measurement job")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -305,14 +325,7 @@ def _parser() -> argparse.ArgumentParser:
     fi.add_argument("--sample-hz", type=float, required=True)
     fi.add_argument("--out", required=True)
     fi.add_argument("summaries", nargs="*", help="results/<host>/<experiment>/summary.csv of the experiments run")
-    ri = sub.add_parser("runinfo", help="run duration and share inside measured windows (run.json)")
-    ri.add_argument("--host-json", required=True)
-    ri.add_argument("--out", required=True)
-    ri.add_argument("--jobs-csv", default=None, help="also write every job's phases and windows (jobs.csv)")
-    ri.add_argument(
-        "--interference-csv", default=None, help="also write the other processes that used the CPUs (interference.csv)"
-    )
-    ri.add_argument("jobs", nargs="+", help="job.json of every measurement job")
+    _runinfo_parser(sub)
     st = sub.add_parser("status", help="every point's status (status.csv); exit 1 if any failed or timed out")
     st.add_argument("--out", required=True)
     st.add_argument("summaries", nargs="+", help="summary.csv of every experiment")

@@ -150,6 +150,9 @@ def capacity_reason(r, s: float | None, n: int, generic: str, host: dict | None 
     used = cpus_used(r, ncpu)
     head = f"{what} got {used:.2f} CPUs of {n}" if np.isfinite(used) else what
     found = causes(r, host, units=n)
+    got = _value(r, "cpus_delivered")
+    if np.isfinite(got) and n > 1:
+        return _delivered_reason(r, s, n, min(got, n), what, used, found)
     if found:
         return f"{head}: " + "; ".join(found)
     util = _value(r, "cpu_util_pct")
@@ -164,6 +167,31 @@ def capacity_reason(r, s: float | None, n: int, generic: str, host: dict | None 
             "less than whole cores (its SMT, throttling), memory bandwidth, or threads spinning while they wait"
         )
     return f"{head}: {generic}" if np.isfinite(used) else generic
+
+
+#: Where the machine delivered at least this share of the cores a point could use, a shortfall
+#: is not the host's: the probe saw whole cores.
+DELIVERED_WHOLE = 0.9
+
+
+def _delivered_reason(r, s: float, n: int, got: float, what: str, used: float, found: list[str]) -> str:
+    """Why a point fell short, from the capacity probe of its own rounds: the machine delivered
+    fewer cores (the host's doing, with what was measured inside the machine), or it delivered
+    them and the work did not use them (the work's or the lab's own doing: the point's CPU
+    use says which)."""
+    share = s / got if got > 0 else float("nan")
+    probe = f"the machine delivered {got:.2f} of {n} CPUs in the same rounds (the capacity probe)"
+    if got < DELIVERED_WHOLE * n:
+        text = f"{what} ran {s:.2f}x with {got:.2f} cores delivered: {share:.0%} of what the machine gave; {probe}"
+        return text + (f", while {'; '.join(found)}" if found else ", with nothing measured inside it taking them")
+    text = f"{probe}, yet {what} ran only {s:.2f}x: {share:.0%} of it, a shortfall the host's cores do not explain"
+    if found:
+        return text + f"; measured while it ran: {'; '.join(found)}"
+    if np.isfinite(used) and used < 0.8 * n:
+        return text + f": its work kept only {used:.2f} CPUs busy (time outside the tasks: start-up, waiting)"
+    if np.isfinite(used):
+        return text + f": its work kept {used:.2f} CPUs busy but each did less than the probe's loop on a core"
+    return text
 
 
 def _median_of(df: pd.DataFrame, col: str) -> float:

@@ -16,7 +16,15 @@ Per configuration point present on both hosts with the same parameters:
   two-sided p of an exact test with n1 and n2 replicates is 2 / C(n1 + n2, n1) (e.g. 0.1 for
   3 vs 3), which the verdict then says;
 * ``ratio_per_cpu``: the ratio with each host's median divided by its available CPUs, so a
-  2-CPU and a 16-CPU host can be read together.
+  2-CPU and a 16-CPU host can be read together;
+* where the capacity probe ran on both (:mod:`experiments.probe`): ``ratio_norm``, the ratio at
+  equal one-CPU speed (times the baseline host's ``capacity_1cpu_per_s`` over this host's, the
+  probe's median beside the point) and on whole cores (times the share of a core per busy CPU
+  each host's machine delivered to the point, as ``speedup_norm``: analysis/stats.py). Two runs
+  of one machine whose speed moved between them (the history of one host under two labels)
+  then compare as the machine, not as its two moments; for different machines it says how they
+  differ beyond the speed of one core and the cores they delivered. Each host's own
+  ``speedup_norm`` and its interval come along.
 
 Points that cannot be compared are kept with the reason, never silently joined or dropped: a
 point measured on one host only, a point whose other parameters differ (e.g. ``cpu_iterations``),
@@ -48,8 +56,29 @@ COLUMNS = [
     *("experiment", "point", "host", "baseline_host", "metric", "status", "reason"),
     *("n", "median", "ci_low", "ci_high", "available_cpus", "median_per_cpu"),
     *("speedup", "speedup_ci_low", "speedup_ci_high", "best"),
-    *("ratio", "ratio_ci_low", "ratio_ci_high", "ratio_per_cpu", "mannwhitney_u", "p_value", "verdict"),
+    *("speedup_norm", "speedup_norm_ci_low", "speedup_norm_ci_high", "capacity_1cpu_per_s", "cpus_delivered"),
+    *("ratio", "ratio_ci_low", "ratio_ci_high", "ratio_per_cpu", "ratio_norm", "mannwhitney_u", "p_value", "verdict"),
 ]
+
+
+def _share(s) -> float:
+    """The share of a core per busy CPU a summary row's machine delivered to it (1 without a probe)."""
+    asked, got = s.get("cpus_asked"), s.get("cpus_delivered")
+    try:
+        share = float(got) / float(asked)
+    except (TypeError, ValueError, ZeroDivisionError):
+        return 1.0
+    return share if math.isfinite(share) and share > 0 else 1.0
+
+
+def _capacity_factor(base, mine) -> float:
+    """What turns a host's median over the baseline host's into the ratio at equal one-CPU speed
+    and on whole cores (``ratio_norm``, the module docstring): NaN where either lacks the probe."""
+    try:
+        speed = float(base.get("capacity_1cpu_per_s")) / float(mine.get("capacity_1cpu_per_s"))
+    except (TypeError, ValueError, ZeroDivisionError):
+        return float("nan")
+    return speed * _share(base) / _share(mine) if math.isfinite(speed) and speed > 0 else float("nan")
 
 
 def _canonical(value) -> str:
@@ -170,6 +199,8 @@ class _Experiment:
             "available_cpus": h.cpus,
             "median_per_cpu": s["median"] / h.cpus,
             **{c: s.get(c) for c in ("speedup", "speedup_ci_low", "speedup_ci_high")},
+            **{c: s.get(c) for c in ("speedup_norm", "speedup_norm_ci_low", "speedup_norm_ci_high")},
+            **{c: s.get(c) for c in ("capacity_1cpu_per_s", "cpus_delivered")},
         }
         if h is self.baseline:
             return {**row, "status": "baseline", "reason": ""}
@@ -180,7 +211,9 @@ class _Experiment:
         if reason:
             return {**row, "status": "not comparable", "reason": reason}
         cmp = compare_values(base_v, mine_v)
-        return {**row, "status": "compared", **cmp, "ratio_per_cpu": cmp["ratio"] * self.baseline.cpus / h.cpus}
+        cmp["ratio_per_cpu"] = cmp["ratio"] * self.baseline.cpus / h.cpus
+        cmp["ratio_norm"] = cmp["ratio"] * _capacity_factor(self.base_idx[k], s)
+        return {**row, "status": "compared", **cmp}
 
     def baseline_only(self, h: HostResults) -> list[dict]:
         """Points of the baseline host's grid that host ``h`` did not measure."""

@@ -74,6 +74,42 @@ def speedup_check(
     return check_row(check, expected, s, ok, reason_ok, warn, ci)
 
 
+def delivered(r, n: int) -> float | None:
+    """CPUs the machine delivered to a point's ``n`` busy CPUs while it was measured (the
+    capacity probe's ``cpus_delivered``, capped at ``n``), or None where no probe ran."""
+    got = r.get("cpus_delivered") if r is not None else None
+    if got is None or not np.isfinite(got):
+        return None
+    return float(min(got, n))
+
+
+def scaling_check(
+    summary: pd.DataFrame | None,
+    where: dict,
+    check: str,
+    n: int,
+    share: float,
+    why: str,
+    reason_warn: Callable[[pd.Series | None, float | None], str],
+) -> dict:
+    """A check that a point running ``n`` CPUs' worth of work at once reaches at least ``share``
+    of what the machine delivered to ``n`` busy CPUs in the same rounds (the capacity probe,
+    :func:`delivered`), or of ``n`` where no probe ran: judged against the cores the machine
+    gave, not the cores it has. ``reason_warn`` explains a shortfall
+    (:func:`analysis.capacity.capacity_reason`)."""
+    r = pick(summary, **where)
+    got = delivered(r, n)
+    need = share * (got if got is not None else n)
+    expected = f">= {need:.2f}x" + (f" ({share:.0%} of the {got:.2f} CPUs delivered)" if got is not None else "")
+    ok_reason = why
+    if got is not None and got < 0.9 * n and r is not None and np.isfinite(r["speedup"]):
+        ok_reason += (
+            f"; the machine delivered {got:.2f} of {n} CPUs while it was measured (the capacity probe) and the point"
+            f" reached {r['speedup'] / got:.0%} of that"
+        )
+    return speedup_check(summary, where, check, expected, lambda s: s >= need, ok_reason, reason_warn)
+
+
 def sampler_checks(selfcheck: pd.DataFrame | None, ncpu: int, sample_hz: float, host: dict | None = None) -> list[dict]:
     """The sampler against a busy loop, and its own cost (see the module docstring). Where the
     loop got less than 90% of a CPU, the reason names what was measured to take the rest (steal,

@@ -28,7 +28,8 @@ rule analyse:
     params:
         mixed=mixed_nodes_flag(),
     shell:
-        "python -m analysis summarise --experiment {wildcards.experiment:q} --host-json {input.host:q}"
+        "python -m experiments.server run --"
+        " analysis summarise --experiment {wildcards.experiment:q} --host-json {input.host:q}"
         " --user-env {input.user_env:q} --interpreters {input.interpreters:q} {params.mixed}"
         ' --out-dir "$(dirname {output.summary:q})" {input.metrics:q} > {log:q} 2>&1'
 
@@ -45,7 +46,8 @@ rule fidelity:
     params:
         sample_hz=config["sample_hz"],
     shell:
-        "python -m analysis fidelity --host-json {input.host:q} --selfcheck {input.selfcheck:q}"
+        "python -m experiments.server run --"
+        " analysis fidelity --host-json {input.host:q} --selfcheck {input.selfcheck:q}"
         " --sample-hz {params.sample_hz} --out {output:q} {input.summaries:q} > {log:q} 2>&1"
 
 
@@ -57,13 +59,16 @@ rule run_info:
         run="results/{host}/run.json",
         jobs="results/{host}/jobs.csv",
         interference="results/{host}/interference.csv",
+        capacity="results/{host}/capacity.csv",
     log:
         "logs/{host}/run_info.log",
     conda:
         "../environment.yml"
     shell:
-        "python -m analysis runinfo --host-json {input.host:q} --out {output.run:q} --jobs-csv {output.jobs:q}"
-        " --interference-csv {output.interference:q} {input.jobs:q} > {log:q} 2>&1"
+        "python -m experiments.server run --"
+        " analysis runinfo --host-json {input.host:q} --out {output.run:q} --jobs-csv {output.jobs:q}"
+        " --interference-csv {output.interference:q} --capacity-csv {output.capacity:q}"
+        " {input.jobs:q} > {log:q} 2>&1"
 
 
 rule figure:
@@ -80,7 +85,8 @@ rule figure:
     conda:
         "../environment.yml"
     shell:
-        "python -m analysis figure {wildcards.figure:q} --host-dir results/{wildcards.host:q}"
+        "python -m experiments.server run --"
+        " analysis figure {wildcards.figure:q} --host-dir results/{wildcards.host:q}"
         " --out {output:q} > {log:q} 2>&1"
 
 
@@ -94,7 +100,8 @@ rule trace:
     conda:
         "../environment.yml"
     shell:
-        "python -m analysis trace {wildcards.trace:q} --host-dir results/{wildcards.host:q}"
+        "python -m experiments.server run --"
+        " analysis trace {wildcards.trace:q} --host-dir results/{wildcards.host:q}"
         " --out {output:q} > {log:q} 2>&1"
 
 
@@ -108,5 +115,6 @@ rule artefact:
     conda:
         "../environment.yml"
     shell:
-        "python -m analysis artefact {wildcards.experiment:q} {wildcards.artefact:q} --findings {input.findings:q}"
+        "python -m experiments.server run --"
+        " analysis artefact {wildcards.experiment:q} {wildcards.artefact:q} --findings {input.findings:q}"
         " --out {output:q} > {log:q} 2>&1"

@@ -160,9 +160,81 @@ def contention(metrics: list[pd.DataFrame], jobs: list[dict], host: dict) -> dic
     }
 
 
-#: Figures of the whole run rather than of one experiment, drawn from ``jobs.csv`` (their
-#: drawing functions are in :mod:`analysis.schedule`, of the same name).
-RUN_FIGURES = ("job_schedule",)
+#: Figures of the whole run rather than of one experiment, drawn from ``jobs.csv`` and
+#: ``capacity.csv`` (their drawing functions are in :mod:`analysis.schedule`, of the same name).
+RUN_FIGURES = ("job_schedule", "run_capacity")
+
+#: Columns of ``capacity.csv`` (:func:`capacity_table`).
+CAPACITY_COLUMNS = [
+    "job",
+    "experiment",
+    "start_unix",
+    "rounds",
+    "capacity_1cpu_per_s",
+    "capacity_all_per_s",
+    "delivered_cpus",
+    "available_cpus",
+    "probe_s",
+]
+
+
+def capacity_table(labels: list[str], jobs: list[dict], metrics: list[pd.DataFrame]) -> pd.DataFrame:
+    """What the capacity probe (:mod:`experiments.probe`) measured in each job, one row per job
+    that ran it, in time order: the medians over its rounds of ``capacity_1cpu_per_s`` (loop
+    iterations per second on one CPU), ``capacity_all_per_s`` (on all available CPUs at once)
+    and ``delivered_cpus``, its ``rounds``, ``available_cpus``, its first window's
+    ``start_unix`` and ``probe_s`` (the probe's own wall time over the job, s); columns
+    :data:`CAPACITY_COLUMNS`."""
+    rows = []
+    for label, j, m in zip(labels, jobs, metrics):
+        if "capacity_1cpu_per_s" not in m or "repeat" not in m:
+            continue
+        ok = m[m["status"] == "ok"] if "status" in m else m
+        r = ok.assign(_w=ok["worker"] if "worker" in ok else 0).drop_duplicates(["_w", "repeat"])
+        r = r[pd.to_numeric(r["capacity_1cpu_per_s"], errors="coerce").notna()]
+        if not len(r):
+            continue
+        med = {c: float(pd.to_numeric(r[c], errors="coerce").median()) for c in CAPACITY_COLUMNS[4:7]}
+        rows.append(
+            {
+                "job": label,
+                "experiment": j.get("experiment", ""),
+                "start_unix": float(pd.to_numeric(ok["window_start_unix"], errors="coerce").min()),
+                "rounds": len(r),
+                **med,
+                "available_cpus": int(r["available_cpus"].iloc[0]) if "available_cpus" in r else 1,
+                "probe_s": float(pd.to_numeric(r["probe_s"], errors="coerce").sum()),
+            }
+        )
+    out = pd.DataFrame(rows, columns=CAPACITY_COLUMNS)
+    return out.sort_values("start_unix", ignore_index=True) if len(out) else out
+
+
+def capacity_drift(table: pd.DataFrame, phase_s: float) -> dict:
+    """The run's capacity over its jobs (run.json ``capacity``), from :func:`capacity_table`:
+    ``jobs`` (that ran the probe), ``single_min``, ``single_median``, ``single_max`` (the jobs'
+    median single-CPU rates, loop iterations/s) and ``single_drift_pct`` (``100 (max / min - 1)``:
+    how much faster one CPU was in the fastest job than in the slowest), ``delivered_min``,
+    ``delivered_median``, ``delivered_max`` (CPUs delivered with all busy), ``cpus`` (available),
+    ``probe_s`` (the probe's wall time over the run) and ``probe_share_pct`` (of the measurement
+    phase). Empty without a probe reading."""
+    if not len(table):
+        return {}
+    single, delivered = table["capacity_1cpu_per_s"], table["delivered_cpus"]
+    return {
+        "jobs": len(table),
+        "single_min": float(single.min()),
+        "single_median": float(single.median()),
+        "single_max": float(single.max()),
+        "single_drift_pct": float(100 * (single.max() / single.min() - 1)) if single.min() > 0 else float("nan"),
+        "delivered_min": float(delivered.min()),
+        "delivered_median": float(delivered.median()),
+        "delivered_max": float(delivered.max()),
+        "cpus": int(table["available_cpus"].max()),
+        "probe_s": float(table["probe_s"].sum()),
+        "probe_share_pct": float(100 * table["probe_s"].sum() / phase_s) if phase_s > 0 else float("nan"),
+    }
+
 
 #: Columns of ``jobs.csv`` (:func:`job_intervals`).
 JOB_COLUMNS = ["job", "experiment", "phase", "start_unix", "end_unix"]

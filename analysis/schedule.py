@@ -1,8 +1,10 @@
-"""The run's job schedule: every measurement job's phases and measured windows over time.
+"""The run over time: every measurement job's phases and measured windows, and the capacity
+the machine delivered job by job.
 
-Input: ``jobs.csv`` (:func:`analysis.runinfo.job_intervals`: ``job``, ``experiment``, ``phase``,
-``start_unix``, ``end_unix`` in Unix time s). Gaps between jobs are the pipeline's overhead
-(Snakemake scheduling, process start-up).
+Inputs: ``jobs.csv`` (:func:`analysis.runinfo.job_intervals`: ``job``, ``experiment``, ``phase``,
+``start_unix``, ``end_unix`` in Unix time s; gaps between jobs are the pipeline's overhead:
+Snakemake scheduling, process start-up) and ``capacity.csv``
+(:func:`analysis.runinfo.capacity_table`: per job, the capacity probe's medians).
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from analysis.plotting import plt
+from analysis.plotting import PALETTE, plt
+from analysis.runinfo import capacity_drift
 
 #: Colour per job phase in the schedule chart, and what the legend calls it.
 PHASE_STYLE = {
@@ -67,4 +70,55 @@ def job_schedule(jobs: pd.DataFrame, host: dict) -> Figure:
     handles = [Patch(color=c, label=lab) for c, lab in PHASE_STYLE.values()]
     fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=8)
     fig.suptitle(f"Job schedule of the run on {host.get('host', '?')}", fontsize=11)
+    return fig
+
+
+def capacity_text(drift: dict) -> str:
+    """``single-CPU speed varied 31.2-36.5 M loop iterations/s (17%) over 40 jobs; 2 CPUs
+    delivered 0.85-1.95 cores (median 1.80)``, from run.json ``capacity``; "" without it."""
+    if not drift:
+        return ""
+    m = 1e6
+    return (
+        f"single-CPU speed varied {drift['single_min'] / m:.1f}-{drift['single_max'] / m:.1f} M loop iterations/s"
+        f" ({drift['single_drift_pct']:.0f}%) over {drift['jobs']} jobs; {drift['cpus']} CPUs delivered"
+        f" {drift['delivered_min']:.2f}-{drift['delivered_max']:.2f} cores (median {drift['delivered_median']:.2f})"
+    )
+
+
+def run_capacity(capacity: pd.DataFrame, host: dict) -> Figure:
+    """The capacity the machine delivered over the run, one point per measurement job (the
+    median over its rounds of the capacity probe, :mod:`experiments.probe`): above, the speed
+    of one CPU (loop iterations per second); below, the CPUs it delivered with all of them busy,
+    against the available CPUs (dotted). Colour: the job's experiment.
+
+    Args:
+        capacity: :func:`analysis.runinfo.capacity_table`.
+        host: host.json (its label goes into the title).
+    """
+    if capacity.empty:
+        fig, ax = plt.subplots(figsize=(8, 2))
+        ax.text(0.5, 0.5, "no job ran the capacity probe (config rounds.probe_ms: 0)", ha="center", va="center")
+        ax.set_axis_off()
+        return fig
+    t = (capacity["start_unix"] - capacity["start_unix"].min()) / 60
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 5.2), sharex=True, layout="constrained")
+    colours = {e: PALETTE[i % len(PALETTE)] for i, e in enumerate(dict.fromkeys(capacity["experiment"]))}
+    for exp, colour in colours.items():
+        sel = capacity["experiment"] == exp
+        top.plot(t[sel], capacity.loc[sel, "capacity_1cpu_per_s"] / 1e6, "o", color=colour, ms=5, label=exp)
+        bottom.plot(t[sel], capacity.loc[sel, "delivered_cpus"], "o", color=colour, ms=5)
+    single = capacity["capacity_1cpu_per_s"] / 1e6
+    top.axhline(single.median(), color="#555555", lw=0.8, ls="--")
+    top.set_ylabel("one CPU\n(M loop iterations/s)")
+    top.set_ylim(0, single.max() * 1.15)
+    cpus = int(capacity["available_cpus"].max())
+    bottom.axhline(cpus, color="#555555", lw=0.8, ls=":")
+    bottom.text(0, cpus, f" {cpus} available", va="bottom", fontsize=8, color="#555555")
+    bottom.set_ylim(0, max(cpus, capacity["delivered_cpus"].max()) * 1.15)
+    bottom.set_ylabel("CPUs delivered,\nall busy")
+    bottom.set_xlabel("time since the first measured window (min)")
+    top.legend(loc="lower right", fontsize=7, ncol=min(4, len(colours)))
+    top.set_title(capacity_text(capacity_drift(capacity, 0.0)), fontsize=9, loc="left")
+    fig.suptitle(f"Capacity the machine delivered, job by job, on {host.get('host', '?')}", fontsize=11)
     return fig

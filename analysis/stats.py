@@ -20,6 +20,29 @@ Definitions (per configuration point, over its ``ok`` replicates of the throughp
   to the group's baseline point from its own job (``speedup_source = "separate jobs"``):
   ratio of medians, bootstrap resampling both samples independently. A baseline point's
   speedup is 1.
+* ``speedup_norm`` (with ``speedup_norm_ci_low``, ``speedup_norm_ci_high``): the speedup on
+  whole cores, the figure that transfers between runs of a machine whose speed moves. The
+  capacity probe measured beside every round (:mod:`experiments.probe`) gives each window's
+  ``share``: the share of a whole core per busy CPU that the machine delivered to the window's
+  work (1 where the cores are whole, 0.67 where two busy vCPUs delivered 1.35 cores, 1 for work
+  that keeps one CPU busy, such as sleeping threads or threads under the GIL: :func:`_with_share`).
+  ``speedup_norm = speedup * k``, ``k`` the median share of the baseline's windows over the
+  median share of the point's, over the job. A point of 2 processes at 1.33x in a job where 2
+  CPUs delivered 1.35 cores has a speedup on whole cores of 1.97x: on a day the machine delivers
+  2 cores it would measure about that. Its interval adds the uncertainty of ``k`` (the
+  order-statistic interval of the point's median share) to the speedup's, in quadrature on the
+  log scale. Why the job's median and not each round's reading: on the 2-vCPU VM the delivered
+  capacity moves within tenths of a second (a 20 ms probe's readings 30 ms apart correlate 0.7,
+  200 ms apart 0.4), and a round's ratio correlated with its own round's reading only 0.14-0.28
+  over 40 rounds, so dividing round by round added the probe's noise without following the
+  window; the job's median follows what moves between jobs and runs (docs/benchmarks.md,
+  "Delivered capacity"). Equal to the speedup where the probe did not run or where both sides
+  keep one CPU busy.
+* ``delivered_cpus`` (median over the job's rounds, with ``delivered_cpus_ci_low`` and
+  ``_ci_high``): CPUs the machine delivered with all available CPUs busy;
+  ``cpus_delivered`` and ``cpus_asked``: with the point's own CPUs busy, and how many it asked
+  for (capped at the available CPUs); ``capacity_1cpu_per_s``: the probe's single-CPU rate
+  (loop iterations per second), the speed of one CPU while the point was measured.
 * ``parallel_efficiency = speedup / p``, ``p`` from the experiment's declared
   ``parallel_units`` (:mod:`experiments.declare`).
 * ``best``: in its group, the highest speedup whose 95% CI lies above 1, else the baseline.
@@ -41,6 +64,12 @@ NOISY_IQR_PCT = 10.0
 
 #: Speedup columns, in summary.csv order.
 SPEEDUP_COLUMNS = ["baseline_median", "speedup_ratio_of_medians", "speedup", "speedup_ci_low", "speedup_ci_high"]
+
+#: The capacity-normalised speedup's columns (the speedup on whole cores), in summary.csv order.
+NORM_COLUMNS = ["speedup_norm", "speedup_norm_ci_low", "speedup_norm_ci_high"]
+
+#: What the capacity probe measured beside a point, summarised per point (medians).
+CAPACITY_COLUMNS = ("capacity_1cpu_per_s", "delivered_cpus", "cpus_asked", "cpus_delivered")
 
 
 def median_ci(x: np.ndarray, seed: int = 0) -> tuple[float, float]:
@@ -125,13 +154,55 @@ def _point_row(spec: Experiment, point: dict, grp: pd.DataFrame, baselines: pd.D
     row["oversubscribed"] = bool(over)
     row |= _flags(spec, grp, ok)
     own_base = baselines[baselines["source"].isin(grp["source"])]
+    row |= _capacity(ok, own_base)
     cols = ["repeat", "value", *(["worker"] if "worker" in ok else [])]
     paired = ok[cols].merge(own_base[["repeat", "value"]], on="repeat", suffixes=("", "_base"))
     row["_values"], row["_base_values"] = values, own_base["value"].to_numpy(dtype=float)
     row["_ratios"] = (paired["value"] / paired["value_base"]).to_numpy(dtype=float)
+    row["_shares"] = tuple(_with_share(x)["_share"].to_numpy(dtype=float) for x in (ok, own_base))
     row["_workers"] = paired["worker"].fillna(0).to_numpy() if "worker" in paired else np.zeros(len(paired))
     row["_is_base"] = spec.is_baseline(point)
     return row
+
+
+def _median(values) -> float:
+    v = pd.to_numeric(pd.Series(values), errors="coerce").dropna()
+    return float(v.median()) if len(v) else np.nan
+
+
+def _with_share(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` with ``_share``: per window, the share of a whole core per busy CPU that the
+    machine delivered to the window's work (1 where the probe did not run: nothing to correct).
+
+    The work's busy CPUs ``u`` are what it used (``cpu_util_pct`` x available CPUs / 100),
+    between 1 and the CPUs it asked for: sleeping threads and threads under the GIL keep one CPU
+    busy at most, so the machine's parallel capacity does not limit them and their share is 1.
+    The CPUs delivered to ``u`` busy CPUs are interpolated linearly between 1 (one CPU delivers
+    itself) and ``cpus_delivered`` at ``cpus_asked``: ``share = D(u) / u``."""
+    need = ("cpus_delivered", "cpus_asked", "cpu_util_pct", "available_cpus")
+    if any(c not in rows for c in need) or not len(rows):
+        return rows.assign(_share=1.0)
+    asked = pd.to_numeric(rows["cpus_asked"], errors="coerce")
+    got = pd.to_numeric(rows["cpus_delivered"], errors="coerce")
+    used = pd.to_numeric(rows["cpu_util_pct"], errors="coerce") * pd.to_numeric(rows["available_cpus"]) / 100
+    u = used.clip(lower=1.0).where(asked > 1, 1.0).clip(upper=asked)
+    delivered = 1 + (u - 1) * (got - 1) / (asked - 1).where(asked > 1)
+    share = (delivered / u).where(asked > 1, 1.0)
+    return rows.assign(_share=share.where(share > 0).fillna(1.0))
+
+
+def _capacity(ok: pd.DataFrame, base: pd.DataFrame) -> dict:
+    """The probe's readings beside a point (:data:`CAPACITY_COLUMNS`): medians over its rounds
+    (``cpus_asked``, ``cpus_delivered``: of the point's own windows), with the 95% interval of
+    ``delivered_cpus``."""
+    both = pd.concat([ok, base], ignore_index=True)
+    out = {c: _median(ok[c]) if c in ok else np.nan for c in ("cpus_asked", "cpus_delivered")}
+    for c in ("capacity_1cpu_per_s", "delivered_cpus"):
+        out[c] = _median(both[c]) if c in both else np.nan
+    rounds = both.drop_duplicates("repeat") if "repeat" in both else both  # one reading per round
+    d = pd.to_numeric(rounds["delivered_cpus"], errors="coerce").dropna() if "delivered_cpus" in rounds else []
+    out["delivered_cpus_ci_low"], out["delivered_cpus_ci_high"] = median_ci(np.asarray(d, dtype=float))
+    return out
 
 
 def _speedup(r: pd.Series, group_base: np.ndarray) -> tuple[str, list[float]]:
@@ -153,6 +224,25 @@ def _speedup(r: pd.Series, group_base: np.ndarray) -> tuple[str, list[float]]:
     else:
         speedup, (lo, hi) = ratio_of_medians, ratio_ci(vals, base)
     return source, [float(np.median(base)), ratio_of_medians, speedup, lo, hi]
+
+
+def _norm(r: pd.Series) -> list[float]:
+    """:data:`NORM_COLUMNS` of one summary row (the module docstring's ``speedup_norm``)."""
+    if r["_is_base"]:
+        return [1.0, 1.0, 1.0]
+    point, base = r["_shares"]
+    sp, lo, hi = r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"]
+    if not (len(point) and np.isfinite(sp)):
+        return [sp, lo, hi]
+    share_p, share_b = float(np.median(point)), float(np.median(base)) if len(base) else 1.0
+    k = share_b / share_p if share_p > 0 else 1.0
+    if not (np.isfinite(lo) and np.isfinite(hi) and lo > 0):
+        return [sp * k, lo * k, hi * k]
+    k_lo, k_hi = median_ci(point)  # the point's median share; the baseline's is 1 for one CPU
+    spread = np.log(k_hi / k_lo) / 2 if np.isfinite(k_lo) and k_lo > 0 else 0.0
+    down = np.hypot(np.log(sp / lo), spread)
+    up = np.hypot(np.log(hi / sp), spread)
+    return [sp * k, sp * k * np.exp(-down), sp * k * np.exp(up)]
 
 
 def worker_inflation(ratios: np.ndarray, workers: np.ndarray) -> float | None:
@@ -197,16 +287,17 @@ def worker_scale(summary: pd.DataFrame) -> float:
 
 
 def _widen(summary: pd.DataFrame) -> None:
-    """Widen the interleaved speedups' intervals by ``worker_scale``, on the log scale around
-    the speedup: ``low' = speedup (low / speedup)^S``, ``high' = speedup (high / speedup)^S``."""
+    """Widen the interleaved speedups' intervals (and the normalised ones') by ``worker_scale``,
+    on the log scale around the estimate: ``low' = s (low / s)^S``, ``high' = s (high / s)^S``."""
     for idx, r in summary.iterrows():
-        scale, sp = r["worker_scale"], r["speedup"]
-        if scale <= 1 or r["speedup_source"] != "interleaved" or not (np.isfinite(sp) and sp > 0):
+        scale = r["worker_scale"]
+        if scale <= 1 or r["speedup_source"] != "interleaved":
             continue
-        lo, hi = r["speedup_ci_low"], r["speedup_ci_high"]
-        if np.isfinite(lo) and lo > 0 and np.isfinite(hi) and hi > 0:
-            summary.loc[idx, "speedup_ci_low"] = sp * (lo / sp) ** scale
-            summary.loc[idx, "speedup_ci_high"] = sp * (hi / sp) ** scale
+        for est, lo_col, hi_col in (SPEEDUP_COLUMNS[2:], NORM_COLUMNS):
+            sp, lo, hi = r[est], r[lo_col], r[hi_col]
+            if np.isfinite(sp) and sp > 0 and np.isfinite(lo) and lo > 0 and np.isfinite(hi) and hi > 0:
+                summary.loc[idx, lo_col] = sp * (lo / sp) ** scale
+                summary.loc[idx, hi_col] = sp * (hi / sp) ** scale
 
 
 def _groups(summary: pd.DataFrame, spec: Experiment):
@@ -239,7 +330,9 @@ def summarise(replicates: pd.DataFrame, experiment: str) -> pd.DataFrame:
         with ``<column>_ci_low`` and ``<column>_ci_high``, each declared flag, ``speedup_source``
         (interleaved, separate jobs, baseline; empty where the point or its baseline has no ok
         replicate),
-        :data:`SPEEDUP_COLUMNS`, ``best`` and ``parallel_efficiency`` (see the module docstring).
+        :data:`SPEEDUP_COLUMNS`, :data:`NORM_COLUMNS`, the probe's :data:`CAPACITY_COLUMNS` with
+        ``delivered_cpus_ci_low`` and ``_ci_high``, ``best`` and ``parallel_efficiency`` (see the
+        module docstring).
 
     Raises:
         ValueError: for an experiment that is not registered.
@@ -258,6 +351,7 @@ def summarise(replicates: pd.DataFrame, experiment: str) -> pd.DataFrame:
             source, values = _speedup(r, group_base)
             summary.loc[idx, "speedup_source"] = source
             summary.loc[idx, SPEEDUP_COLUMNS] = values
+            summary.loc[idx, NORM_COLUMNS] = _norm(summary.loc[idx])
     summary["worker_scale"] = worker_scale(summary)
     _widen(summary)
     summary["best"] = False
@@ -270,4 +364,4 @@ def summarise(replicates: pd.DataFrame, experiment: str) -> pd.DataFrame:
         for s, r in zip(summary["speedup"], summary[keys].to_dict("records"))
     ]
     summary.insert(0, "experiment", experiment)
-    return summary.drop(columns=["_values", "_base_values", "_ratios", "_workers", "_is_base"])
+    return summary.drop(columns=["_values", "_base_values", "_ratios", "_shares", "_workers", "_is_base"])

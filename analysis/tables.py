@@ -69,6 +69,10 @@ KNOWN = {
     **dict.fromkeys(("speedup", "speedup_ci_low", "speedup_ci_high", "speedup_ratio_of_medians"), FLOAT),
     **dict.fromkeys(("parallel_efficiency", "ratio", "ratio_ci_low", "ratio_ci_high", "ratio_per_cpu"), FLOAT),
     **dict.fromkeys(("median_per_cpu", "mannwhitney_u", "p_value", "worker_scale"), FLOAT),
+    # the capacity probe (experiments/probe.py), per window and per point
+    **dict.fromkeys(("capacity_1cpu_per_s", "capacity_all_per_s", "delivered_cpus", "cpus_delivered"), FLOAT),
+    **dict.fromkeys(("probe_s", "cpus_asked", "delivered_cpus_ci_low", "delivered_cpus_ci_high"), FLOAT),
+    **dict.fromkeys(("speedup_norm", "speedup_norm_ci_low", "speedup_norm_ci_high", "ratio_norm"), FLOAT),
 }
 
 _PY_TYPES = {bool: BOOL, int: INT, float: FLOAT, str: STR}

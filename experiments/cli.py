@@ -74,6 +74,13 @@ def _rounds_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--rounds-budget-s", type=float, default=0.0, metavar="S", help="wall time the rounds may take")
     g.add_argument("--rounds-max", type=int, default=0, metavar="N", help="at most N rounds (0: --repeats)")
     g.add_argument("--rounds-workers", type=int, default=1, metavar="W", help="split the rounds over W processes")
+    g.add_argument(
+        "--rounds-probe-ms",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="before each round, measure the delivered capacity with a loop of MS ms (experiments/probe.py); 0: none",
+    )
 
 
 def build_parser(params_cls, description: str, prog: str | None = None) -> argparse.ArgumentParser:
@@ -204,7 +211,15 @@ def rounds_policy(args, experiment: str, params, parser: argparse.ArgumentParser
             )
         metric = registry.get(experiment).spec.metric(dataclasses.asdict(params)) if target > 0 else ""
         max_rounds = args.rounds_max or params.repeats
-        return Rounds(params.repeats, target, args.rounds_budget_s, max_rounds, metric, args.rounds_workers)
+        return Rounds(
+            params.repeats,
+            target,
+            args.rounds_budget_s,
+            max_rounds,
+            metric,
+            args.rounds_workers,
+            probe_ms=getattr(args, "rounds_probe_ms", 0.0),
+        )
     except (ValueError, KeyError) as exc:
         parser.error(str(exc))
 

@@ -9,7 +9,8 @@ process is interrupted, the temporary file is removed and the target is left as 
 
 The helpers below are the only ways the project writes files: CSV rows (:func:`write_csv`),
 pandas frames (:func:`write_frame`), JSON (:func:`write_json`), text (:func:`write_text`) and
-matplotlib figures as PNG (:func:`write_figure`). This module imports neither pandas nor
+matplotlib figures as PNG (:func:`write_figure`); and a process's running log
+(:func:`log_stream`, not atomic: it is read only by people). This module imports neither pandas nor
 matplotlib: measurement jobs use it too.
 """
 
@@ -54,6 +55,16 @@ def atomic_write(path: str | Path, write: Callable[[IO], None], *, binary: bool 
         tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def log_stream(path: str | Path) -> IO:
+    """A log file a long-running process writes into as it goes (the job server's, opened
+    for its standard output and error): the one file here that is not written atomically, since
+    nothing reads it as a result and it must show what happened up to a crash. Truncated first;
+    the caller closes it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return open(path, "w", encoding="utf-8")  # noqa: SIM115 - the caller owns it
 
 
 def write_text(path: str | Path, text: str) -> Path:

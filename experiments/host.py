@@ -146,6 +146,18 @@ def set_parent_death_signal(signum: int) -> bool:
         return False
 
 
+def set_process_name(name: str) -> None:
+    """Name this process (``prctl(PR_SET_NAME)``: ``ps -o comm``, psutil's ``name()``, 15
+    bytes at most), so that a forked helper reads as what it is rather than as its parent; a
+    no-op where prctl is absent."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(15, name.encode()[:15], 0, 0, 0)  # 15 = PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
+
+
 def die_with_parent() -> None:
     """Ask Linux to SIGTERM this process when its parent dies.
 

@@ -13,6 +13,7 @@ import time
 import typing
 from collections.abc import Callable
 
+from experiments import probe as probe_mod
 from experiments.rounds import Rounds
 from experiments.window import Meter, Window
 
@@ -154,6 +155,11 @@ def interleave(
     processes. Without a baseline, or when the point is its own baseline, only the point is
     measured.
 
+    Before each round, where ``rounds.probe_ms`` is above 0, the capacity probe
+    (:mod:`experiments.probe`) measures what the machine delivers: its columns
+    (:data:`experiments.probe.COLUMNS`) go on both rows of the round, ``cpus_asked`` and
+    ``cpus_delivered`` for each row's own work.
+
     Args:
         rounds: how many rounds (:class:`~experiments.rounds.Rounds`): ``params.repeats`` when
             None; an adaptive policy measures more until the speedup's interval is narrow.
@@ -165,16 +171,22 @@ def interleave(
     rounds = rounds or Rounds(params.repeats)
     with Meter(params.sample_hz) as meter:
         runners = [("point", params, make_runner(params, meter))]
+        probe = None
         try:
             if baseline is not None and baseline != params:
                 runners.append(("baseline", baseline, make_runner(baseline, meter)))
+            asked = {role: _cpus_asked(p) for role, p, _ in runners}
+            if rounds.probe_ms > 0:
+                probe = probe_mod.Probe(meter.ncpu, rounds.probe_ms)
             result = RunResult()
             seen: dict[str, list[float]] = {"point": [], "baseline": []}
             t0, r, stopped = time.perf_counter(), 0, None
             while stopped is None:
+                reading = probe.measure(asked.values()) if probe is not None else None
                 for role, p, runner in runners if r % 2 == 0 else runners[::-1]:
                     m = runner.once()
-                    result.add_window(r, m.win, role=role, params=p if role == "baseline" else None, **m.row)
+                    cap = probe_mod.row_columns(reading, asked[role], meter.ncpu) if reading else {}
+                    result.add_window(r, m.win, role=role, params=p if role == "baseline" else None, **m.row, **cap)
                     result.spans.extend({"repeat": r, "role": role, **s} for s in m.spans)
                     seen[role].append(float(m.row.get(rounds.metric, math.nan)) if rounds.metric else math.nan)
                 r += 1
@@ -186,6 +198,14 @@ def interleave(
         finally:
             for _, _, runner in runners:
                 runner.close()
+            if probe is not None:
+                probe.close()
+
+
+def _cpus_asked(params) -> int:
+    """CPUs a point's work asks for at once (its Params' ``cpus_requested()``; 1 without one)."""
+    asked = getattr(params, "cpus_requested", None)
+    return int(asked()) if callable(asked) else 1
 
 
 def metrics_rows(result: RunResult, host: str, experiment: str, params) -> tuple[list[dict], list[str]]:

@@ -65,6 +65,9 @@ class Rounds:
             (:mod:`experiments.workers`); the policy of one of them is :meth:`for_worker`.
         prior_point, prior_baseline: the metric of the windows earlier workers measured, one
             per round; the interval that decides pools them with this worker's.
+        probe_ms: before each round, the capacity probe (:mod:`experiments.probe`) runs its
+            loop this long (ms) on one CPU, on the round's own number of CPUs and on all of
+            them; 0: no probe.
 
     Raises:
         ValueError: for a value out of range (the message names it).
@@ -78,9 +81,11 @@ class Rounds:
     workers: int = 1
     prior_point: tuple[float, ...] = ()
     prior_baseline: tuple[float, ...] = ()
+    probe_ms: float = 0.0
 
     def __post_init__(self) -> None:
         check_min("repeats", self.min_rounds, 1)
+        check_min("probe_ms", self.probe_ms, 0)
         check_min("workers", self.workers, 1)
         check_min("target_ci_pct", self.target_ci_pct, 0)
         check_min("budget_s", self.budget_s, 0)

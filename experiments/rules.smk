@@ -20,7 +20,8 @@ rule host_info:
         **MEASURE_RESOURCES,
     shell:
         'mkdir -p "$TMPDIR" && '
-        "python -m experiments.hostinfo --host {wildcards.host:q} --out {output:q} > {log:q} 2>&1"
+        "python -m experiments.server run --"
+        " experiments.hostinfo --host {wildcards.host:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule user_env:
@@ -84,7 +85,8 @@ rule selfcheck:
         lock=MEASURE_LOCK,
     shell:
         'mkdir -p "$TMPDIR" && '
-        "python -m experiments.selfcheck {params.args} --host {wildcards.host:q}"
+        "python -m experiments.server run --"
+        " experiments.selfcheck {params.args} --host {wildcards.host:q}"
         ' --lock {params.lock:q} --out "$(dirname {output.metrics:q})" > {log:q} 2>&1'
 
 
@@ -113,5 +115,6 @@ rule measure:
         'mkdir -p "$TMPDIR" && '
         "python -m experiments.supervise --timeout-s {params.timeout} --log {log:q}"
         ' --host {wildcards.host:q} --experiment {wildcards.experiment:q} --out "$(dirname {output.metrics:q})"'
-        " -- python -m experiments.{wildcards.experiment} {params.args} --host {wildcards.host:q}"
+        " -- python -m experiments.server run --"
+        " experiments.{wildcards.experiment} {params.args} --host {wildcards.host:q}"
         ' --lock {params.lock:q} --out "$(dirname {output.metrics:q})" > {log:q} 2>&1'

@@ -17,17 +17,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import subprocess
+import signal
 import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import psutil
 
 from experiments import sampler as sampler_mod
 from experiments.host import affinity, available_cpus
+
+#: The sampler process's name (``ps -o comm``; it is a fork of the job, so its command line is the job's).
+SAMPLER_NAME = "cpulab-sampler"
 
 #: A window whose interference averages more than this (% of one CPU) is flagged contended.
 CONTENDED_PCT = 10.0
@@ -45,6 +47,9 @@ class CpuSampler:
       children included, the sampler excluded.
 
     One sampler process serves all windows of a job; between windows it sleeps on its input.
+    It is a fork of the caller (a few ms, where starting ``python -m experiments.sampler`` took
+    about 150 ms, twice a job), made when the caller's :class:`Meter` opens, before the
+    experiment sets anything up; it keeps only its two pipes and runs nothing but psutil.
 
     Args:
         hz: sampling rate in samples per second (> 0).
@@ -58,13 +63,7 @@ class CpuSampler:
         if hz <= 0:
             raise ValueError(f"sample_hz must be > 0, got {hz}")
         self.hz = hz
-        env = dict(os.environ)
-        code_dir = str(Path(__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (code_dir, env.get("PYTHONPATH")) if p)
-        cmd = [sys.executable, "-m", "experiments.sampler", "--pid", str(os.getpid()), "--hz", str(hz)]
-        self._proc = subprocess.Popen(
-            [*cmd, "--ncpu", str(ncpu)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
-        )
+        self._proc = _Forked(hz, ncpu)
         self.pid = self._proc.pid
         self.sampler_cpu_s = 0.0
         self.edges: dict = {}
@@ -107,6 +106,61 @@ class CpuSampler:
             except (BrokenPipeError, ValueError):
                 pass
             self._proc.wait(timeout=5)
+
+
+class _Forked:
+    """The sampler as a forked child of this process talking over two pipes (the ``Popen``
+    calls :class:`CpuSampler` needs: ``pid``, ``poll``, ``stdin``, ``stdout``, ``wait``)."""
+
+    def __init__(self, hz: float, ncpu: int) -> None:
+        target = os.getpid()
+        cmd_r, cmd_w = os.pipe()
+        out_r, out_w = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:  # the sampler: its two pipes and stderr, nothing else of the caller
+            code = 0
+            try:
+                os.dup2(cmd_r, 0)
+                os.dup2(out_w, 1)
+                os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+                from experiments.host import set_parent_death_signal, set_process_name
+
+                set_parent_death_signal(signal.SIGKILL)
+                set_process_name(SAMPLER_NAME)
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    signal.signal(sig, signal.SIG_DFL)
+                inp, out = os.fdopen(0, "r"), os.fdopen(1, "w")
+                sampler_mod.serve(target, hz, ncpu, inp, out)
+            except BaseException:  # noqa: BLE001 - the caller sees the pipe close and says so
+                code = 1
+            finally:
+                os._exit(code)
+        os.close(cmd_r)
+        os.close(out_w)
+        self.pid = pid
+        self.stdin, self.stdout = os.fdopen(cmd_w, "w"), os.fdopen(out_r, "r")
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            done, status = os.waitpid(self.pid, os.WNOHANG)
+            if done:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float) -> int:
+        end = time.monotonic() + timeout
+        while self.poll() is None:
+            if time.monotonic() > end:
+                os.kill(self.pid, signal.SIGKILL)
+                _, status = os.waitpid(self.pid, 0)
+                self.returncode = os.waitstatus_to_exitcode(status)
+                break
+            time.sleep(0.005)
+        self.stdout.close()
+        return self.returncode
 
 
 @dataclasses.dataclass
@@ -215,6 +269,7 @@ class Meter:
         self._tree: dict[int, psutil.Process] = {}  # this job's processes, by pid
 
     def __enter__(self) -> Meter:
+        self.sampler()  # forked now, before the experiment sets anything up (no thread pool yet)
         return self
 
     def __exit__(self, *exc) -> None:

@@ -26,7 +26,7 @@ from experiments import registry
 from experiments.declare import point_label
 from experiments.interpreters import describe
 from report.format import fmt as _fmt
-from report.trust import capacity_rows, headlines, trust_context
+from report.trust import capacity_paragraph, capacity_rows, headlines, trust_context
 
 #: The report's own prose: captions of the figures of the whole run, the comparison's caption.
 SECTIONS = yaml.safe_load((Path(__file__).with_name("sections.yaml")).read_text(encoding="utf-8"))
@@ -274,6 +274,11 @@ def build_context(host_dir: str | Path, experiments: list[str]) -> dict:
         figure(host_dir, "job_schedule", SECTIONS["figures"]["job_schedule"]) if schedule.exists() else None
     )
     trust["trace"] = "traces/jobs.json" if (host_dir / "traces" / "jobs.json").exists() else None
+    cap_fig = host_dir / "figures" / "run_capacity.png"
+    trust["capacity_figure"] = (
+        figure(host_dir, "run_capacity", SECTIONS["figures"]["run_capacity"]) if cap_fig.exists() else None
+    )
+    trust["capacity_text"] = capacity_paragraph(run.get("capacity") or {})
     return {
         "trust": trust,
         "host": host.get("host", host_dir.name),

@@ -32,14 +32,16 @@ def _x(v, lo=None, hi=None) -> str:
     if v is None or not math.isfinite(v):
         return ""
     text = f"{v:.2f}x"
-    if lo is not None and math.isfinite(lo):
+    if lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi):
         text += f" ({lo:.2f}-{hi:.2f})"
     return text
 
 
 def experiment_table(c: pd.DataFrame, hosts: list[str]) -> dict:
-    """Rows per point: for each host its median (95% CI), per available CPU, its own speedup,
-    and for non-baseline hosts the ratio to the baseline host (95% CI), p-value and verdict."""
+    """Rows per point: for each host its median (95% CI), per available CPU, its own speedup
+    (and on whole cores, where its capacity probe ran), and for non-baseline hosts the ratio to
+    the baseline host (95% CI; per CPU; at equal one-CPU speed and on whole cores), p-value and
+    verdict."""
     points = [p for p in dict.fromkeys(c["point"].fillna("")) if p]
     cols = [
         "point",
@@ -48,8 +50,10 @@ def experiment_table(c: pd.DataFrame, hosts: list[str]) -> dict:
         "median (95% CI)",
         "per available CPU",
         "own speedup (95% CI)",
+        "on whole cores",
         "ratio to baseline host (95% CI)",
         "per CPU",
+        "at equal core speed, whole cores",
         "Mann-Whitney p",
         "verdict",
     ]
@@ -77,8 +81,10 @@ def experiment_table(c: pd.DataFrame, hosts: list[str]) -> dict:
                     median,
                     _fmt(r["median_per_cpu"]),
                     _x(r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"]),
+                    _x(r.get("speedup_norm", math.nan), r.get("speedup_norm_ci_low"), r.get("speedup_norm_ci_high")),
                     _x(r["ratio"], r["ratio_ci_low"], r["ratio_ci_high"]),
                     _x(r["ratio_per_cpu"]),
+                    _x(r.get("ratio_norm", math.nan)),
                     f"{r['p_value']:.2g}" if math.isfinite(r["p_value"]) else "",
                     verdict,
                 ]

@@ -15,16 +15,17 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 TEMPLATES = Path(__file__).with_name("templates")
 
 
-#: Characters that start Markdown markup in running text (CommonMark and GitHub's tables and
+#: Characters that start Markdown markup inside a line (CommonMark and GitHub's tables and
 #: strikethrough): each is made literal with a backslash, which CommonMark allows before any
-#: ASCII punctuation (spec section 2.4). ``_`` only where it can open or close emphasis, next to
-#: a non-word character (``cpu_util_pct`` stays as it is: CommonMark never emphasises inside a
-#: word); ``&`` only where it would start an entity; ``>``, ``#``, ``+``, ``-`` and ``1.`` only
-#: at the start, where they would open a block quote, a heading or a list (``1\\.``; ``>= 1.40x``
-#: inside a sentence stays as it is).
-_MD_SPECIAL = re.compile(
-    r"[\\`*\[\]<|~]|(?<!\w)_|_(?!\w)|&(?=#?\w+;)|^\s*(?:[>#]|[+-](?=\s))|(?<=^\d)[.)]|(?<=^\d\d)[.)]|(?<=^\d{3})[.)]"
-)
+#: ASCII punctuation (spec section 2.4). ``_`` only where it can open or close emphasis, at the
+#: edge of a word (``cpu_util_pct`` stays as it is: CommonMark never emphasises inside a word;
+#: ``__getitem__`` becomes ``\\_\\_getitem\\_\\_``); ``&`` only where it would start an entity
+#: (``>= 1.40x`` stays as it is).
+_MD_SPECIAL = re.compile(r"[\\`*\[\]<|~]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|&(?=#?\w+;)")
+
+#: What opens a block at the start of a line: a block quote, a heading, a list item (``- ``,
+#: ``+ ``, ``1. ``). Escaped only where the text starts a line of the document (:func:`md_block`).
+_MD_BLOCK = re.compile(r"^(\s*)([>#]|[+-](?=\s)|\d{1,9}(?=[.)]\s))")
 
 #: A code span: a run of backticks, then anything, then a run of the same length (spec 6.1).
 _CODE_SPAN = re.compile(r"(`+)(.+?)(?<!`)\1(?!`)")
@@ -35,12 +36,7 @@ def _one_line(value) -> str:
 
 
 def _md_escape(text: str) -> str:
-    def escape(m: re.Match) -> str:
-        found = m.group(0)
-        lead = len(found) - len(found.lstrip())
-        return found[:lead] + "\\" + found[lead:]
-
-    return _MD_SPECIAL.sub(escape, text)
+    return _MD_SPECIAL.sub(lambda m: "\\" + m.group(0), text)
 
 
 def md_text(value) -> str:
@@ -58,6 +54,17 @@ def md_text(value) -> str:
         at = m.end()
     out.append(_md_escape(text[at:]))
     return "".join(out)
+
+
+def md_block(value) -> str:
+    """:func:`md_text` for text that starts a line of the document (a list item's, a
+    paragraph's): a leading ``>``, ``#``, ``- `` or ``1. `` is escaped too, so it stays text."""
+    text = md_text(value)
+    m = _MD_BLOCK.match(text)
+    if not m:
+        return text
+    lead, mark = m.group(1), m.group(2)
+    return lead + (mark + "\\" if mark[0].isdigit() else "\\" + mark) + text[m.end() :]
 
 
 def md_code(value) -> str:
@@ -81,6 +88,7 @@ def environment() -> Environment:
     )
     env.filters["md"] = md_text
     env.filters["md_code"] = md_code
+    env.filters["md_block"] = md_block
     return env
 
 

@@ -25,7 +25,8 @@ rule report:
     params:
         experiments=EXPERIMENTS,
     shell:
-        "python -m report --host-dir results/{wildcards.host:q} --experiments {params.experiments:q}"
+        "python -m experiments.server run --"
+        " report --host-dir results/{wildcards.host:q} --experiments {params.experiments:q}"
         " --html {output.html:q} --md {output.md:q} > {log:q} 2>&1"
 
 
@@ -40,7 +41,8 @@ rule point_status:
     conda:
         "../environment.yml"
     shell:
-        "python -m analysis status --out {output:q} {input.summaries:q} > {log:q} 2>&1"
+        "python -m experiments.server run --"
+        " analysis status --out {output:q} {input.summaries:q} > {log:q} 2>&1"
 
 
 rule run_config:
@@ -53,7 +55,8 @@ rule run_config:
     params:
         config=config_json(),
     shell:
-        "python -m analysis config --json {params.config} --out {output:q} > {log:q} 2>&1"
+        "python -m experiments.server run --"
+        " analysis config --json {params.config} --out {output:q} > {log:q} 2>&1"
 
 
 rule compare_tables:
@@ -73,7 +76,8 @@ rule compare_tables:
         experiments=EXPERIMENTS,
         stamp=compare_stamp(),
     shell:
-        "python -m analysis compare --baseline {params.baseline:q} --experiments {params.experiments:q}"
+        "python -m experiments.server run --"
+        " analysis compare --baseline {params.baseline:q} --experiments {params.experiments:q}"
         " --out-dir results/compare {params.dirs:q} > {log:q} 2>&1;"
         # a host that could not be read is left out with its reason: say so on the console too
         " grep -h '^not comparable:' {log:q} >&2 || true"
@@ -94,7 +98,8 @@ rule compare_figure:
     conda:
         "../environment.yml"
     shell:
-        "python -m analysis compare-figure {wildcards.experiment:q} --compare-dir results/compare"
+        "python -m experiments.server run --"
+        " analysis compare-figure {wildcards.experiment:q} --compare-dir results/compare"
         " --out {output:q} > {log:q} 2>&1"
 
 
@@ -117,7 +122,8 @@ rule compare_report:
     conda:
         "../environment.yml"
     shell:
-        "python -m report --compare-dir results/compare --html {output.html:q} --md {output.md:q} > {log:q} 2>&1"
+        "python -m experiments.server run --"
+        " report --compare-dir results/compare --html {output.html:q} --md {output.md:q} > {log:q} 2>&1"
 
 
 rule compare:

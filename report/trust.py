@@ -81,6 +81,23 @@ def contention_text(c: dict, others: list[dict], ncpu, contended: int, points: i
     )
 
 
+def capacity_paragraph(drift: dict) -> str:
+    """What the capacity probe measured over the run (run.json ``capacity``), as a sentence, and
+    what the report does with it; "" where no job ran the probe."""
+    if not drift:
+        return ""
+    from analysis.schedule import capacity_text
+
+    share = drift.get("probe_share_pct")
+    cost = f" The probe took {share:.1f}% of the measurement phase." if share == share and share is not None else ""
+    return (
+        "Capacity over the run, measured by a fixed-work loop on one CPU and on all of them before every round "
+        f"(experiments/probe.py): {capacity_text(drift)}. Each speedup is also given on whole cores: divided by "
+        "the share of a core per busy CPU the machine delivered to its job (the probe's median over the job's "
+        f"rounds), the figure that transfers to a rerun on the same machine.{cost}"
+    )
+
+
 def capacity_rows(host: dict, run: dict) -> list[tuple[str, str]]:
     """Label/value pairs of what limited the CPUs, measured (host.json ``capacity``, run.json
     ``contention``), each with the reason where it could not be read."""

@@ -200,6 +200,31 @@ def test_cli_and_report(two_hosts, tmp_path, capsys):
     pd.read_csv(out / "comparison.csv")  # the earlier output is intact
 
 
+def test_two_runs_of_one_machine_compare_at_equal_core_speed(tmp_path):
+    """The same machine measured twice while its speed moved: in the second run one CPU ran at
+    half the speed (the capacity probe says so) and the sequential loop at half the tasks/s.
+    The ratio says 0.5x; at equal core speed the runs agree (1.0x)."""
+    rows = {}
+    for name, speed in (("run1", 4e7), ("run2", 2e7)):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "host.json").write_text(json.dumps({"host": name, "available_cpus": 2, "schema_version": 1}))
+        tps = [v * speed / 4e7 for v in SEQ]
+        cap = {"capacity_1cpu_per_s": speed, "cpus_asked": 1, "cpus_delivered": 1.0, "delivered_cpus": 2.0}
+        path = write_point(
+            tmp_path / f"{name}-pts",
+            "gil",
+            _gil("sequential"),
+            [{"wall_s": 2 / t, "tasks_per_s": t, **cap} for t in tps],
+        )
+        args = ["summarise", "--experiment", "gil", "--out-dir", str(d / "gil"), "--host-json", str(d / "host.json")]
+        assert analysis_main([*args, str(path)]) == 0
+        rows[name] = d
+    t = compare_hosts([load_host(rows["run1"], ["gil"]), load_host(rows["run2"], ["gil"])], "run1", ["gil"])
+    r = t["comparison"].set_index("host").loc["run2"]
+    assert r["ratio"] == pytest.approx(0.5) and r["ratio_norm"] == pytest.approx(1.0)
+
+
 def test_an_experiment_no_host_ran_is_listed_once_not_drawn(two_hosts, tmp_path):
     """jit is in the comparison but neither host ran it: one line names it; no empty section,
     table or figure stands for it."""

@@ -198,17 +198,19 @@ def test_the_physics_checks_fail_where_the_physics_is_wrong():
 
 @pytest.mark.slow
 def test_the_single_thread_cost_is_measured_against_the_first_interpreter(interpreters_run):
-    """3.13t runs one thread of the counting loop slower than CPython 3.11 (its specialising
-    interpreter is off in free-threaded 3.13 builds; the issue's single run: 0.71x; here 0.85x
-    (0.78-0.90) and 0.77x with PYTHON_GIL=1). A ratio of two interpreters measured interleaved
-    in one job: the machine's speed cancels out of it. Its CI reached 1.17 in a CI run on the
-    same VM, so the bound is on the median."""
+    """One thread of the counting loop under 3.13t against CPython 3.11, interleaved in one job:
+    the rows say which interpreter ran each window, and the ratio comes with its interval. Its
+    direction is the CPU's, not a law: 0.85x (0.78-0.90) on the Xeon development VM, 1.08x on
+    an AMD EPYC one (free-threaded 3.13 turns the specialising interpreter off, which costs
+    more on some cores than on others), so the test asserts no direction."""
     s = pd.read_csv(interpreters_run / "singlethread" / "summary.csv").set_index("interpreter")
     assert s.loc["default", "status"] == "skipped" and "reference" in s.loc["default", "reason"]
+    reps = pd.read_csv(interpreters_run / "singlethread" / "replicates.csv")
     for label in ("3.13t", "3.13t-gil"):
-        assert s.loc[label, "status"] == "ok" and s.loc[label, "n"] >= 5
-        assert 0.3 < s.loc[label, "speedup"] < 1, s.loc[label]
-    assert s.loc["3.13t", "speedup_ci_low"] < 1
+        r = s.loc[label]
+        assert r["status"] == "ok" and r["n"] >= 5 and r["speedup_ci_low"] <= r["speedup"] <= r["speedup_ci_high"], r
+        mine = reps[reps["interpreter"] == label]
+        assert set(mine["python_version"].astype(str).str[:4]) == {"3.13"}, mine["python_version"]
     report = (interpreters_run / "report.md").read_text()
     assert "3.13t (CPython 3.13.5, free-threaded build, GIL off (PYTHON_GIL=0)): one thread of" in report
 

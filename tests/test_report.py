@@ -207,17 +207,20 @@ def test_markdown_report_escapes_markup_from_data(host_dir):
         "t<a>b",
         "x >= 1.40x & y",
         "`python t<x.py` | grep ok",
-        "num_workers~2 ~3~ *not bold* _not em_ [not](link) #1",
+        "num_workers~2 ~3~ *not bold* _not em_ [not](link) #1 __getitem__",
         "> 1. - not a block",
+        "1. not a list",
+        "- not a list either",
         "C:\\path\\* and a lone ` tick",
     ],
 )
 def test_markdown_escaping_shows_data_as_it_is(data):
-    """In a table cell, in running text and in a code span: the rendered page shows the data's
-    own characters (the code span's own backticks aside), with no markup made from them."""
-    from report.render import md_code, md_text
+    """In a table cell, in a list item (where a line starts: md_block) and in a code span: the
+    rendered page shows the data's own characters (the code span's own backticks aside), with
+    no markup made from them."""
+    from report.render import md_block, md_code, md_text
 
-    page = _rendered_markdown(f"| a | b |\n|---|---|\n| {md_text(data)} | {md_code(data)} |\n\n- {md_text(data)}\n")
+    page = _rendered_markdown(f"| a | b |\n|---|---|\n| {md_text(data)} | {md_code(data)} |\n\n- {md_block(data)}\n")
     cells = re.findall(r"<td>(.*?)</td>", page)
     item = re.findall(r"<li>(.*?)</li>", page)[0]
     shown = str(escape(data))

@@ -107,7 +107,7 @@ def test_run_contention_and_the_processes_named():
     from report.trust import contention_text
 
     text = contention_text(q, [], 1, 1, 2)
-    assert "0.97 CPU of 2" in text and "0.50 CPUs left (the CPU quota of 0.5 CPUs binds first)" in text, text
+    assert "0.97 CPU of 2" in text and "0.50 CPUs left (the CPU quota of 0.50 CPU binds first)" in text, text
     jobs.append({"others": [{"pid": 42, "name": "python", "cmdline": "python x.py", "cpu_pct": 99.0}]})
     jobs.append({"others": [{"pid": 7, "name": "kworker/0:1", "cmdline": "kworker/0:1", "cpu_pct": 2.0}]})
     t = interference_table(["gil a", "gil b", "jit c", "jit d"], jobs)

@@ -21,6 +21,7 @@ from helpers import snakemake_in, venv_env
 
 from analysis.trace import validate_trace
 from experiments import registry
+from experiments.window import SAMPLER_NAME
 
 SPECS = {name: e.spec for name, e in registry.experiments().items()}
 #: The experiments the end-to-end run runs (its config's list, the fixture nap left out: it is
@@ -412,13 +413,14 @@ def _interrupt_during(work: Path, experiment: str, seen: dict[int, float]) -> in
     while proc.poll() is None and time.monotonic() < deadline:
         fam = _family(proc.pid)
         seen.update(fam)
-        for pid in fam:
+        for pid in fam:  # the job (or its worker process): the parent of a CPU sampler
             try:
                 p = psutil.Process(pid)
-                if f"experiments.{experiment}" in " ".join(p.cmdline()) and "supervise" not in " ".join(p.cmdline()):
-                    if len(p.children(recursive=True)) >= 3:  # sampler + 2 workers
+                if p.name() == SAMPLER_NAME:
+                    job = p.parent()
+                    if len(job.children(recursive=True)) >= 3:  # sampler + 2 workers
                         fired = True
-            except psutil.NoSuchProcess:
+            except (psutil.NoSuchProcess, AttributeError):
                 pass
         if fired:
             time.sleep(0.3)

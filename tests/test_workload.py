@@ -119,7 +119,8 @@ def build():
 @pytest.mark.parametrize(
     "name, body, message",
     [
-        ("wl_none", None, "cannot import wl_none_missing (ModuleNotFoundError"),
+        ("wl_none", None, "cannot find module wl_none_missing in "),
+        ("wl_broken", "import not_installed_here\n\n\ndef build():\n    pass\n", "cannot import wl_broken (Module"),
         ("wl_tuple", "def build():\n    return 42\n", "returned int; expected a dict with model, dataset, loss"),
         (
             "wl_model",
@@ -184,13 +185,13 @@ def test_a_bad_workload_is_a_failed_point_and_its_verification_says_why(tmp_path
     assert proc.returncode == 0, proc.stderr
     m = pd.read_csv(out / "metrics.csv")
     assert list(m["status"]) == ["failed"]
-    assert m["reason"][0].startswith("config key workload.entry: 'nosuch.pkg:build': cannot import nosuch.pkg")
+    assert m["reason"][0].startswith("config key workload.entry: 'nosuch.pkg:build': cannot find module nosuch.pkg")
     verify = tmp_path / "stage~verify"
     cmd = [sys.executable, "-m", "experiments.workload", "--stage", "verify", "--after", str(out), "--out", str(verify)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     reason = pd.read_csv(verify / "metrics.csv")["reason"][0]
-    assert reason.startswith("the search did not finish (config key workload.entry: 'nosuch.pkg:build': cannot import")
+    assert reason.startswith("the search did not finish (config key workload.entry: 'nosuch.pkg:build': cannot find")
     assert reason.endswith("); nothing to verify")
 
 

@@ -7,7 +7,18 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.capacity import note as measured_note
-from analysis.findings import best_row, fmt_x, in_order, measured, num, pick, slower, unranked_text, winner
+from analysis.findings import (
+    best_row,
+    fmt_transfer,
+    fmt_x,
+    in_order,
+    measured,
+    num,
+    pick,
+    slower,
+    unranked_text,
+    winner,
+)
 from analysis.plotting import (
     PALETTE,
     baseline_text,
@@ -76,7 +87,7 @@ def headlines(summary: pd.DataFrame, host: dict) -> list[dict]:
         sub = measured(summary[summary["dataset"] == dataset])
         if len(sub):
             best = winner(sub)
-            gain = f" ({fmt_x(best)})" if best is not None and int(best["num_workers"]) else ""
+            gain = f" ({fmt_transfer(best)})" if best is not None and int(best["num_workers"]) else ""
             answer = f"{int(best['num_workers'])}{gain}" if best is not None else "no clear winner"
             answer += unranked_text(sub, best, _workers, short=True)
             parts.append(f"{DATASETS[dataset]}: {answer}")

@@ -11,7 +11,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.capacity import cpus_text, note, one_cpu_note
-from analysis.findings import fmt_x, in_order, pick, winner
+from analysis.findings import fmt_transfer, fmt_x, in_order, pick, winner
 from analysis.plotting import SPEEDUP, noisy_mask, plt, yerr
 from experiments.gil import MODES, WORKLOADS
 from experiments.gil.checks import fidelity, gil_on, with_interpreter
@@ -139,7 +139,7 @@ def headlines(summary: pd.DataFrame, host: dict) -> list[dict]:
     mine = cpu[cpu["interpreter"] == first]
     n = mine["workers"].min()
     parts = [
-        f"{n} {mode} {fmt_x(r)}"
+        f"{n} {mode} {fmt_transfer(r)}"
         for mode in ("processes", "threads")
         if (r := pick(mine, workers=n, mode=mode)) is not None
     ]
@@ -149,7 +149,7 @@ def headlines(summary: pd.DataFrame, host: dict) -> list[dict]:
     for label in others:
         r = pick(cpu, interpreter=label, workers=n, mode="threads")
         if r is not None and not gil_on(cpu, label):
-            answer += f"; under {label} with the GIL off, {n} threads {fmt_x(r)}"
+            answer += f"; under {label} with the GIL off, {n} threads {fmt_transfer(r)}"
     return [{"question": "Processes or threads for CPU-bound Python code?", "answer": answer}]
 
 

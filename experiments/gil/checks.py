@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.capacity import capacity_reason, causes
-from analysis.fidelity import speedup_check
+from analysis.fidelity import scaling_check, speedup_check
 
 
 def with_interpreter(summary: pd.DataFrame | None) -> pd.DataFrame | None:
@@ -25,6 +25,9 @@ def gil_on(summary: pd.DataFrame, label: str) -> bool:
     values = summary.loc[(summary["interpreter"] == label) & summary["gil_enabled"].notna(), "gil_enabled"]
     return bool(values.iloc[0]) if len(values) else True
 
+
+#: Work that runs in parallel reaches at least this share of the CPUs the machine delivered to it.
+SCALING_SHARE = 0.7
 
 #: Why a scaling check warned when nothing measured explains it: the possibilities, last resort.
 GENERIC = (
@@ -45,12 +48,12 @@ def _scaling_checks(
             cases.append(("cpu", "threads", "CPU-bound Python, GIL off", "with the GIL off, bytecode runs in parallel"))
         for workload, mode, what, why in cases:
             rows.append(
-                speedup_check(
+                scaling_check(
                     summary,
                     {"interpreter": label, "workload": workload, "mode": mode, "workers": n},
                     f"{what}{tag}: {n} {mode} over sequential",
-                    f">= {0.7 * cpus:.2f}x",
-                    lambda s, need=0.7 * cpus: s >= need,
+                    cpus,
+                    SCALING_SHARE,
                     why,
                     lambda r, s, cpus=cpus, what=f"{n} {mode}": capacity_reason(r, s, cpus, GENERIC, host, what),
                 )

@@ -7,7 +7,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.capacity import note, one_cpu_note
-from analysis.findings import fmt_x, measured, num, plural, unranked_text, winner
+from analysis.findings import fmt_transfer, fmt_x, measured, num, plural, unranked_text, winner
 from analysis.plotting import PALETTE, baseline_text, cpus_text, plt, speedup_line, speedup_note
 from analysis.timelines import point_of
 
@@ -62,7 +62,7 @@ def headlines(summary: pd.DataFrame, host: dict) -> list[dict]:
     elif best["processes"] == 1 and best["threads"] == 1:
         answer = "1 x 1: every other split clearly slower"
     else:
-        answer = f"{int(best['processes'])} x {int(best['threads'])}: {fmt_x(best)} over 1 x 1"
+        answer = f"{int(best['processes'])} x {int(best['threads'])}: {fmt_transfer(best)} over 1 x 1"
         answer += unranked_text(ok, best, _split, short=True)
     return [{"question": "How many training processes x intra-op threads?", "answer": answer}]
 

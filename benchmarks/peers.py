@@ -1,0 +1,350 @@
+"""Peers side by side: pyperf, torch.utils.benchmark and the lab on the same points, each
+twice, with the lab's capacity probe reading the machine around every peer measurement.
+
+Points, the same work for every tool:
+
+* pyperf (``bench_func``, ``--fast``: 6 worker processes): the seed's CPU-bound counting loop
+  run twice sequentially, in 2 threads and in 2 forked processes; the sleep loop sequentially
+  and in 2 threads; speedups = sequential mean / mode mean, with pyperf's own uncertainty (its
+  mean +- standard deviation, propagated to the ratio);
+* torch.utils.benchmark (``Timer.blocked_autorange``, at least 1 s each): a 1024 x 1024 float32
+  matmul at 1 and 2 threads (GFLOP/s = 2 n^3 / median time) and one SGD step of the lab's MLP
+  (samples/s); its stated uncertainty is the interquartile range of its blocks;
+* the lab, by its own command line with interleaved baselines, 2 worker processes and the
+  capacity probe (``python -m experiments.gil``, ``experiments.intraop``): the same points with
+  their 95% intervals, raw and on whole cores (``speedup_norm``, analysis/stats.py).
+
+Around every peer measurement the capacity probe (:mod:`experiments.probe`) measures the CPUs
+the machine delivered, so a peer's speedup can be put on whole cores the lab's way
+(``speedup x CPUs / delivered``) before it is compared with the lab's interval.
+
+It reports every value with its stated uncertainty, each tool's rerun agreement (the share of
+values whose second measurement lies inside the first one's stated interval, and the reverse),
+its wall time, and whether each peer value lies inside the lab's interval, raw and on whole
+cores. A benchmark, not a test. Usage (repository root, the project's venv with
+requirements-dev.txt, which pins pyperf)::
+
+    python benchmarks/peers.py [--passes 2] [--json out.json] [--markdown out.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from experiments.fileio import write_json, write_text  # noqa: E402
+from experiments.probe import Probe  # noqa: E402
+
+#: Iterations of the counting loop per task: about 0.1-0.2 s on the CPUs seen here, as in the
+#: quick config.
+CPU_ITERATIONS = 2_000_000
+#: The sleep loop: 10 sleeps of 10 ms per task.
+IO_ITERATIONS = 10
+MATMUL = 1024
+
+
+#: pyperf's benchmarks, each run on its own (with the probe before it).
+PYPERF_BENCHMARKS = ("cpu_sequential", "cpu_threads", "cpu_processes", "io_sequential", "io_threads")
+
+
+def probe_reading(seconds: float = 1.0) -> tuple[float, float]:
+    """``(one CPU's speed, delivered CPUs with all busy)``: medians over ``seconds`` of 20 ms probes."""
+    import os
+
+    ncpu = len(os.sched_getaffinity(0))
+    single, delivered = [], []
+    with Probe(ncpu, 20) as p:
+        end = time.perf_counter() + seconds
+        while time.perf_counter() < end:
+            r = p.measure()
+            single.append(r["capacity_1cpu_per_s"])
+            delivered.append(r["delivered_cpus"])
+    return statistics.median(single), statistics.median(delivered)
+
+
+def _ratio(a: tuple[float, float], b: tuple[float, float]) -> tuple[float, float]:
+    """``a / b`` of two ``(mean, standard deviation)`` pairs with the relative deviations added
+    in quadrature (first-order error propagation)."""
+    r = a[0] / b[0]
+    return r, r * math.hypot(a[1] / a[0], b[1] / b[0])
+
+
+def run_pyperf(work: Path) -> dict:
+    """pyperf's points: speedups with their propagated standard deviation, and wall time. Each
+    benchmark runs on its own, after a 1 s probe reading, so its ratio can also be given with
+    the drift between the two benchmarks taken out (``drift_corrected``: each mean time times
+    the single-CPU speed the probe read before it) and on whole cores (``norm``: that, times the
+    CPUs over the CPUs delivered before the parallel one)."""
+    import pyperf
+
+    script = Path(__file__).with_name("peer_pyperf.py")
+    t = time.perf_counter()
+    stats, probes = {}, {}
+    for name in PYPERF_BENCHMARKS:
+        probes[name] = probe_reading()
+        out = work / f"pyperf-{name}.json"
+        subprocess.run([sys.executable, str(script), name, "--fast", "--quiet", "-o", str(out)], check=True)
+        b = pyperf.Benchmark.load(str(out))
+        stats[name] = (b.mean(), b.stdev())
+    wall = time.perf_counter() - t
+    values = {}
+    for name, base, mode in (
+        ("gil cpu: 2 threads over sequential", "cpu_sequential", "cpu_threads"),
+        ("gil cpu: 2 processes over sequential", "cpu_sequential", "cpu_processes"),
+        ("gil io: 2 threads over sequential", "io_sequential", "io_threads"),
+    ):
+        s, sd = _ratio(stats[base], stats[mode])
+        drift = probes[base][0] / probes[mode][0]  # time x speed: the work in one CPU's units
+        delivered = min(2.0, probes[mode][1])
+        values[name] = {"value": s, "low": s - sd, "high": s + sd, "stated": "mean +- stdev"}
+        values[name] |= {"drift_corrected": s * drift, "norm": s * drift * 2 / delivered, "delivered": delivered}
+        values[name] |= {"single_before": (probes[base][0], probes[mode][0])}
+    return {"wall_s": wall, "values": values}
+
+
+def run_tub() -> dict:
+    """torch.utils.benchmark's points: matmul GFLOP/s at 1 and 2 threads, their ratio, and the
+    MLP step's samples/s, each with its interquartile range."""
+    import torch
+    import torch.utils.benchmark as tub
+
+    from experiments.models import classification_batch, mlp, train_step_fn
+
+    t = time.perf_counter()
+    before = probe_reading()[1]
+    a, b = torch.randn(MATMUL, MATMUL), torch.randn(MATMUL, MATMUL)
+    flop = 2.0 * MATMUL**3
+    values, per = {}, {}
+    for threads in (1, 2):
+        m = tub.Timer("a @ b", globals={"a": a, "b": b}, num_threads=threads).blocked_autorange(min_run_time=1.0)
+        per[threads] = m
+        values[f"intraop matmul: GFLOP/s at {threads} thread{'s' if threads > 1 else ''}"] = {
+            "value": flop / m.median / 1e9,
+            "low": flop / m._p75 / 1e9,
+            "high": flop / m._p25 / 1e9,
+            "stated": "interquartile range",
+        }
+    s = per[1].median / per[2].median
+    spread = math.hypot(per[1].iqr / per[1].median, per[2].iqr / per[2].median) / 2
+    values["intraop matmul: 2 threads over 1"] = {
+        "value": s,
+        "low": s * (1 - spread),
+        "high": s * (1 + spread),
+        "stated": "interquartile ranges, combined",
+    }
+    torch.set_num_threads(1)
+    model, (x, y) = mlp(64, 256), classification_batch(256, 64)
+    step = train_step_fn(model)
+    m = tub.Timer("step(x, y)", globals={"step": step, "x": x, "y": y}, num_threads=1).blocked_autorange(
+        min_run_time=1.0
+    )
+    values["intraop mlp: samples/s at 1 thread"] = {
+        "value": 256 / m.median,
+        "low": 256 / m._p75,
+        "high": 256 / m._p25,
+        "stated": "interquartile range",
+    }
+    after = probe_reading()[1]
+    return {"wall_s": time.perf_counter() - t, "delivered": statistics.mean([before, after]), "values": values}
+
+
+def _lab_point(work: Path, module: str, args: list[str], baseline: list[str], tag: str):
+    import pandas as pd
+
+    from analysis.load import load_experiment
+    from analysis.stats import summarise
+
+    out = work / tag
+    cmd = [sys.executable, "-m", module, *args, "--out", str(out), "--rounds-workers", "2"]
+    cmd += ["--rounds-probe-ms", "20", "--rounds-target-ci-pct", "5", "--rounds-budget-s", "6", "--rounds-max", "30"]
+    cmd += ["--baseline", *baseline] if baseline else []
+    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
+    experiment = module.split(".")[1]
+    reps = load_experiment([out / "metrics.csv"], experiment)
+    s: pd.DataFrame = summarise(reps, experiment)
+    return s.iloc[0], reps
+
+
+def run_lab(work: Path) -> dict:
+    """The lab's matching points: speedups with their 95% CIs, raw and on whole cores."""
+    t = time.perf_counter()
+    values = {}
+    gil = ["--workload", "cpu", "--workers", "2", "--cpu-iterations", str(CPU_ITERATIONS), "--repeats", "6"]
+    for mode in ("threads", "processes"):
+        r, _ = _lab_point(work, "experiments.gil", [*gil, "--mode", mode], ["mode=sequential"], f"gil-{mode}")
+        values[f"gil cpu: 2 {mode} over sequential"] = _lab_value(r)
+    io = ["--workload", "io", "--workers", "2", "--io-iterations", str(IO_ITERATIONS), "--repeats", "6"]
+    r, _ = _lab_point(work, "experiments.gil", [*io, "--mode", "threads"], ["mode=sequential"], "gil-io")
+    values["gil io: 2 threads over sequential"] = _lab_value(r)
+    mm = ["--workload", "matmul", "--matmul-size", str(MATMUL), "--iterations", "8", "--repeats", "6"]
+    r, reps = _lab_point(work, "experiments.intraop", [*mm, "--threads", "2"], ["threads=1"], "matmul")
+    values["intraop matmul: 2 threads over 1"] = _lab_value(r)
+    values["intraop matmul: GFLOP/s at 2 threads"] = {
+        "value": r["median"],
+        "low": r["ci_low"],
+        "high": r["ci_high"],
+        "stated": "95% CI",
+    }
+    base = reps[(reps["role"] == "baseline") & (reps["status"] == "ok")]["gflop_per_s"]
+    values["intraop matmul: GFLOP/s at 1 thread"] = _median_value(base.to_numpy())
+    mlp = ["--workload", "mlp", "--threads", "1", "--iterations", "20", "--repeats", "6"]
+    r, _ = _lab_point(work, "experiments.intraop", mlp, [], "mlp")
+    values["intraop mlp: samples/s at 1 thread"] = {
+        "value": r["median"],
+        "low": r["ci_low"],
+        "high": r["ci_high"],
+        "stated": "95% CI",
+    }
+    return {"wall_s": time.perf_counter() - t, "values": values}
+
+
+def _lab_value(r) -> dict:
+    return {
+        "value": float(r["speedup"]),
+        "low": float(r["speedup_ci_low"]),
+        "high": float(r["speedup_ci_high"]),
+        "norm": float(r["speedup_norm"]),
+        "norm_low": float(r["speedup_norm_ci_low"]),
+        "norm_high": float(r["speedup_norm_ci_high"]),
+        "delivered": float(r["cpus_delivered"]),
+        "stated": "95% CI",
+    }
+
+
+def _median_value(values) -> dict:
+    from experiments.intervals import median_ci
+
+    lo, hi = median_ci(values)
+    return {"value": float(statistics.median(values)), "low": lo, "high": hi, "stated": "95% CI"}
+
+
+def agreement(first: dict, second: dict) -> tuple[int, int]:
+    """``(inside, compared)``: values of one tool whose second measurement lies inside the
+    first one's stated interval, and the reverse, over the values both passes have."""
+    inside = total = 0
+    for name, a in first.items():
+        b = second.get(name)
+        if b is None:
+            continue
+        inside += (a["low"] <= b["value"] <= a["high"]) + (b["low"] <= a["value"] <= b["high"])
+        total += 2
+    return inside, total
+
+
+def _ncpu_of(name: str) -> int:
+    return 2 if "2 " in name.split(":")[1] else 1
+
+
+def against_lab(peer: dict, lab: dict) -> list[dict]:
+    """Each peer value against the lab's interval of the same point (same pass): raw, and for
+    speedups on whole cores (the peer's speedup x CPUs / the CPUs the probe saw delivered around it)."""
+    out = []
+    for name, v in peer["values"].items():
+        mine = lab["values"].get(name)
+        if mine is None:
+            continue
+        row = {"point": name, "peer": v["value"], "lab_low": mine["low"], "lab_high": mine["high"]}
+        row["inside"] = bool(mine["low"] <= v["value"] <= mine["high"])
+        if "norm" in mine and "over" in name:
+            n = _ncpu_of(name)
+            if "norm" in v:  # pyperf: its drift between benchmarks taken out, on whole cores
+                peer_norm = v["norm"]
+            else:  # measured back to back (torch.utils.benchmark): on whole cores
+                peer_norm = v["value"] * n / min(n, peer["delivered"])
+            row |= {"peer_norm": peer_norm, "lab_norm_low": mine["norm_low"], "lab_norm_high": mine["norm_high"]}
+            row["inside_norm"] = bool(mine["norm_low"] <= peer_norm <= mine["norm_high"])
+        out.append(row)
+    return out
+
+
+def _cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.machine()
+
+
+def _cell(v: dict) -> str:
+    text = f"{v['value']:.3g} ({v['low']:.3g}-{v['high']:.3g})"
+    if "drift_corrected" in v:
+        text += f"; drift taken out {v['drift_corrected']:.3g}"
+    if "norm_low" in v:
+        text += f"; on whole cores {v['norm']:.3g} ({v['norm_low']:.3g}-{v['norm_high']:.3g})"
+    elif "norm" in v:
+        text += f"; on whole cores {v['norm']:.3g}"
+    return text
+
+
+def markdown(passes: list[dict]) -> str:
+    """The results as docs/benchmarks.md tables."""
+    lines = [f"Machine: {_cpu_model()}, run {time.strftime('%Y-%m-%d %H:%M')}.", ""]
+    lines += ["| tool | point | pass 1 (stated) | pass 2 (stated) |", "|---|---|---|---|"]
+    for tool in ("pyperf", "tub", "lab"):
+        for name, a in passes[0][tool]["values"].items():
+            b = passes[1][tool]["values"].get(name) if len(passes) > 1 else None
+            lines.append(f"| {tool} | {name} | {_cell(a)} | {_cell(b) if b else ''} |")
+    lines += ["", "| tool | rerun agreement | wall time per pass (s) |", "|---|---|---|"]
+    for tool in ("pyperf", "tub", "lab"):
+        if len(passes) > 1:
+            inside, total = agreement(passes[0][tool]["values"], passes[1][tool]["values"])
+            agree = f"{inside}/{total} ({100 * inside / total:.0f}%)" if total else ""
+        else:
+            agree = ""
+        walls = ", ".join(f"{p[tool]['wall_s']:.0f}" for p in passes)
+        lines.append(f"| {tool} | {agree} | {walls} |")
+    lines += ["", "| pass | point | peer | lab 95% CI | inside | peer on whole cores | lab on whole cores | inside |"]
+    lines += ["|---|---|---|---|---|---|---|---|"]
+    for i, p in enumerate(passes, 1):
+        for tool in ("pyperf", "tub"):
+            for r in against_lab(p[tool], p["lab"]):
+                norm = (
+                    f"{r['peer_norm']:.3g} | {r['lab_norm_low']:.3g}-{r['lab_norm_high']:.3g} | {r['inside_norm']}"
+                    if "peer_norm" in r
+                    else " | | "
+                )
+                lines.append(
+                    f"| {i} | {tool}: {r['point']} | {r['peer']:.3g} | {r['lab_low']:.3g}-{r['lab_high']:.3g} |"
+                    f" {r['inside']} | {norm} |"
+                )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--passes", type=int, default=2, help="how many times each tool measures every point")
+    p.add_argument("--json", default=None, help="write the raw results here")
+    p.add_argument("--markdown", default=None, help="write the tables here")
+    args = p.parse_args(argv)
+    if args.passes < 1:
+        p.error(f"--passes must be >= 1, got {args.passes}")
+    passes = []
+    with tempfile.TemporaryDirectory(prefix="peers-") as tmp:
+        for i in range(args.passes):
+            work = Path(tmp) / f"pass{i + 1}"
+            work.mkdir()
+            t = time.perf_counter()
+            one = {"pyperf": run_pyperf(work), "tub": run_tub(), "lab": run_lab(work)}
+            one["wall_s"] = time.perf_counter() - t
+            passes.append(one)
+            print(f"pass {i + 1}: {one['wall_s']:.0f} s", file=sys.stderr)
+    text = markdown(passes)
+    print(text)
+    if args.json:
+        write_json(Path(args.json), passes)
+    if args.markdown:
+        write_text(Path(args.markdown), text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,195 @@
+"""Delivered capacity, measured beside every round: a calibrated fixed-work loop on one CPU, on
+the point's own number of CPUs and on all available CPUs at once.
+
+Why: on a shared virtual machine the speed of a vCPU moves under the measurement (here the same
+sequential loop ran at 12.2 tasks/s in one job and 17.2 in the next), and two vCPUs can deliver
+anywhere between one and two cores (the host's SMT siblings, neighbours, frequency), which no
+counter inside the guest shows. A speedup of 1.33x means "1.33x of what?" until the machine's
+own capacity in the same minute is known. The probe measures it, with the same kind of work
+for every point: a pure-Python counting loop (``while i < n: i += 1``), which needs one core's
+integer pipeline and nothing else (no memory bandwidth, no vector units).
+
+How: :class:`Probe` keeps ``N`` worker processes (``N`` = the available CPUs), started once per
+job with ``python -I -S`` (standard library only, about 20 ms each) and calibrated so that one
+loop takes ``probe_ms``. :meth:`Probe.measure` runs the loop on 1 worker, then on ``k`` workers
+at once for each level ``k`` (the point's parallel units, capped at ``N``, and ``N``): the
+workers wait for a common start time on the shared monotonic clock, so they run together; a
+level's rate is ``k * n / (last end - first start)``, the rate of work split evenly over ``k``
+CPUs, limited by the slowest one as an evenly split parallel job is. The delivered CPUs at
+level ``k`` are that rate over the one-CPU rate: ``k`` on a machine that gives whole cores,
+less where they share a core or the host takes time.
+
+Cost: one round of the probe takes ``probe_ms`` x (number of levels) of wall time plus about
+1 ms of pipe round trips, outside the measured windows; docs/benchmarks.md gives its noise
+against ``probe_ms`` (how long a loop must run for the ratio to be repeatable) and the share of
+the run it takes.
+
+Usage::
+
+    with Probe(ncpu=2, probe_ms=20) as probe:
+        probe.measure(levels=(1, 2))   # {"capacity_1cpu_per_s": ..., "delivered_cpus": ..., ...}
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+
+#: The worker: reads ``<iterations> <start perf_counter s>`` lines, spins until the start time,
+#: runs the loop and answers ``<t0> <t1>`` (perf_counter s, CLOCK_MONOTONIC: one clock for all
+#: processes of the machine). Standard library only.
+_WORKER = r"""
+import sys, time
+readline, write, flush, clock = sys.stdin.readline, sys.stdout.write, sys.stdout.flush, time.perf_counter
+def spin(n):
+    i = 0
+    while i < n:
+        i += 1
+while True:
+    line = readline()
+    if not line:
+        break
+    n, start = line.split()
+    n, start = int(n), float(start)
+    while clock() < start:
+        pass
+    t0 = clock()
+    spin(n)
+    write(f"{t0!r} {clock()!r}\n")
+    flush()
+"""
+
+#: Iterations of the first, calibrating loop (a few ms on any CPU of the last decade).
+CALIBRATE_ITERATIONS = 200_000
+
+#: Time the workers wait for their common start (s): long enough for every pipe write and wake-up.
+START_SLACK_S = 0.002
+
+#: The columns a round's probe gives each metrics row of the round (:func:`row_columns`;
+#: docs/csv-schema.md).
+COLUMNS = ("capacity_1cpu_per_s", "capacity_all_per_s", "delivered_cpus", "cpus_asked", "cpus_delivered", "probe_s")
+
+
+class ProbeError(RuntimeError):
+    """A probe worker died or answered something unreadable; the message says which."""
+
+
+class Probe:
+    """The capacity probe of one job (see the module docstring).
+
+    Args:
+        ncpu: available CPUs (the all-CPU level; >= 1).
+        probe_ms: wall time of one loop (ms, > 0), after calibration.
+
+    Raises:
+        ValueError: for ``ncpu < 1`` or ``probe_ms <= 0``.
+    """
+
+    def __init__(self, ncpu: int, probe_ms: float) -> None:
+        if ncpu < 1:
+            raise ValueError(f"ncpu must be >= 1, got {ncpu}")
+        if not probe_ms > 0:
+            raise ValueError(f"probe_ms must be > 0, got {probe_ms}")
+        self.ncpu, self.probe_ms = ncpu, probe_ms
+        cmd = [sys.executable, "-I", "-S", "-c", _WORKER]
+        self._procs = [
+            subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+            for _ in range(ncpu)
+        ]
+        self.iterations = CALIBRATE_ITERATIONS
+        rate = self._rate(1)[0]
+        self.iterations = max(1000, int(rate * probe_ms / 1000))
+
+    def __enter__(self) -> Probe:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _rate(self, k: int) -> tuple[float, float]:
+        """``(iterations per second over k CPUs, wall s)``: the loop on workers 0..k-1 at once."""
+        procs = self._procs[:k]
+        start = time.perf_counter() + START_SLACK_S
+        line = f"{self.iterations} {start!r}\n"
+        for p in procs:
+            p.stdin.write(line)
+            p.stdin.flush()
+        spans = []
+        for p in procs:
+            reply = p.stdout.readline()
+            try:
+                t0, t1 = (float(x) for x in reply.split())
+            except ValueError:
+                raise ProbeError(f"probe worker {p.pid} answered {reply!r} (exit code {p.poll()})") from None
+            spans.append((t0, t1))
+        wall = max(t1 for _, t1 in spans) - min(t0 for t0, _ in spans)
+        return (k * self.iterations / wall if wall > 0 else float("nan")), time.perf_counter() - start
+
+    def measure(self, levels: Iterable[int] = ()) -> dict:
+        """One probe: the loop on one CPU, then on ``k`` CPUs at once for each of ``levels``
+        (capped at ``ncpu``) and for ``ncpu``.
+
+        Returns:
+            ``capacity_1cpu_per_s`` (loop iterations per second on one CPU),
+            ``capacity_all_per_s`` (on all available CPUs at once), ``delivered_cpus``
+            (their ratio: CPUs the machine delivered with all of them busy),
+            ``delivered_cpus_at`` (``{k: delivered CPUs with k busy}``, 1 for ``k`` = 1) and
+            ``probe_s`` (wall time the probe took, s).
+        """
+        t = time.perf_counter()
+        one, _ = self._rate(1)
+        ks = sorted(({min(max(1, int(k)), self.ncpu) for k in levels} | {self.ncpu}) - {1})
+        at = {1: 1.0}
+        for k in ks:
+            at[k] = self._rate(k)[0] / one
+        return {
+            "capacity_1cpu_per_s": one,
+            "capacity_all_per_s": one * at[self.ncpu],
+            "delivered_cpus": at[self.ncpu],
+            "delivered_cpus_at": at,
+            "probe_s": time.perf_counter() - t,
+        }
+
+    def close(self) -> None:
+        """End the workers (they exit at the end of their input)."""
+        for p in self._procs:
+            if p.poll() is None:
+                try:
+                    p.stdin.close()
+                except (BrokenPipeError, OSError):
+                    pass
+        for p in self._procs:
+            try:
+                p.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        self._procs = []
+
+
+def delivered_at(at: dict, k: int) -> float:
+    """Delivered CPUs with ``k`` CPUs busy from a probe's ``delivered_cpus_at``: its value at the
+    largest level measured not above ``k`` (``k`` above the available CPUs gets the all-CPU
+    value); 1 for ``k <= 1``."""
+    below = [x for x in at if x <= k]
+    return float(at[max(below)]) if k > 1 and below else 1.0
+
+
+def row_columns(reading: dict, asked: int, ncpu: int) -> dict:
+    """The metrics columns of :data:`COLUMNS` for a window whose work asks for ``asked`` CPUs at
+    once (its Params' ``cpus_requested()``), from the round's ``reading`` (:meth:`Probe.measure`):
+    the probe's rates and ``delivered_cpus`` as they are, ``cpus_asked`` (``asked`` capped at
+    the ``ncpu`` available) and ``cpus_delivered`` (delivered CPUs with that many busy)."""
+    k = min(max(1, int(asked)), ncpu)
+    out = {c: reading[c] for c in ("capacity_1cpu_per_s", "capacity_all_per_s", "delivered_cpus", "probe_s")}
+    return out | {"cpus_asked": k, "cpus_delivered": delivered_at(reading["delivered_cpus_at"], k)}
+
+
+if __name__ == "__main__":  # python -m experiments.probe [probe_ms]: one reading, for a look by hand
+    ms = float(sys.argv[1]) if len(sys.argv) > 1 else 20.0
+    with Probe(len(os.sched_getaffinity(0)), ms) as pr:
+        for _ in range(5):
+            r = pr.measure()
+            print({k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()})

@@ -1,0 +1,366 @@
+"""A job server: measurement jobs forked from one process that has already imported torch.
+
+Why: a measurement job is a fresh ``python -m experiments.<name>`` process, and importing torch
+takes about 2.5 s of every such job (5 s on a loaded 2-vCPU VM), longer than many jobs measure.
+The server imports torch, numpy, psutil and every experiment's measurement module once per run,
+then forks one child per job, so each job starts as a fresh process with those modules already
+loaded (as CPython's own ``multiprocessing`` forkserver does for its workers). Nothing else is
+carried over: the server runs no torch operation (OpenMP starts no thread pool before a fork,
+which under GNU libgomp could deadlock the child), and it freezes its objects out of the garbage
+collector (``gc.freeze``) so that children do not copy its pages on their first collection.
+
+Protocol (``AF_UNIX`` stream socket, one connection per job):
+
+* the client (:func:`launch`, run by the rule's command line) sends one JSON line ``{"module",
+  "args", "cwd", "env"}`` with its standard input, output and error as file descriptors
+  (``SCM_RIGHTS``, :func:`socket.send_fds`);
+* the server forks; the child starts its own session (so the job and its workers are one
+  process group), asks to die with the server (``PR_SET_PDEATHSIG``), takes the descriptors,
+  the working directory and the environment (``tempfile`` forgets the server's temporary
+  directory), and runs the module as ``__main__`` (``runpy``); the server answers
+  ``{"pid": N}`` and, when the child ends, ``{"status": S}`` (its exit status, or ``-signal``);
+* the client passes SIGINT and SIGTERM on to the job's process group and exits with the job's
+  status (``128 + signal`` for a job killed by a signal, as a shell reports it); a client that
+  vanishes (SIGKILL) closes its connection, and the server then kills the job's group.
+
+Where no server answers (a job run by hand, a cluster node, a server that is not up), the
+client runs the module itself, in its own process (``os.execv``): the same job, slower to start.
+
+The workflow starts the server in Snakemake's ``onstart`` handler and stops it in ``onsuccess``
+and ``onerror`` (:func:`start`, :func:`stop`); it dies with Snakemake otherwise (its parent-death
+signal, and a check of its parent every second), and with Ctrl-C, which reaches Snakemake's
+whole process group.
+
+Usage::
+
+    python -m experiments.server serve --socket PATH [--preload MODULE ...]
+    python -m experiments.server run --socket PATH -- experiments.gil --workers 2 ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib
+import json
+import os
+import runpy
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+#: Modules the server imports before it forks jobs (each experiment's measurement and analysis
+#: modules are added by :func:`serve`): what every job would otherwise import at its start.
+PRELOAD = (
+    "numpy",
+    "psutil",
+    "torch",
+    "torch.nn",
+    "torch.utils.data",
+    "experiments.cli",
+    "experiments.results",
+    "pandas",
+    "scipy.stats",
+    "analysis.plotting",  # matplotlib, headless
+    "analysis.__main__",
+    "report.__main__",
+)
+
+#: The environment variable that names the server's socket for :func:`launch` (set by the
+#: workflow, common.smk).
+SOCKET_VARIABLE = "LAB_JOB_SERVER"
+
+#: Seconds :func:`start` waits for the server's socket (it appears once the imports are done).
+READY_TIMEOUT_S = 120.0
+
+
+def _send(conn: socket.socket, obj: dict) -> None:
+    conn.sendall((json.dumps(obj) + "\n").encode())
+
+
+def _recv_line(conn: socket.socket) -> dict | None:
+    """One JSON line from ``conn``; None at end of file."""
+    buf = b""
+    while not buf.endswith(b"\n"):
+        chunk = conn.recv(65536)
+        if not chunk:
+            return None
+        buf += chunk
+    return json.loads(buf)
+
+
+def _child(request: dict, fds: list[int]) -> None:
+    """In the forked job: become the job described by ``request`` and run it; never returns."""
+    code = 1
+    try:
+        os.setsid()
+        from experiments.host import set_parent_death_signal
+
+        set_parent_death_signal(signal.SIGKILL)
+        for target, fd in zip((0, 1, 2), fds):
+            os.dup2(fd, target)
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # the server's sockets and pipes are not the job's
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        import tempfile
+
+        import experiments
+
+        tempfile.tempdir = None  # read TMPDIR again: the job's, not the server's
+        experiments.JOB_START_UNIX = time.time()
+        sys.argv = [request["module"], *request["args"]]
+        # as `python -m` would set it up: the working directory first, then the job's PYTHONPATH
+        extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
+        sys.path[:1] = [request["cwd"], *(p for p in extra if p not in sys.path)]
+        gc.unfreeze()
+        try:
+            runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            if exc.code is not None and not isinstance(exc.code, int):
+                print(exc.code, file=sys.stderr)
+        except BaseException:  # noqa: BLE001 - the job's own traceback, as Python would print it
+            import traceback
+
+            traceback.print_exc()
+            code = 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _status(waitstatus: int) -> int:
+    """A child's exit status, or minus the signal that killed it (as ``subprocess`` reports)."""
+    return -os.WTERMSIG(waitstatus) if os.WIFSIGNALED(waitstatus) else os.WEXITSTATUS(waitstatus)
+
+
+def _kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _preload(load, name: str) -> None:
+    """Import one module for the jobs; one that fails is left for the job to import (and to
+    report), and the server says so in its log."""
+    try:
+        load()
+    except Exception as exc:  # noqa: BLE001 - a job that needs it reports it properly
+        print(f"[server] not preloaded: {name} ({type(exc).__name__}: {exc})", file=sys.stderr, flush=True)
+
+
+def _warm() -> None:
+    """What torch imports lazily on first use, imported now: creating an optimizer imports
+    ``torch._dynamo`` and, with it, sympy (about 800 modules, 1.1 s a job). Creates one tensor of
+    one element; runs no parallel operation, so no OpenMP thread pool exists before a fork."""
+    import torch
+
+    torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+
+
+def serve(path: str, preload: list[str] | None = None) -> int:
+    """Import :data:`PRELOAD` (and ``preload``), then listen on ``path`` and fork one child per
+    connection until SIGTERM, SIGINT or the death of the parent (see the module docstring)."""
+    from experiments import registry
+    from experiments.host import set_parent_death_signal
+
+    parent = os.getppid()
+    set_parent_death_signal(signal.SIGTERM)
+    for name in [*PRELOAD, *(preload or [])]:
+        _preload(lambda name=name: importlib.import_module(name), name)
+    for exp in registry.experiments().values():
+        _preload(exp.measurement, f"{exp.package}.measure")
+        _preload(exp.analysis, f"{exp.package}.analysis")
+    _preload(_warm, "torch.optim")
+    gc.collect()
+    gc.freeze()
+    Path(path).unlink(missing_ok=True)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)  # the socket appears only once the server is ready (imports done)
+    listener.listen(8)
+    jobs: dict[int, socket.socket] = {}  # pid -> its client's connection
+
+    def stop(_signum, _frame):
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    wake_r, wake_w = os.pipe()  # a job's end wakes the loop at once (SIGCHLD), not at the next second
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    try:
+        while os.getppid() == parent:
+            ready, _, _ = select.select([listener, wake_r, *jobs.values()], [], [], 1.0)
+            for sock in ready:
+                if sock is wake_r:
+                    os.read(wake_r, 512)
+                elif sock is listener:
+                    _accept(listener, jobs)
+                elif not sock.recv(1, socket.MSG_PEEK):  # its client is gone before its job ended
+                    _kill_group(next(p for p, c in jobs.items() if c is sock))
+            _reap(jobs)
+    finally:
+        for pid in jobs:
+            _kill_group(pid)
+        Path(path).unlink(missing_ok=True)
+    return 0
+
+
+def _accept(listener: socket.socket, jobs: dict[int, socket.socket]) -> None:
+    conn, _ = listener.accept()
+    try:
+        msg, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+        while not msg.endswith(b"\n"):
+            more = conn.recv(1 << 20)
+            if not more:
+                raise ValueError("the client hung up before its request ended")
+            msg += more
+        request = json.loads(msg)
+    except (OSError, ValueError) as exc:
+        print(f"[server] bad request: {exc}", file=sys.stderr)
+        conn.close()
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        conn.close()
+        _child(request, fds)
+    for fd in fds:
+        os.close(fd)
+    jobs[pid] = conn
+    _send(conn, {"pid": pid})
+
+
+def _reap(jobs: dict[int, socket.socket]) -> None:
+    """Answer each client whose job has ended with its status."""
+    while jobs:
+        try:
+            pid, waitstatus = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        conn = jobs.pop(pid, None)
+        if conn is not None:
+            try:
+                _send(conn, {"status": _status(waitstatus)})
+            except OSError:
+                pass
+            conn.close()
+
+
+def launch(path: str | None, module: str, args: list[str]) -> int:
+    """Run ``python -m module args`` as a job of the server at ``path``; where none answers, in
+    this process (``os.execv``, which does not return). Returns the job's exit status."""
+    conn = None
+    if path:
+        try:
+            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            conn.connect(path)
+        except OSError:
+            conn = None
+    if conn is None:
+        os.execv(sys.executable, [sys.executable, "-m", module, *args])
+    request = {"module": module, "args": args, "cwd": os.getcwd(), "env": dict(os.environ)}
+    socket.send_fds(conn, [(json.dumps(request) + "\n").encode()], [0, 1, 2])
+    reply = _recv_line(conn)
+    if reply is None or "pid" not in reply:
+        print(f"[server] the job server at {path} did not start the job", file=sys.stderr)
+        return 1
+    pid = reply["pid"]
+    received: list[int] = []
+
+    def relay(signum, _frame):
+        received.append(signum)
+        _kill_group(pid, signal.SIGTERM)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, relay)
+    done = _recv_line(conn)
+    if done is None:
+        print(f"[server] the job server at {path} ended before job {pid}", file=sys.stderr)
+        return 1
+    status = done["status"]
+    return 128 - status if status < 0 else status
+
+
+def start(path: str, env: dict[str, str], log: str) -> subprocess.Popen:
+    """Start a server on ``path`` with environment ``env`` (a measurement job's, so that what torch
+    reads at import is what a job would read), its output to ``log``; wait until it listens.
+
+    Raises:
+        RuntimeError: if it exits or does not listen within :data:`READY_TIMEOUT_S`, naming its log.
+    """
+    from experiments.fileio import log_stream
+
+    Path(path).unlink(missing_ok=True)
+    with log_stream(log) as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "experiments.server", "serve", "--socket", path],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while not Path(path).exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"the job server did not start (exit code {proc.poll()}); log: {log}")
+        time.sleep(0.05)
+    return proc
+
+
+def stop(proc: subprocess.Popen | None) -> None:
+    """Stop a server :func:`start` started (SIGTERM, then SIGKILL after 5 s)."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``serve`` or ``run`` (see the module docstring)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    tail: list[str] = []
+    if "--" in argv:
+        argv, tail = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
+    p = argparse.ArgumentParser(prog="python -m experiments.server", description=__doc__.splitlines()[0])
+    p.add_argument("command", choices=["serve", "run"])
+    p.add_argument(
+        "--socket",
+        default=os.environ.get(SOCKET_VARIABLE, ""),
+        help=f"the server's socket path (default: ${SOCKET_VARIABLE}; '': no server, run in this process)",
+    )
+    p.add_argument("--preload", nargs="*", default=[], help="more modules to import before forking (serve)")
+    args = p.parse_args(argv)
+    if args.command == "serve":
+        if not args.socket:
+            p.error("serve needs --socket PATH")
+        return serve(args.socket, args.preload)
+    if not tail:
+        p.error("run needs -- MODULE ARGS...")
+    return launch(args.socket or None, tail[0], tail[1:])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,194 @@
+"""The capacity probe (experiments/probe.py), the speedup on whole cores (analysis/stats.py) and
+the job server (experiments/server.py)."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from helpers import start_busy_stranger
+
+from experiments import probe, server
+from experiments.host import available_cpus
+
+ROOT = Path(__file__).resolve().parent.parent
+NCPU = available_cpus()
+
+
+def test_the_probe_reads_one_cpu_and_all_of_them():
+    with probe.Probe(NCPU, 10) as p:
+        readings = [p.measure([NCPU]) for _ in range(5)]
+    for r in readings:
+        assert r["capacity_1cpu_per_s"] > 0 and r["delivered_cpus_at"][1] == 1.0
+        assert r["delivered_cpus"] == r["delivered_cpus_at"][NCPU]
+        assert r["capacity_all_per_s"] == pytest.approx(r["capacity_1cpu_per_s"] * r["delivered_cpus"])
+        assert r["probe_s"] > 0.01  # one loop of 10 ms at least, per level
+    # N loops at once deliver at most N CPUs (the readings' noise aside) and never nothing
+    assert 0 < np.median([r["delivered_cpus"] for r in readings]) <= NCPU * 1.1
+
+
+def test_a_busy_stranger_lowers_what_the_probe_sees_delivered():
+    """Physics the probe must see: a process that keeps one CPU busy leaves the others; with
+    all CPUs asked for, the delivered CPUs drop by about one (judged against a reading without
+    it, taken in the same test)."""
+    if NCPU < 2:
+        pytest.skip(f"{NCPU} available CPU: the probe's all-CPU level is its one-CPU level")
+    with probe.Probe(NCPU, 20) as p:
+        quiet = np.median([p.measure()["delivered_cpus"] for _ in range(8)])
+        busy = start_busy_stranger()
+        try:
+            time.sleep(0.2)
+            loaded = np.median([p.measure()["delivered_cpus"] for _ in range(8)])
+        finally:
+            os.kill(busy, 9)
+    assert loaded < quiet - 0.3, (quiet, loaded)
+
+
+def test_row_columns_take_the_rows_own_cpus():
+    reading = {
+        "capacity_1cpu_per_s": 3e7,
+        "capacity_all_per_s": 4.5e7,
+        "delivered_cpus": 1.5,
+        "delivered_cpus_at": {1: 1.0, 2: 1.5},
+        "probe_s": 0.04,
+    }
+    assert probe.row_columns(reading, 2, 2)["cpus_delivered"] == 1.5
+    assert probe.row_columns(reading, 1, 2)["cpus_delivered"] == 1.0
+    oversubscribed = probe.row_columns(reading, 8, 2)
+    assert oversubscribed["cpus_asked"] == 2 and oversubscribed["cpus_delivered"] == 1.5
+    assert probe.delivered_at({1: 1.0, 2: 1.8, 4: 3.1}, 3) == 1.8
+    with pytest.raises(ValueError, match="probe_ms must be > 0"):
+        probe.Probe(1, 0)
+
+
+def _rounds(ratio: list[float], delivered: float, used_pct: float = 100.0) -> pd.DataFrame:
+    """gil replicates of a processes point and its sequential baseline, with the probe's columns."""
+    rows = []
+    for r, x in enumerate(ratio):
+        common = {"repeat": r, "status": "ok", "reason": "", "available_cpus": 2, "source": "job"}
+        common |= {"capacity_1cpu_per_s": 3e7, "delivered_cpus": delivered}
+        rows.append(
+            common
+            | {"role": "point", "mode": "processes", "value": 10.0 * x, "cpu_util_pct": used_pct}
+            | {"cpus_asked": 2, "cpus_delivered": delivered}
+        )
+        rows.append(
+            common
+            | {"role": "baseline", "mode": "sequential", "value": 10.0, "cpu_util_pct": 50.0}
+            | {"cpus_asked": 1, "cpus_delivered": 1.0}
+        )
+    df = pd.DataFrame(rows).assign(
+        host="h", experiment="gil", interpreter="default", workload="cpu", workers=2, metric="tasks_per_s"
+    )
+    df["wall_s"] = 1.0
+    return df
+
+
+def test_the_speedup_on_whole_cores_divides_by_what_the_machine_delivered():
+    """2 processes at 1.33x while 2 CPUs delivered 1.35: 1.97x on whole cores; where the cores
+    were whole the two agree; work that keeps one CPU busy (threads under the GIL) is not
+    corrected, whatever the machine delivered to two."""
+    from analysis.stats import summarise
+
+    ratios = [1.30, 1.31, 1.32, 1.33, 1.33, 1.34, 1.35, 1.36]
+    s = summarise(_rounds(ratios, 1.35), "gil").set_index("mode").loc["processes"]
+    assert s["speedup"] == pytest.approx(1.33)
+    assert s["speedup_norm"] == pytest.approx(1.33 * 2 / 1.35)
+    assert s["speedup_norm_ci_low"] <= s["speedup_norm"] <= s["speedup_norm_ci_high"]
+    assert s["cpus_delivered"] == pytest.approx(1.35) and s["delivered_cpus"] == pytest.approx(1.35)
+    # a point that kept 1.9 of its 2 CPUs busy is judged against the CPUs delivered to 1.9 busy ones
+    busy = summarise(_rounds(ratios, 1.35, used_pct=95.0), "gil").set_index("mode").loc["processes"]
+    assert busy["speedup_norm"] == pytest.approx(1.33 * 1.9 / (1 + 0.9 * 0.35))
+    whole = summarise(_rounds(ratios, 2.0), "gil").set_index("mode").loc["processes"]
+    assert whole["speedup_norm"] == pytest.approx(whole["speedup"])
+    one_cpu = summarise(_rounds([1.0] * 8, 1.35, used_pct=50.0), "gil").set_index("mode").loc["processes"]
+    assert one_cpu["speedup_norm"] == pytest.approx(one_cpu["speedup"])
+
+
+def test_files_without_the_probe_keep_the_speedup():
+    from analysis.stats import summarise
+
+    df = _rounds([1.9] * 8, 1.5).drop(columns=["cpus_asked", "cpus_delivered", "delivered_cpus"])
+    s = summarise(df, "gil").set_index("mode").loc["processes"]
+    assert s["speedup_norm"] == pytest.approx(s["speedup"]) and math.isnan(s["delivered_cpus"])
+
+
+# ------------------------------------------------------------------ the job server
+
+
+@pytest.fixture(scope="module")
+def job_server(tmp_path_factory):
+    d = tmp_path_factory.mktemp("srv")
+    path = str(d / "s.sock")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = server.start(path, env, str(d / "server.log"))
+    yield path, d
+    server.stop(proc)
+    assert proc.poll() is not None and not Path(path).exists()
+
+
+def _module(d: Path, name: str, body: str) -> None:
+    (d / f"{name}.py").write_text(body)
+
+
+def _run(path: str, d: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    env = dict(os.environ if env is None else env, PYTHONPATH=f"{ROOT}{os.pathsep}{d}")
+    cmd = [sys.executable, "-m", "experiments.server", "run", "--socket", path, "--", *args]
+    return subprocess.run(cmd, cwd=d, env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_a_served_job_is_a_fresh_process_with_torch_loaded(job_server):
+    path, d = job_server
+    _module(
+        d,
+        "probe_job",
+        "import os, sys, tempfile, experiments\n"
+        "print(os.getcwd(), os.environ['X'], tempfile.gettempdir(), 'torch' in sys.modules, sys.argv[1:])\n"
+        "print(os.getsid(0) == os.getpid(), file=sys.stderr)\n"
+        "sys.exit(int(sys.argv[1]))\n",
+    )
+    (d / "tmp").mkdir()
+    env = dict(os.environ, X="42", TMPDIR=str(d / "tmp"))
+    out = _run(path, d, "probe_job", "3", env=env)
+    assert out.returncode == 3, out.stderr
+    assert out.stdout.split() == [str(d), "42", str(d / "tmp"), "True", "['3']"]
+    assert out.stderr.strip() == "True"  # its own session: its workers are one process group
+
+
+def test_a_served_job_dies_with_its_client_and_relays_signals(job_server):
+    path, d = job_server
+    _module(d, "sleeper", "import os, sys, time\nprint(os.getpid(), flush=True)\ntime.sleep(60)\n")
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{d}")
+    cmd = [sys.executable, "-m", "experiments.server", "run", "--socket", path, "--", "sleeper"]
+    for how in ("SIGTERM", "SIGKILL"):
+        client = subprocess.Popen(cmd, cwd=d, env=env, stdout=subprocess.PIPE, text=True)
+        job = int(client.stdout.readline())
+        client.send_signal(getattr(__import__("signal"), how))
+        client.wait(timeout=10)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and _alive(job):
+            time.sleep(0.05)
+        assert not _alive(job), f"the job outlived its client's {how}"
+        if how == "SIGTERM":
+            assert client.returncode == 128 + 15  # the job's own end, as a shell reports it
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_without_a_server_the_client_runs_the_job_itself(tmp_path):
+    _module(tmp_path, "alone", "import sys\nprint('alone', sys.argv[1:])\n")
+    out = _run(str(tmp_path / "no.sock"), tmp_path, "alone", "x")
+    assert out.returncode == 0 and out.stdout.strip() == "alone ['x']"
