@@ -16,6 +16,7 @@
 #   results/<host>/<experiment>/{replicates,summary,spans,samples}.csv, findings.json
 #   results/<host>/fidelity.csv                               measured ratios against theory
 #   results/<host>/run.json, jobs.csv                         run duration, share measured, contention; job schedule
+#   results/<host>/capacity.csv                               the capacity probe's readings, per job
 #   results/<host>/interference.csv                           other processes that took CPU while points were measured
 #   results/<host>/figures/<figure>.png
 #   results/<host>/traces/<experiment>.json, traces/jobs.json Chrome trace events (Perfetto)

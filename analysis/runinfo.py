@@ -23,7 +23,12 @@ def run_timing(jobs: list[dict], metrics: list[pd.DataFrame], host: dict) -> dic
         ``start_unix`` (host fingerprint or first job start, s), ``end_unix`` (last job end),
         ``measurement_phase_s``, ``job_s`` (sum of job durations), ``measured_s`` (sum of
         measured windows), ``measured_share_pct`` (measured_s / measurement_phase_s, 0-100),
-        ``measurement_jobs``, ``overhead_per_job_s`` ((job_s - measured_s) / jobs).
+        ``probe_s`` (the capacity probe's wall time, once per round and worker process),
+        ``measuring_share_pct`` ((measured_s + probe_s) / measurement_phase_s: the points'
+        windows and the probe's, which measures the machine), ``measurement_jobs``,
+        ``overhead_per_job_s`` ((job_s - measured_s - probe_s) / jobs: inside the jobs) and
+        ``between_jobs_s`` ((measurement phase - job_s) / jobs: Snakemake and the processes that
+        start a job).
 
     Raises:
         ValueError: if ``jobs`` is empty.
@@ -38,6 +43,7 @@ def run_timing(jobs: list[dict], metrics: list[pd.DataFrame], host: dict) -> dic
         sum(np.nansum(pd.to_numeric(m.get("wall_s", pd.Series(dtype=float)), errors="coerce")) for m in metrics)
     )
     phase = end - start
+    probe = float(sum(_probe_seconds(m) for m in metrics))
     return {
         "start_unix": start,
         "end_unix": end,
@@ -45,9 +51,21 @@ def run_timing(jobs: list[dict], metrics: list[pd.DataFrame], host: dict) -> dic
         "job_s": job_s,
         "measured_s": measured,
         "measured_share_pct": 100.0 * measured / phase if phase > 0 else float("nan"),
+        "probe_s": probe,
+        "measuring_share_pct": 100.0 * (measured + probe) / phase if phase > 0 else float("nan"),
         "measurement_jobs": len(jobs),
-        "overhead_per_job_s": (job_s - measured) / len(jobs),
+        "overhead_per_job_s": (job_s - measured - probe) / len(jobs),
+        "between_jobs_s": (phase - job_s) / len(jobs),
     }
+
+
+def _probe_seconds(m: pd.DataFrame) -> float:
+    """The capacity probe's wall time in one job's metrics: ``probe_s`` once per round (both
+    rows of a round carry it) and worker process."""
+    if "probe_s" not in m or "repeat" not in m:
+        return 0.0
+    keys = ["worker", "repeat"] if "worker" in m else ["repeat"]
+    return float(pd.to_numeric(m.drop_duplicates(keys)["probe_s"], errors="coerce").fillna(0).sum())
 
 
 #: Columns of ``interference.csv`` (:func:`interference_table`).

@@ -52,7 +52,11 @@ from experiments.fileio import write_text  # noqa: E402
 TOLERANCE = 0.10
 
 #: Summary columns each run contributes, suffixed _1 and _2.
-FIELDS = ("metric", "median", "speedup", "speedup_ci_low", "speedup_ci_high", "n", "rounds_stopped", "status")
+FIELDS = ("metric", "median", "speedup", "speedup_ci_low", "speedup_ci_high", "n", "rounds_stopped", "status", "best")
+FIELDS += ("speedup_norm", "speedup_norm_ci_low", "speedup_norm_ci_high")
+
+#: The figures whose coverage is reported: the measured speedup and the speedup on whole cores.
+FIGURES = {"speedup": "measured", "speedup_norm": "on whole cores"}
 
 
 def run(label: str, cores: int, results: Path) -> float:
@@ -79,7 +83,7 @@ def compare(a: str, b: str, results: Path = ROOT / "results") -> pd.DataFrame:
         for s in (sa, sb):
             for col in FIELDS:
                 if col not in s:
-                    s[col] = np.nan if col != "rounds_stopped" else ""
+                    s[col] = {"rounds_stopped": "", "best": False}.get(col, np.nan)
         m = sa.merge(sb, on=keys, suffixes=("_1", "_2"))
         for _, r in m.iterrows():
             point = {k: r[k] for k in keys}
@@ -106,16 +110,21 @@ def judge(df: pd.DataFrame) -> pd.DataFrame:
     out["median_agrees"] = (out["median_ratio"] - 1).abs() <= TOLERANCE
     out["speedup_agrees"] = (out["speedup_ratio"] - 1).abs() <= TOLERANCE
     usable = ~out["is_baseline"].astype(bool) & (out["status_1"] == "ok") & (out["status_2"] == "ok")
-    for i, other in ((1, 2), (2, 1)):
-        lo, hi, value = out[f"speedup_ci_low_{i}"], out[f"speedup_ci_high_{i}"], out[f"speedup_{other}"]
-        has = usable & np.isfinite(lo) & np.isfinite(hi) & np.isfinite(value)
-        out[f"in_ci_{i}"] = np.where(has, (lo <= value) & (value <= hi), np.nan)
-        out[f"ci_width_pct_{i}"] = np.where(has, 100 * (hi - lo) / out[f"speedup_{i}"], np.nan)
+    for fig in FIGURES:
+        tag = "" if fig == "speedup" else f"{fig}_"
+        for i, other in ((1, 2), (2, 1)):
+            lo, hi, value = out[f"{fig}_ci_low_{i}"], out[f"{fig}_ci_high_{i}"], out[f"{fig}_{other}"]
+            has = usable & np.isfinite(lo) & np.isfinite(hi) & np.isfinite(value)
+            out[f"in_ci_{tag}{i}"] = np.where(has, (lo <= value) & (value <= hi), np.nan)
+            out[f"ci_width_pct_{tag}{i}"] = np.where(has, 100 * (hi - lo) / out[f"{fig}_{i}"], np.nan)
+    out["headline"] = out["best_1"].fillna(False).astype(bool) | out["best_2"].fillna(False).astype(bool)
     return out
 
 
-def coverage(df: pd.DataFrame) -> dict:
-    """The coverage figures of :func:`judge`'s frame.
+def coverage(df: pd.DataFrame, figure: str = "speedup", headline: bool = False) -> dict:
+    """The coverage figures of :func:`judge`'s frame, for ``figure`` (a key of :data:`FIGURES`),
+    over every point or (``headline``) over the points the first screen names: those flagged
+    ``best`` of their group in either run.
 
     Returns:
         ``points`` (non-baseline points with a speedup in both runs), ``covered_1`` and ``coverage_1``
@@ -125,16 +134,19 @@ def coverage(df: pd.DataFrame) -> dict:
         both runs pooled) and ``budget_stopped`` (points, either run, whose rounds ended on
         the budget or max_rounds) among those points.
     """
-    compared = ~df["is_baseline"].astype(bool) & np.isfinite(df["speedup_1"]) & np.isfinite(df["speedup_2"])
+    tag = "" if figure == "speedup" else f"{figure}_"
+    if headline:
+        df = df[df["headline"]]
+    compared = ~df["is_baseline"].astype(bool) & np.isfinite(df[f"{figure}_1"]) & np.isfinite(df[f"{figure}_2"])
     out: dict = {"points": int(compared.sum())}
     hits = []
     for i in (1, 2):
-        col = df[f"in_ci_{i}"].dropna().astype(bool)
+        col = df[f"in_ci_{tag}{i}"].dropna().astype(bool)
         out[f"with_ci_{i}"], out[f"covered_{i}"] = int(len(col)), int(col.sum())
         out[f"coverage_{i}"] = float(col.mean()) if len(col) else float("nan")
         hits += list(col)
     out["coverage"] = float(np.mean(hits)) if hits else float("nan")
-    widths = pd.concat([df["ci_width_pct_1"], df["ci_width_pct_2"]]).dropna()
+    widths = pd.concat([df[f"ci_width_pct_{tag}1"], df[f"ci_width_pct_{tag}2"]]).dropna()
     out["ci_width_pct_median"] = float(widths.median()) if len(widths) else float("nan")
     stopped = (df["rounds_stopped_1"].isin(["budget", "max_rounds"])) | (
         df["rounds_stopped_2"].isin(["budget", "max_rounds"])
@@ -164,6 +176,19 @@ def markdown(df: pd.DataFrame, host: dict, seconds: list[float]) -> str:
         f"({c['coverage_2']:.0%}); pooled {c['coverage']:.0%} (goal: 90%). Median CI width "
         f"{c['ci_width_pct_median']:.1f}% of the speedup. {c['points']} non-baseline points with a speedup; "
         f"{c['budget_stopped']} of them stopped on the time budget in a run.",
+        "",
+        "| figure | points | coverage (2 in 1 / 1 in 2 / pooled) | median CI width |",
+        "|---|---|---|---|",
+    ]
+    for fig, name in FIGURES.items():
+        for headline in (False, True):
+            k = coverage(df, fig, headline)
+            which = "the first screen's (best per group)" if headline else "every point"
+            lines.append(
+                f"| {name}, {which} | {k['points']} | {k['covered_1']}/{k['with_ci_1']} / "
+                f"{k['covered_2']}/{k['with_ci_2']} / {k['coverage']:.0%} | {k['ci_width_pct_median']:.1f}% |"
+            )
+    lines += [
         "",
         f"Points whose medians agree within +-10%: {df['median_agrees'].mean():.0%} "
         f"({int(df['median_agrees'].sum())} of {len(df)}); speedups within +-10%: "
@@ -195,10 +220,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--markdown", default=None, help="also write the report to this file")
     p.add_argument("--json", default=None, help="also write the coverage figures to this file")
     p.add_argument("--no-run", action="store_true", help="only compare existing results")
+    p.add_argument("--gap-min", type=float, default=0.0, help="minutes to wait between the two runs")
     args = p.parse_args(argv)
     a, b = f"{args.label}-1", f"{args.label}-2"
     results = Path(args.results)
-    seconds = [] if args.no_run else [run(a, args.cores, results), run(b, args.cores, results)]
+    seconds = []
+    if not args.no_run:
+        seconds.append(run(a, args.cores, results))
+        time.sleep(60 * args.gap_min)
+        seconds.append(run(b, args.cores, results))
     df = compare(a, b, results)
     host = json.loads((results / a / "host.json").read_text())
     text = markdown(df, host, seconds)
@@ -206,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown:
         write_text(Path(args.markdown), text)
     if args.json:
-        write_text(Path(args.json), json.dumps(coverage(df) | {"run_s": seconds}, indent=2))
+        figures = {f"{fig}{'_headline' if h else ''}": coverage(df, fig, h) for fig in FIGURES for h in (False, True)}
+        write_text(Path(args.json), json.dumps(figures | {"run_s": seconds}, indent=2))
     return 0
 
 

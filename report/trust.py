@@ -197,6 +197,9 @@ def trust_context(
         "measurement_phase": f"{run['measurement_phase_s']:.0f} s",
         "total": f"{now_unix - run['start_unix']:.0f} s",
         "measured_share": f"{run['measured_share_pct']:.0f}%",
+        "probe_share": (
+            f"{run['measuring_share_pct'] - run['measured_share_pct']:.0f}%" if "measuring_share_pct" in run else ""
+        ),
         "jobs": run["measurement_jobs"],
         "overhead_per_job": f"{run['overhead_per_job_s']:.1f} s",
         "between_jobs": f"{run['measurement_phase_s'] - run['job_s']:.0f} s",

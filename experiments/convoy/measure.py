@@ -45,7 +45,7 @@ class Params:
     cpu_chunk: int = field(default=200_000, metadata={"help": "loop iterations per counting span"})
     neighbour: bool = field(default=True, metadata={"help": "run the CPU-bound thread (False: the sleeper alone)"})
     repeats: int = 6
-    warmup: int = field(default=1, metadata={"help": "untimed windows before the repeats"})
+    warmup: int = field(default=1, metadata={"help": "untimed runs, a tenth of a window each, before the repeats"})
     sample_hz: float = 10.0
 
     def cpus_requested(self) -> int:
@@ -80,8 +80,7 @@ class Runner:
     def __init__(self, params: Params, meter: Meter, entry: dict) -> None:
         self.params, self.meter = params, meter
         self.child = interpreters.Child(entry, TASKS)
-        for _ in range(params.warmup):
-            self.child.ask(params.request())
+        self.child.warm_up(params.request(), params.warmup)
 
     def once(self) -> Measured:
         """One window: the sleeper's iterations (and the neighbour's chunks)."""

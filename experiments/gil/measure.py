@@ -72,7 +72,7 @@ class Params:
     shared_iterations: int = field(default=4_000_000, metadata={"help": "appends and dict updates per shared task"})
     chunks: int = field(default=20, metadata={"help": "spans recorded per task"})
     repeats: int = 6
-    warmup: int = field(default=1, metadata={"help": "untimed runs before the repeats"})
+    warmup: int = field(default=1, metadata={"help": "untimed runs, a tenth of a task each, before the repeats"})
     sample_hz: float = 10.0
 
     def cpus_requested(self) -> int:
@@ -112,8 +112,7 @@ class Runner:
         self.params, self.meter = params, meter
         self.child = interpreters.Child(entry, PAYLOAD)
         self.request = {"run": params.task_spec()}
-        for _ in range(params.warmup):
-            self.child.ask(self.request)
+        self.child.warm_up(self.request, params.warmup)
 
     def once(self) -> Measured:
         """Run the point's tasks once inside a measured window."""
