@@ -17,6 +17,7 @@ sys.path.insert(0, workflow.basedir)
 from analysis.runinfo import RUN_FIGURES
 from experiments import registry
 from experiments.userenv import capture as capture_user_env
+from experiments.server import export as export_job_server
 from experiments.interpreters import labels as interpreter_labels
 from experiments.host import (
     available_cpus,
@@ -59,7 +60,7 @@ MEASURE_LOCK = f"{MEASURE_TMPDIR}/measure.lock"
 #: torch, pandas and matplotlib (2.5 s and 1.5 s a job otherwise); the rules' commands reach it
 #: through LAB_JOB_SERVER. On a cluster, or where it is not up, every job starts its own interpreter.
 JOB_SERVER = "" if CLUSTER else f"{MEASURE_TMPDIR}/jobs.sock"
-os.environ["LAB_JOB_SERVER"] = JOB_SERVER
+export_job_server(JOB_SERVER)
 #: Rules whose jobs do not go through the server: each measures a fresh interpreter of its own.
 UNSERVED_RULES = ("user_env", "interpreters", "all", "compare")
 _SERVER = {}

@@ -300,6 +300,12 @@ def launch(path: str | None, module: str, args: list[str]) -> int:
     return 128 - status if status < 0 else status
 
 
+def export(path: str) -> None:
+    """Name the server's socket in this process's environment (:data:`SOCKET_VARIABLE`), which
+    every job's command line inherits; "" where no server runs (a cluster)."""
+    os.environ[SOCKET_VARIABLE] = path
+
+
 def start(path: str, env: dict[str, str], log: str) -> subprocess.Popen:
     """Start a server on ``path`` with environment ``env`` (a measurement job's, so that what torch
     reads at import is what a job would read), its output to ``log``; wait until it listens.
