@@ -42,6 +42,8 @@ def test_a_busy_stranger_lowers_what_the_probe_sees_delivered():
         pytest.skip(f"{NCPU} available CPU: the probe's all-CPU level is its one-CPU level")
     with probe.Probe(NCPU, 20) as p:
         quiet = np.median([p.measure()["delivered_cpus"] for _ in range(8)])
+        if quiet < 1.5:  # one more busy process would be lost in what the machine already withholds
+            pytest.skip(f"the machine delivered {quiet:.2f} of {NCPU} CPUs before the stranger started")
         busy = start_busy_stranger()
         try:
             time.sleep(0.2)
