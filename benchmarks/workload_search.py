@@ -8,18 +8,22 @@ On a grid small enough to measure in full, it runs
   configuration's score being the geometric mean of its per-round throughput ratios to the
   reference, with the same 95% interval the search decides with
   (:func:`experiments.workload.search.geomean_ci`);
-* the **search** (:class:`experiments.workload.search.Search`, as the pipeline runs it: the same
-  windows, validity rules (:func:`experiments.workload.candidates.invalid_reason`), threads
-  adjustment and stopping rule, no time budget), from the same start.
+* the **search** as the pipeline runs it (:func:`experiments.workload.measure.search`: the
+  diagnosis epoch, windows sized in time, the knobs it keeps in its order, the stopping rule,
+  the default ``budget_s: auto`` capped at ``budget_max_s``), from the same start; its time to
+  a complete search, and whether the default budget let it complete.
 
 and reports: the exhaustive best and its score; the search's winner and its exhaustive score;
 whether the winner is within 5% of the best or their 95% intervals overlap (the goal); and the
 time each took, wall clock and inside measured windows (goal: the search at most 30% of the
 exhaustive measurement time). This is a benchmark, not a test: numbers go to docs/benchmarks.md.
 
+Workloads: the built-in CNN (``--entry ""``) or a user's, such as the ResNet-18 on JPEG files of
+``examples/imagefolder`` (``--entry examples.imagefolder.bench:build``).
+
 Usage (from the repository root, in the project's venv)::
 
-    python benchmarks/workload_search.py [--rounds 8] [--steps 16] [--max-rounds 10] [--markdown out.md]
+    python benchmarks/workload_search.py [--entry E] [--rounds 8] [--window-s 0.5] [--max-rounds 10] [--markdown out.md]
 """
 
 from __future__ import annotations
@@ -39,10 +43,11 @@ from experiments.capabilities import native_bf16  # noqa: E402
 from experiments.fileio import write_text  # noqa: E402
 from experiments.hostinfo import cpuinfo  # noqa: E402
 from experiments.window import Meter  # noqa: E402
+from experiments.workload import measure  # noqa: E402
 from experiments.workload.bench import Bench, key  # noqa: E402
-from experiments.workload.candidates import defaults, fit_threads, invalid_reason  # noqa: E402
+from experiments.workload.candidates import defaults, invalid_reason  # noqa: E402
 from experiments.workload.loader import load  # noqa: E402
-from experiments.workload.search import Search, geomean_ci  # noqa: E402
+from experiments.workload.search import geomean_ci  # noqa: E402
 
 #: The grid: 3 x 2 x 2 x 2 x 2 combinations of the built-in workload, of which 40 are valid
 #: (``persistent_workers`` applies with workers only).
@@ -91,14 +96,28 @@ def exhaustive(timed: Timed, start: dict, configs: list[dict], rounds: int) -> d
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=8, help="rounds per configuration, exhaustive")
-    p.add_argument("--steps", type=int, default=16, help="training steps per window")
+    p.add_argument("--entry", default="", help="workload.entry ('': the built-in CNN)")
+    p.add_argument("--window-s", type=float, default=0.5, help="workload.window_s")
     p.add_argument("--max-rounds", type=int, default=10, help="the search's rounds per comparison at most")
+    p.add_argument("--budget-max-s", type=float, default=300.0, help="workload.budget_max_s (the default)")
     p.add_argument("--max-oversubscription", type=float, default=4.0, help="as in config.yaml")
     p.add_argument("--markdown", default=None, help="also write the result to this file")
     args = p.parse_args(argv)
-    workload = load("", "train", 32)
-    start = {**defaults({}), "threads": 2}  # this VM: torch's default in a plain shell
+    workload = load(args.entry, "train", 32)
+    start = {**defaults({}), "threads": 2, **workload.current}  # 2: torch's default in a plain shell here
     workload_params = SimpleNamespace(batch_size=32)
+    grid_params = {k: tuple(v) for k, v in GRID.items()}
+    params = measure.Params(
+        entry=args.entry,
+        window_s=args.window_s,
+        max_rounds=args.max_rounds,
+        budget_max_s=args.budget_max_s,
+        **grid_params,
+    )
+    t0 = time.monotonic()
+    pipeline = measure.search(params, {"user_env.json": {"torch_threads": 2}}, args.max_oversubscription).outcome
+    s_wall = time.monotonic() - t0
+    steps = pipeline["steps"]
 
     def invalid(cfg: dict) -> str:
         return invalid_reason(cfg, workload_params, workload, {}, args.max_oversubscription)
@@ -107,20 +126,17 @@ def main(argv: list[str] | None = None) -> int:
     configs = [c for c in combos if not invalid(c)]
     lines = []
     with Meter(10) as meter:
-        bench = Bench(workload, {"entry": "", "task": "train", "batch_size": 32}, meter, args.steps, warmup=2)
+        job = {"entry": args.entry, "task": "train", "batch_size": 32}
+        bench = Bench(workload, job, meter, steps, warmup=pipeline.get("warmup", 2))
         try:
             timed = Timed(bench)
             t0 = time.monotonic()
             scores = exhaustive(timed, start, configs, args.rounds)
             ex_wall, ex_windows = time.monotonic() - t0, timed.window_s
-            timed.window_s = 0.0
-            t0 = time.monotonic()
-            adjust = fit_threads(meter.ncpu, tuple(GRID["threads"]))
-            search = Search(GRID, start, timed.round, invalid, 1e9, max_rounds=args.max_rounds, adjust=adjust)
-            winner, trail = search.run()
-            s_wall, s_windows = time.monotonic() - t0, timed.window_s
         finally:
             bench.close()
+    winner, trail = pipeline["winner"], pipeline["trail"]
+    complete = pipeline["stopped"] != "budget"
     best = max(scores, key=lambda k: scores[k][0])
     won = scores.get(key(winner), (float("nan"),) * 3)
     within = won[0] >= 0.95 * scores[best][0]
@@ -130,10 +146,15 @@ def main(argv: list[str] | None = None) -> int:
     lines += [
         f"Machine: {model}, {meter.ncpu} CPUs, native bf16: {'yes' if bf16 else 'no'} ({flags}),"
         f" Python {platform.python_version()}.",
-        f"Grid: {len(configs)} configurations of the built-in workload, {args.steps} steps per window.",
+        f"Grid: {len(configs)} configurations of {args.entry or 'the built-in workload'}, {steps} steps per window"
+        f" ({1000 * pipeline['diagnosis']['step_s']:.0f} ms per step of the start).",
+        f"Diagnosis: {pipeline['diagnosis']['sentence']}; searched in this order: {', '.join(pipeline['order'])};"
+        f" skipped: {pipeline['skipped_knobs'] or 'none'}.",
         f"Exhaustive ({args.rounds} rounds each): {ex_wall:.0f} s wall, {ex_windows:.0f} s inside windows.",
-        f"Search: {len(trail)} comparisons, {s_wall:.0f} s wall ({100 * s_wall / ex_wall:.0f}%),"
-        f" {s_windows:.0f} s inside windows ({100 * s_windows / ex_windows:.0f}%); stopped: {search.stopped}.",
+        f"Search (the pipeline's, diagnosis included): {len(trail)} comparisons, {s_wall:.0f} s wall"
+        f" ({100 * s_wall / ex_wall:.0f}% of the exhaustive); stopped: {pipeline['stopped']}"
+        f" ({'complete' if complete else 'incomplete'} within its {pipeline['budget_s']:.0f} s budget, auto;"
+        f" estimated beforehand: {pipeline['needed_s']:.0f} s).",
         f"Exhaustive best: {best}: {scores[best][0]:.3f}x ({scores[best][1]:.3f}-{scores[best][2]:.3f}).",
         f"Search winner: {key(winner)}: exhaustive score {won[0]:.3f}x ({won[1]:.3f}-{won[2]:.3f});"
         f" within 5% of the best: {'yes' if within else 'no'}; intervals overlap: {'yes' if overlap else 'no'}.",

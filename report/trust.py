@@ -25,12 +25,28 @@ def _caveat(trust: dict) -> str:
     return text + "; the answers below may be those of a busier machine: rerun on an idle one before acting on them."
 
 
+def _scoped(lines: list[dict]) -> list[dict]:
+    """Where a question's ``topic`` was answered on the user's own model (``scope`` ``model``),
+    an answer measured on one operator (``scope`` ``operator``) comes after it and says whose
+    figure to go by: a matmul's bfloat16 gain is not a model's."""
+    models = {h["topic"]: h for h in lines if h.get("topic") and h.get("scope") == "model"}
+    out = []
+    for h in lines:
+        model = models.get(h.get("topic"))
+        if model is not None and h.get("scope") == "operator":
+            h = {**h, "answer": f"{h['answer']} (your model's own figure is the line above)"}
+            out.insert(out.index(model) + 1 if model in out else len(out), h)
+        else:
+            out.append(h)
+    return out
+
+
 def headlines(exps: list[dict], trust: dict) -> list[dict]:
     """The report's first screen: each experiment's answers (``findings.json`` ``headlines``), in
     report order, each linked to its section, then the trust verdict (naming the process that
     took the most CPU, if one did). Where more than :data:`CAVEAT_SHARE` of the measured points
     were contended, a caveat saying so comes first."""
-    out = [{**h, "anchor": e["name"]} for e in exps for h in e.get("headlines", [])]
+    out = _scoped([{**h, "anchor": e["name"]} for e in exps for h in e.get("headlines", [])])
     if trust["points"] and trust["contended"] > CAVEAT_SHARE * trust["points"]:
         out.insert(0, {"question": "Measured under contention:", "answer": _caveat(trust), "anchor": "trust"})
     verdict = f"{trust['passed']} of {trust['passed'] + trust['warned']} theory checks pass"

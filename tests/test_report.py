@@ -256,3 +256,44 @@ def test_the_shells_python_gil_is_reported_as_not_applied():
     assert said.startswith("PYTHON_GIL=1 was set and not applied: the measured interpreters start with -I")
     assert "(3.13t GIL off)" in said and "python_gil: 1" in said
     assert "PYTHON_GIL of your shell" not in dict(user_env_rows({"variables": {}}, interps))
+
+
+def test_a_models_own_precision_figure_comes_before_an_operators():
+    """The workload measured bfloat16 on the user's model: that line leads the question of
+    precision, and the matmul's line follows it, saying whose figure to go by."""
+    from report.trust import _scoped
+
+    lines = [
+        {"question": "What should I change?", "answer": "a", "anchor": "workload"},
+        {"question": "bf16 for your model?", "answer": "1.80x", "topic": "precision", "scope": "model"},
+        {"question": "threads?", "answer": "2", "anchor": "intraop"},
+        {"question": "bf16 for a matmul?", "answer": "4.30x", "topic": "precision", "scope": "operator"},
+    ]
+    out = _scoped(lines)
+    assert [h["question"] for h in out] == [
+        "What should I change?",
+        "bf16 for your model?",
+        "bf16 for a matmul?",
+        "threads?",
+    ]
+    assert out[2]["answer"] == "4.30x (your model's own figure is the line above)"
+    alone = _scoped([lines[3]])  # no model figure: the operator's line as it is
+    assert alone[0]["answer"] == "4.30x"
+
+
+def test_the_matmul_bf16_headline_names_its_operator():
+    import pandas as pd
+
+    from experiments.intraop.analysis import headlines
+
+    rows = []
+    for w, gflops in (("matmul", 90.0), ("matmul_bf16", 390.0)):
+        rows.append({"workload": w, "threads": 1, "median": gflops, "speedup": 1.0, "best": True, "status": "ok"})
+        rows[-1] |= {"speedup_ci_low": 1.0, "speedup_ci_high": 1.0, "reason": "", "speedup_source": "baseline"}
+    summary = pd.DataFrame(rows)
+    out = headlines(summary, {}, pd.DataFrame({"matmul_size": [1024, 1024]}))
+    (bf16,) = [h for h in out if h.get("topic") == "precision"]
+    assert bf16["question"] == "Does bfloat16 pay on this CPU, for a 1024x1024 float matmul?"
+    assert (
+        bf16["answer"].startswith("for a 1024x1024 float matmul only: bfloat16 4.33x") and bf16["scope"] == "operator"
+    )

@@ -153,7 +153,7 @@ def test_your_workload_is_searched_verified_and_answered_first(quick_run):
     assert any("(#gil)" in ln for ln in lines) and any("(#dataloader)" in ln for ln in lines)
     section = md.split('<a id="workload"></a>')[1].split("<a id=")[0]
     first = section.split("### Findings")[1].strip().splitlines()[0]
-    assert first.startswith(("- Recommendation:", "- Your current settings are fine here"))
+    assert first.startswith(("- Recommendation:", "- Your current settings are fine here", "- No recommendation yet:"))
     assert "(figures/workload_timeline.png)" in section and "| knob | current | best found | recommended |" in section
 
 
@@ -241,8 +241,8 @@ def test_fidelity_checks(quick_run):
             elif "own cost" in r["check"]:
                 assert r["measured"] < SAMPLER_COST_MAX_PCT, r.to_dict()
                 inside = r["measured"] < float(r["expected"].split("%")[0].strip("< "))
-            else:
-                inside = r["measured"] >= float(r["expected"].strip(">= x"))
+            else:  # ">= 1.39x" or ">= 1.39x (70% of the 1.99 CPUs delivered)"
+                inside = r["measured"] >= float(r["expected"].split()[1].rstrip("x"))
             assert r["verdict"] == ("pass" if inside else "warn"), r.to_dict()
 
 
@@ -356,7 +356,9 @@ def test_changing_one_sweep_value_reruns_only_what_depends_on_it(quick_run, tmp_
     counts = {line.split()[0]: int(line.split()[1]) for line in stats.splitlines()[3:] if line.strip()}
     assert counts["measure"] == 12  # workers=3 for 4 workloads x 3 modes; nothing else re-measured
     assert counts["analyse"] == 1  # only gil
-    assert counts.get("figure", 0) <= 4  # the three gil figures and the job schedule
+    from analysis.runinfo import RUN_FIGURES
+
+    assert counts.get("figure", 0) <= 3 + len(RUN_FIGURES)  # the three gil figures and the run's own
     assert "selfcheck" not in counts and "host_info" not in counts
 
 
@@ -479,21 +481,56 @@ def test_interrupted_run_leaves_no_orphans_and_resumes(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_example_workload_runs_by_changing_only_config(quick_run, tmp_path):
-    """examples/textcls: the user package and its config lines, nothing else (a shorter search)."""
+def test_the_image_workload_is_diagnosed_searched_and_answered_honestly(quick_run, tmp_path):
+    """examples/imagefolder by changing only the config: a ResNet on JPEG files decoded and
+    augmented with PIL (narrowed for the test: width 16, 64-pixel crops, steps of about 0.05 s).
+    The search fits its budget or says it is incomplete; every knob of the config is tried,
+    skipped with the diagnosis's reason, or named as not tried; the first screen's answer is the
+    findings' answer."""
+    from experiments.workload import KNOBS
+
     small = tmp_path / "small.yaml"
-    small.write_text("selfcheck: {duration_s: 0.3, repeats: 2}\nworkload: {budget_s: 15, max_rounds: 6, repeats: 6}\n")
-    args = ["--configfile", "config.quick.yaml", "examples/textcls/config.yaml", str(small)]
-    proc = snakemake_in(quick_run, "--cores", "4", *args, "--config", "host=e2e-example")
+    small.write_text(
+        "selfcheck: {duration_s: 0.3, repeats: 2}\n"
+        "workload: {window_s: 0.2, budget_max_s: 25, max_rounds: 6, repeats: 6, diagnose_s: 3}\n"
+    )
+    env = {**os.environ, "LAB_IMAGEFOLDER": str(tmp_path / "images")}
+    env |= {"LAB_IMAGEFOLDER_WIDTH": "16", "LAB_IMAGEFOLDER_CROP": "64"}
+    args = ["--configfile", "config.quick.yaml", "examples/imagefolder/config.yaml", str(small)]
+    proc = snakemake_in(quick_run, "--cores", "4", *args, "--config", "host=e2e-images", env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    host = quick_run / "results" / "e2e-example"
+    host = quick_run / "results" / "e2e-images"
     rows = pd.read_csv(host / "workload" / "replicates.csv")
-    assert set(rows["entry"]) == {"examples.textcls.bench:build"} and set(rows["status"]) == {"ok"}
+    assert set(rows["entry"]) == {"examples.imagefolder.bench:build"} and set(rows["status"]) == {"ok"}
     search = json.loads((host / "workload" / "stage~search" / "job.json").read_text())["outcome"]
-    assert search["current_source"] == "your current settings"
-    assert search["start"]["num_workers"] == 2 and search["start"]["threads"] == 1  # the example's own
-    assert "channels_last" in search["skipped_knobs"]  # token ids, not images
-    assert json.loads((host / "workload" / "recommended.json").read_text())["entry"] == "examples.textcls.bench:build"
+    assert search["current_source"] == "your current settings" and search["start"]["num_workers"] == 0
+    diag = search["diagnosis"]
+    assert diag["input_dims"] == 4 and diag["steps"] >= 1 and 0 <= diag["data_stall_pct"] <= 100
+    assert (rows["window"] == "diagnosis").sum() == 1  # one measured epoch before the search
+    md = (host / "report.md").read_text()
+    glance = md.split("## At a glance")[1].split("## Contents")[0]
+    answer = next(ln for ln in glance.splitlines() if "(#workload)" in ln)
+    incomplete = search["stopped"] == "budget"
+    if incomplete:  # it says so at the top, with what a complete search needs
+        assert "search incomplete:" in answer and "would try all" in answer, answer
+    else:  # it fitted: the budget held (a comparison under way may finish its round)
+        assert search["spent_s"] <= search["budget_s"] + max(c["rounds"] for c in search["trail"]) * 2, search
+    params = json.loads((host / "workload" / "stage~search" / "job.json").read_text())["params"]
+    tried = {c["knob"] for c in search["trail"] if c["rounds"] or c["decision"] in ("invalid", "excluded")}
+    for knob in KNOBS:
+        if len(set(params[knob])) > 1:
+            untried = answer.split("not tried: ")[1] if "not tried: " in answer else ""
+            said = knob in tried or knob in search["skipped_knobs"] or knob in untried
+            assert said, (knob, search["skipped_knobs"], answer)
+    found = json.loads((host / "workload" / "findings.json").read_text())["findings"]
+    rec = json.loads((host / "workload" / "recommended.json").read_text())
+    if rec["verified"]:
+        assert "verified faster" in answer and found[0].startswith("Recommendation:")
+    elif incomplete:
+        assert found[0].startswith("No recommendation yet: search incomplete:"), found[0]
+    else:
+        assert "searched completely, nothing clearly faster" in answer and "fine here" in found[0]
+    assert any(f.startswith("Diagnosis. One epoch of the start") for f in found)
 
 
 @pytest.mark.slow

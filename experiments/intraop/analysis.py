@@ -69,8 +69,11 @@ def findings(summary: pd.DataFrame, host: dict) -> list[str]:
     return out + _bf16_finding(summary)
 
 
-def headlines(summary: pd.DataFrame, host: dict) -> list[dict]:
-    """The best intra-op thread count per workload, and whether bfloat16 pays."""
+def headlines(summary: pd.DataFrame, host: dict, replicates: pd.DataFrame) -> list[dict]:
+    """The best intra-op thread count per workload, and whether bfloat16 pays for the one
+    operator measured, a square matmul of the config's size: said in the question, since a
+    matmul's gain is not a model's (``topic`` ``precision``, ``scope`` ``operator``: the report
+    puts a model's own figure first where the workload measured one)."""
     parts = []
     for workload in summary["workload"].unique():
         sub = measured(summary[summary["workload"] == workload])
@@ -82,14 +85,21 @@ def headlines(summary: pd.DataFrame, host: dict) -> list[dict]:
             parts.append(f"{workload}: {answer}")
     out = [{"question": "The best intra-op thread count per workload?", "answer": "; ".join(parts)}] if parts else []
     fp32, bf16 = (measured(summary[summary["workload"] == w]) for w in ("matmul", "matmul_bf16"))
+    sizes = replicates["matmul_size"].dropna() if "matmul_size" in replicates else []
+    n = int(sizes.iloc[0]) if len(sizes) else None
+    one = f"a {n}x{n} float matmul" if n else "one matmul"
     if len(fp32) and len(bf16):
         ratio = best_row(bf16)["median"] / best_row(fp32)["median"]
-        answer = f"bfloat16 matmul {ratio:.2f}x the GFLOP/s of float32 (best of each; separate jobs)"
+        answer = (
+            f"for {one} only: bfloat16 {ratio:.2f}x the GFLOP/s of float32 (best of each; separate jobs);"
+            " a model's gain is smaller and can be a loss: measure it with the workload experiment"
+        )
     else:
         why = summary.loc[summary["workload"] == "matmul_bf16", "reason"]
         answer = f"not measured: {why.iloc[0]}" if len(why) and why.iloc[0] else ""
     if answer:
-        out.append({"question": "Does bfloat16 pay on this CPU?", "answer": answer})
+        question = f"Does bfloat16 pay on this CPU, for {one}?"
+        out.append({"question": question, "answer": answer, "topic": "precision", "scope": "operator"})
     return out
 
 

@@ -28,6 +28,8 @@ from experiments.workload.recommend import (
     as_python,
     describe_changes,
     gain_windows,
+    incomplete_text,
+    outcome,
     recommendation,
     search_sentence,
     untried_knobs,
@@ -77,6 +79,13 @@ def _recommendation_sentence(d: dict) -> str:
             f"Recommendation: {describe_changes(d['changes'])}. Verified in a separate job over {d['rounds']} "
             f"interleaved rounds: {_x(d['gain'], d['gain_ci'])} the samples/s of {d['current_source']}.{payoff}"
         )
+    missing = incomplete_text(d)
+    if missing:  # an unfinished search is no answer: say what it did not try and what would
+        return (
+            f"No recommendation yet: {missing}. What it compared found nothing verified faster than"
+            f" {d['current_source']} ({_x(d['gain'], d['gain_ci'])} in the verification); raise workload.budget_s"
+            " (or budget_max_s) to search the rest."
+        )
     if d["best_found"] == d["current"]:
         return (
             f"Your current settings are fine here: the search found nothing clearly faster than {d['current_source']}. "
@@ -86,6 +95,50 @@ def _recommendation_sentence(d: dict) -> str:
     return (
         f"Your current settings are fine here: the search's best configuration gave {_x(d['gain'], d['gain_ci'])} "
         "in the verification, not clearly faster."
+    )
+
+
+def _diagnosis_sentence(d: dict) -> str:
+    """What the diagnosis measured and what the search therefore took first or skipped."""
+    s = d.get("search") or {}
+    diag = s.get("diagnosis")
+    if not diag:
+        return ""
+    text = f"Diagnosis. {diag['sentence']}."
+    order = s.get("order") or []
+    if order:
+        text += f" So the search took {', '.join(order)}, in that order"
+    skipped = {k: v for k, v in (s.get("skipped_knobs") or {}).items() if v}
+    if skipped:
+        by_reason: dict[str, list[str]] = {}
+        for knob, why in skipped.items():
+            by_reason.setdefault(why, []).append(knob)
+        text += "; it skipped " + "; ".join(f"{', '.join(k)} ({why})" for why, k in by_reason.items())
+    if s.get("needed_s"):
+        text += f". A complete search needed about {s['needed_s']:.0f} s at this step time"
+        text += f"; its budget was {s.get('budget_s') or 0:.0f} s" + (" (auto)" if s.get("budget_auto") else "")
+    return text + "."
+
+
+def _contention_sentence(d: dict) -> str:
+    """Where a precision or memory-format comparison (search or verification) was measured while
+    other processes took CPU: it is flagged, since contention can invert it (issue 21: bfloat16
+    measured 2.5x slower than float32 on a busy machine, 1.8x faster on an idle one)."""
+    flagged = [
+        f"comparison {c['comparison']} ({c['knob']} {c['value']})"
+        for c in d["search"].get("trail") or []
+        if c.get("knob") in ("precision", "channels_last") and c.get("contended")
+    ]
+    if d.get("status") == "ok" and d.get("verify_contended"):
+        differ = [k for k in ("precision", "channels_last") if d["current"][k] != d["best_found"][k]]
+        if differ:
+            flagged.append(f"the verification ({', '.join(differ)} differ)")
+    if not flagged:
+        return ""
+    return (
+        f"Measured while other processes took CPU: {', '.join(flagged)}. A precision or memory-format comparison"
+        " under contention can invert (bfloat16 came out 2.5x slower than float32 on a busy machine and 1.8x"
+        " faster on an idle one): rerun on an idle machine before acting on it."
     )
 
 
@@ -163,21 +216,54 @@ def findings(summary: pd.DataFrame, host: dict, replicates: pd.DataFrame, jobs: 
     """The recommendation (or why there is none), the search, data stall, CPU and memory,
     bfloat16's numerical cost, and the user's shell."""
     d = data(summary, replicates, jobs, host)
-    out = [_recommendation_sentence(d), search_sentence(d), *_measured_sentences(d), *_numerics_sentences(d)]
+    out = [_recommendation_sentence(d), _contention_sentence(d), _diagnosis_sentence(d), search_sentence(d)]
+    out += [*_measured_sentences(d), *_numerics_sentences(d)]
     out += environment_sentences(d["user_environment"], host.get("available_cpus"))
     return [s for s in out if s]
 
 
 def headlines(summary: pd.DataFrame, host: dict, replicates: pd.DataFrame, jobs: list[dict]) -> list[dict]:
-    """The first line of the report."""
+    """The first line of the report: one of three answers (verified faster; searched completely,
+    nothing clearly faster; search incomplete, with what it did not try and the budget that
+    would), and, where the search compared bfloat16 on the user's own model, that figure for
+    the question of precision (``topic`` ``precision``, ``scope`` ``model``: the report puts it
+    before a figure measured on one operator)."""
     d = data(summary, replicates, jobs, host)
-    if d["status"] != "ok":
+    kind, missing = outcome(d), incomplete_text(d)
+    if kind == "failed":
         answer = f"no recommendation ({d['status']}: {d['reason']})"
-    elif d["verified"]:
-        answer = f"{describe_changes(d['changes'])}: {_x(d['gain'], d['gain_ci'])}, verified"
+    elif kind == "verified faster":
+        answer = f"verified faster: {describe_changes(d['changes'])}: {_x(d['gain'], d['gain_ci'])}"
+        answer += f" ({missing})" if missing else ""
+    elif kind == "searched completely":
+        answer = (
+            "searched completely, nothing clearly faster: keep your settings"
+            f" (the best found gave {_x(d['gain'], d['gain_ci'])})"
+        )
     else:
-        answer = f"keep your current settings (the best found gave {_x(d['gain'], d['gain_ci'])})"
-    return [{"question": "What should I change for my workload on this machine?", "answer": answer}]
+        answer = f"{missing}; so far nothing verified faster than your settings ({_x(d['gain'], d['gain_ci'])})"
+    out = [{"question": "What should I change for my workload on this machine?", "answer": answer}]
+    precision = precision_headline(d)
+    return out + ([precision] if precision else [])
+
+
+def precision_headline(d: dict) -> dict | None:
+    """The search's bfloat16 comparison on the user's model, where it made one: its ratio and
+    interval, and a warning where its windows were contended (a precision comparison measured
+    under contention can invert)."""
+    trail = d["search"].get("trail") or []
+    comps = [c for c in trail if c.get("knob") == "precision" and c.get("rounds") and str(c["value"]).startswith("bf")]
+    if not comps or not np.isfinite(comps[0].get("ratio", np.nan)):
+        return None
+    c = comps[0]  # bfloat16 against float32: its first comparison (a later pass compares back)
+    lo, hi = c.get("ci_low", np.nan), c.get("ci_high", np.nan)
+    answer = f"precision {c['value']} on your model: {c['ratio']:.2f}x the best so far"
+    answer += f" (95% CI {bound(lo)}-{bound(hi)})" if np.isfinite(lo) else ""
+    answer += f", {c['decision']} ({int(c['rounds'])} interleaved rounds in the search)"
+    if c.get("contended"):
+        answer += "; measured while other processes took CPU, which can invert a precision comparison: rerun idle"
+    question = "Does bfloat16 pay for your model here?"
+    return {"question": question, "answer": answer, "topic": "precision", "scope": "model"}
 
 
 def tables(summary: pd.DataFrame, host: dict, replicates: pd.DataFrame, jobs: list[dict]) -> list[dict]:
@@ -235,9 +321,10 @@ def search_trail(replicates: pd.DataFrame, jobs: list[dict]) -> pd.DataFrame:
             "rounds": c["rounds"],
             "decision": c["decision"],
         }
-        rec.update(ratio=np.nan, ci_low=np.nan, ci_high=np.nan, ratio_text=c.get("reason") or "")
+        rec.update(ratio=np.nan, ci_low=np.nan, ci_high=np.nan, ratio_text=c.get("reason") or "", contended=False)
         if c["rounds"]:
             w = rows[rows["comparison"] == measured_i] if "comparison" in rows else rows.iloc[0:0]
+            rec["contended"] = bool(w["contended"].fillna(False).astype(bool).any()) if "contended" in w else False
             pairs = w[w["role"] == "point"][["repeat", "value"]].merge(
                 w[w["role"] == "baseline"][["repeat", "value"]], on="repeat"
             )
@@ -246,6 +333,8 @@ def search_trail(replicates: pd.DataFrame, jobs: list[dict]) -> pd.DataFrame:
                 mean, lo, hi = geomean_ci(list(ratios))
                 rec.update(ratio=mean, ci_low=lo, ci_high=hi)
                 rec["ratio_text"] = f"{mean:.2f}x" + (f" ({lo:.2f}-{hi:.2f})" if np.isfinite(lo) else "")
+                if rec["contended"]:
+                    rec["ratio_text"] += "; contended"
             measured_i += 1
         out.append(rec)
     return pd.DataFrame(out)

@@ -14,6 +14,8 @@ workers (pytorch/pytorch#13246).
 
 from __future__ import annotations
 
+import psutil
+
 from experiments.fetch import loop_spans
 from experiments.workload import KNOBS
 from experiments.workload.replicas import Replicas
@@ -75,11 +77,12 @@ class Bench:
         workload: the loaded workload (this process's copy).
         job: ``{"entry", "task", "batch_size"}`` (replicas load their own copy from it).
         meter: the job's meter.
-        steps: steps (or inference calls) per window; ``epoch`` windows ignore it.
+        steps: steps (or inference calls) per window; ``epoch`` windows ignore it. None until
+            the diagnosis sets it from the step time (:mod:`experiments.workload.diagnose`).
         warmup: untimed steps before every window (threads set, workers awake).
     """
 
-    def __init__(self, workload, job: dict, meter, steps: int, warmup: int) -> None:
+    def __init__(self, workload, job: dict, meter, steps: int | None, warmup: int) -> None:
         self.job, self.meter, self.steps, self.warmup = job, meter, steps, warmup
         self.local = Session(workload, job["task"], job["batch_size"])
         self.pools: dict[int, Replicas] = {}
@@ -116,7 +119,9 @@ class Bench:
 
     def measure(self, cfg: dict, epoch: bool = False, epoch_steps_max: int = 0):
         """One window of ``cfg``; returns ``(window, row, spans)``: ``row`` has the knobs and
-        ``samples_per_s``, ``data_stall_pct``, ``batches``, the memory columns, ``setup_s``,
+        ``samples_per_s``, ``data_stall_pct``, ``loop_cpu_s`` and ``workers_cpu_s`` (CPU seconds of
+        the training process itself and of the rest of its tree, its DataLoader workers, over the
+        window; NaN with replicas), ``batches``, the memory columns, ``setup_s``,
         ``first_call_s``, ``worker_warning``, ``oversubscribed``, ``start_method``; spans are
         rank 0's ``wait``/``step``/``fetch`` spans and, in epoch windows, ``memory`` spans (the
         two reads of :meth:`Session.run`, ``batch`` -1). ``epoch``: the window is an epoch from a
@@ -130,8 +135,11 @@ class Bench:
         if self.warmup:
             self._run(pool, setup, self.warmup, False)
         before = self._memory(pool, setup)
+        own = psutil.Process()
+        cpu0 = sum(own.cpu_times()[:2])
         with self.meter.window() as win:
             out = self._run(pool, setup, (epoch_steps_max or None) if epoch else self.steps, epoch)
+        loop_cpu_s = sum(own.cpu_times()[:2]) - cpu0 if pool is None else float("nan")
         after = self._memory(pool, setup)
         epoch_reads = _epoch_reads(out, pool)
         growth_from = epoch_reads or (before, after)
@@ -140,6 +148,8 @@ class Bench:
             **{k: cfg[k] for k in KNOBS},
             "samples_per_s": samples / win.wall_s,
             "data_stall_pct": 100.0 * out["stall_s"] / win.wall_s,
+            "loop_cpu_s": loop_cpu_s,
+            "workers_cpu_s": max(0.0, win.cpu_s - loop_cpu_s) if pool is None else float("nan"),
             "batches": out["batches"],
             **_memory_columns([before, after, *(epoch_reads or ())], growth_from),
             "window": "epoch" if epoch else "steps",

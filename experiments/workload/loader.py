@@ -53,6 +53,7 @@ class Workload:
         loss: ``loss(output, target) -> scalar tensor`` (train), None (infer).
         current: the user's current settings (knob -> value), possibly empty.
         input_dims: dimensions of one batch's input tensor (4 for images: channels_last applies).
+        layout: the memory format of that input: ``channels_last`` or ``contiguous``.
     """
 
     entry: str
@@ -61,6 +62,7 @@ class Workload:
     loss: Any
     current: dict
     input_dims: int
+    layout: str = "contiguous"
 
 
 def split(batch) -> tuple[Any, Any]:
@@ -324,8 +326,18 @@ def load(entry: str, task: str, batch_size: int) -> Workload:
     if task == "train" and current.get("mode", "eager") != "eager":
         mode = current["mode"]
         raise WorkloadError(f"{where}: current settings: mode={mode!r} applies to task infer; allowed: eager")
-    dims = _check_forward(model, loss, _first_batch(dataset, batch_size, where), task, where)
-    return Workload(entry or BUILTIN, model, dataset, loss if task == "train" else None, current, dims)
+    batch = _first_batch(dataset, batch_size, where)
+    dims = _check_forward(model, loss, batch, task, where)
+    layout = _layout(split(batch)[0])
+    return Workload(entry or BUILTIN, model, dataset, loss if task == "train" else None, current, dims, layout)
+
+
+def _layout(x) -> str:
+    """``channels_last`` for a 4-D tensor stored that way, else ``contiguous``."""
+    import torch
+
+    nhwc = isinstance(x, torch.Tensor) and x.dim() == 4 and not x.is_contiguous()
+    return "channels_last" if nhwc and x.is_contiguous(memory_format=torch.channels_last) else "contiguous"
 
 
 def user_code(entry: str) -> Path:

@@ -22,6 +22,7 @@ user's own shell (measured, ``user_env.json``), 1 process, float32, eager, no ch
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -53,8 +54,12 @@ class Params:
     entry: str = field(default="", metadata={"help": "package.module:function returning the workload; empty: built-in"})
     task: Literal["train", "infer"] = "train"
     batch_size: int = 32
-    steps: int = field(default=10, metadata={"help": "training steps or inference calls per measured window"})
+    window_s: float = field(
+        default=0.5, metadata={"help": "window length (s): steps per window from the measured step time, at least 1"}
+    )
+    steps: int = field(default=0, metadata={"help": "steps per window; 0: from window_s and the step time"})
     warmup: int = field(default=2, metadata={"help": "untimed steps before every window"})
+    diagnose_s: float = field(default=10.0, metadata={"help": "the diagnosis epoch stops after this long (s)"})
     num_workers: tuple[int, ...] = (0, 1, 2, 4)
     persistent_workers: tuple[bool, ...] = (False, True)
     prefetch_factor: tuple[int, ...] = (2,)
@@ -64,7 +69,10 @@ class Params:
     channels_last: tuple[bool, ...] = (False, True)
     mode: tuple[Mode, ...] = ("eager", "script")
     bf16: Literal["native", "any"] = field(default="native", metadata={"help": "bfloat16 only with native bf16"})
-    budget_s: float = field(default=60.0, metadata={"help": "time budget of the search (s)"})
+    budget_s: str = field(
+        default="auto", metadata={"help": "time budget of the search (s); auto: what a complete search needs"}
+    )
+    budget_max_s: float = field(default=300.0, metadata={"help": "the most an auto budget may be (s)"})
     max_rounds: int = field(default=10, metadata={"help": f"rounds per comparison at most (at least {MIN_ROUNDS})"})
     repeats: int = field(default=10, metadata={"help": "verification rounds (current, recommended)"})
     verify_epochs: bool = field(default=False, metadata={"help": "verification windows of a whole epoch"})
@@ -76,12 +84,22 @@ class Params:
     sample_hz: float = 10.0
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "steps", "repeats", "numerics_steps"):
+        for name in ("batch_size", "repeats", "numerics_steps"):
             check_min(name, getattr(self, name), 1)
+        check_min("steps", self.steps, 0)
+        check_min("window_s", self.window_s, 0.001)
+        check_min("diagnose_s", self.diagnose_s, 0)
+        check_min("budget_max_s", self.budget_max_s, 0)
+        budget = str(self.budget_s)
+        if budget != "auto":
+            try:
+                check_min("budget_s", float(budget), 0)
+            except ValueError as exc:
+                raise ValueError(f"budget_s={self.budget_s!r}; allowed: auto or a number >= 0 ({exc})") from None
+        object.__setattr__(self, "budget_s", budget)
         check_min("max_rounds", self.max_rounds, MIN_ROUNDS)  # fewer could never decide
         check_min("warmup", self.warmup, 0)
         check_min("timeline_steps_max", self.timeline_steps_max, 0)
-        check_min("budget_s", self.budget_s, 0)
         check_min("memory_budget_gb", self.memory_budget_gb, 0)
         check_min("sample_hz", self.sample_hz, 0.1)
         for knob in KNOBS:
@@ -105,10 +123,14 @@ class _Recorder:
         self.result = RunResult()
         self.repeat, self.comparison = 0, -1
 
-    def window(self, cfg: dict, role: str, spans: bool = False, epoch: bool = False, **extra) -> dict:
+    def window(
+        self, cfg: dict, role: str, spans: bool = False, epoch: bool = False, epoch_cap: int = 0, **extra
+    ) -> dict:
         from experiments.workload.bench import key
 
         limit = self.params.timeline_steps_max if epoch and not self.params.verify_epochs else 0
+        if epoch_cap:
+            limit = min(limit, epoch_cap) if limit else epoch_cap
         win, row, sp = self.bench.measure(cfg, epoch=epoch, epoch_steps_max=limit)
         numbers = self.numerics.get(cfg["precision"], {})
         full = self.result.add_window(self.repeat, win, role=role, stage=self.params.stage, **row, **numbers, **extra)
@@ -197,14 +219,19 @@ def search(params: Params, host_files: dict | None, max_oversubscription: float 
     except WorkloadError as exc:
         return RunResult.failed(str(exc))
     with Meter(params.sample_hz) as meter:
-        bench = Bench(workload, params.job, meter, params.steps, params.warmup)
+        bench = Bench(workload, params.job, meter, params.steps or None, params.warmup)
         try:
             _check_start(bench, workload, start, params)
             numerics = _numerics(bench, params, space)
             rec = _Recorder(bench, params, numerics, params.memory_budget_gb * 1024)
             t0 = time.monotonic()
+            auto = params.budget_s == "auto"
+            plan = {"budget_s": 0.0 if auto else float(params.budget_s), "steps": params.steps}
+            if any(len(v) > 1 for v in space.values()) and (auto or plan["budget_s"] > 0):  # something to decide
+                diag = _diagnose(rec, workload, start, params, meter.ncpu)
+                space, plan = _plan(diag, space, skipped, start, params)
             adjust = fit_threads(meter.ncpu, tuple(space["threads"]))
-            s = Search(space, start, rec.round, invalid, params.budget_s, max_rounds=params.max_rounds, adjust=adjust)
+            s = Search(space, start, rec.round, invalid, plan["budget_s"], max_rounds=params.max_rounds, adjust=adjust)
             winner, trail = s.run()
         except WorkloadError as exc:
             return RunResult.failed(str(exc))
@@ -224,12 +251,83 @@ def search(params: Params, host_files: dict | None, max_oversubscription: float 
         "winner": winner,
         "stopped": s.stopped,
         "spent_s": time.monotonic() - t0,
-        "budget_s": params.budget_s,
         "skipped_knobs": skipped,
         "numerics": numerics,
         "trail": [c.as_dict() for c in trail],
+        **plan,
     }
     return rec.result
+
+
+def _diagnose(rec: _Recorder, workload, start: dict, params: Params, ncpu: int):
+    """Time the start's step, size the windows, then measure one epoch of it (at most
+    ``diagnose_s``) as a window of its own (``window`` = ``diagnosis``)."""
+    from experiments.capabilities import native_bf16
+    from experiments.workload.diagnose import Diagnosis, cpus_of, step_time, steps_for
+
+    step_s = step_time(rec.bench, start)
+    if not params.steps:
+        rec.bench.steps = steps_for(params.window_s, step_s)
+        # a warm-up of a quarter of a window, at least one step: 2 untimed steps of 0.65 s before
+        # every 1-step window would cost more than the windows
+        rec.bench.warmup = min(params.warmup, max(1, round(rec.bench.steps / 4)))
+    cap = max(3, int(params.diagnose_s / step_s)) if params.diagnose_s else 0
+    row = rec.window(start, "baseline", epoch=True, epoch_cap=cap, comparison=-1)
+    row["window"] = "diagnosis"
+    rec.repeat += 1
+    loop, workers = cpus_of(row)
+    bf16, what = native_bf16()
+    return Diagnosis(
+        step_s=step_s,
+        steps=rec.bench.steps,
+        warmup=rec.bench.warmup,
+        batches=int(row["batches"]),
+        epoch_batches=row.get("epoch_batches"),
+        data_stall_pct=float(row["data_stall_pct"]),
+        cpu_util_pct=float(row["cpu_util_pct"]),
+        loop_cpus=loop,
+        workers_cpus=workers,
+        ncpu=ncpu,
+        threads=int(start["threads"]),
+        num_workers=int(start["num_workers"]),
+        native_bf16=bf16,
+        bf16_what=what,
+        input_dims=workload.input_dims,
+        layout=workload.layout,
+        contended=bool(row["contended"]),
+    )
+
+
+def _plan(diag, space: dict, skipped: dict, start: dict, params: Params) -> tuple[dict, dict]:
+    """The search's knob space in the order the diagnosis gives, the knobs it cannot help
+    fixed at the start's value (``skipped``, with the reason), the time a complete search
+    needs and the budget. Returns ``(space, plan)``, ``plan`` for the job's outcome."""
+    from experiments.workload.diagnose import estimate_s
+
+    why = diag.reasons(params.task)
+    searched, by_diagnosis = {}, {}
+    for knob in diag.order():
+        values = space[knob]
+        if len(values) > 1 and why[knob] and knob not in skipped:
+            by_diagnosis[knob] = why[knob]
+            values = [start[knob]]
+        searched[knob] = values
+    skipped |= by_diagnosis
+    warmup = diag.warmup
+    needed, most, comparisons = estimate_s(searched, start, diag.step_s, diag.steps, warmup, params.max_rounds)
+    auto = params.budget_s == "auto"
+    budget = min(most, params.budget_max_s) if auto else float(params.budget_s)
+    plan = {
+        "diagnosis": dataclasses.asdict(diag) | {"sentence": diag.sentence()},
+        "order": [k for k in searched if len(searched[k]) > 1],
+        "needed_s": needed,
+        "planned_comparisons": comparisons,
+        "budget_s": budget,
+        "budget_auto": auto,
+        "steps": diag.steps,
+        "warmup": warmup,
+    }
+    return searched, plan
 
 
 def verify(params: Params, after: list[dict] | None, host_files: dict | None) -> RunResult:
@@ -248,8 +346,13 @@ def verify(params: Params, after: list[dict] | None, host_files: dict | None) ->
         return RunResult.failed(str(exc))
     start, winner = outcome["start"], outcome["winner"]
     with Meter(params.sample_hz) as meter:
-        bench = Bench(workload, params.job, meter, params.steps, params.warmup)
+        warmup = params.warmup if params.steps else outcome.get("warmup", params.warmup)
+        bench = Bench(workload, params.job, meter, params.steps or outcome.get("steps"), warmup)
         try:
+            if not bench.steps:  # a search of an older version: size the windows here
+                from experiments.workload.diagnose import step_time, steps_for
+
+                bench.steps = steps_for(params.window_s, step_time(bench, start))
             rec = _Recorder(bench, params, outcome.get("numerics", {}), 0)
             _verify_rounds(rec, params, start, winner)
         except Exception as exc:

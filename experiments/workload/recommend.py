@@ -67,7 +67,8 @@ def recommendation(summary: pd.DataFrame, replicates: pd.DataFrame, jobs: list[d
         k: (first.get(k).item() if hasattr(first.get(k), "item") else first.get(k))
         for k in ("entry", "task", "batch_size")
     }
-    base["search"] = {k: search.get(k) for k in ("stopped", "spent_s", "budget_s", "skipped_knobs")}
+    keep = ("stopped", "spent_s", "budget_s", "skipped_knobs", "needed_s", "order", "diagnosis", "budget_auto")
+    base["search"] = {k: search.get(k) for k in keep}
     base["search"]["comparisons"] = sum(1 for c in search.get("trail", []) if c.get("ratios"))
     base["numerics"] = search.get("numerics", {})
     base["current_source"] = search.get("current_source") or "the current settings"
@@ -104,6 +105,9 @@ def recommendation(summary: pd.DataFrame, replicates: pd.DataFrame, jobs: list[d
         "recommended": best if verified else current,
         "changes": {k: [current[k], best[k]] for k in KNOBS if current[k] != best[k]} if verified else {},
         "measured": measured,
+        "verify_contended": bool(rows["contended"].fillna(False).astype(bool).mean() > 0.25)
+        if "contended" in rows
+        else False,
         "memory_grows": bool(every["memory_grows"].fillna(False).astype(bool).any())
         if "memory_grows" in every
         else False,
@@ -117,8 +121,10 @@ def untried_knobs(jobs: list[dict], trail: list[dict], skipped: dict) -> list[st
     """Knobs the config gave several values that the search never compared (its budget ran out
     first), in search order; knobs dropped for a reason (``skipped``) are not among them."""
     params = next((j.get("params") or {} for j in jobs if (j.get("params") or {}).get("stage") == "search"), {})
-    tried = {c.get("knob") for c in trail}
-    several = [k for k in KNOBS if isinstance(params.get(k), (list, tuple)) and len(set(params[k])) > 1]
+    # a comparison the budget did not let start tried nothing
+    tried = {c.get("knob") for c in trail if c.get("rounds") or c.get("decision") in ("invalid", "excluded")}
+    order = _search_outcome(jobs).get("order") or KNOBS
+    several = [k for k in order if isinstance(params.get(k), (list, tuple)) and len(set(params[k])) > 1]
     return [k for k in several if k not in tried and k not in skipped]
 
 
@@ -141,11 +147,41 @@ def search_sentence(d: dict) -> str:
     else:
         text += f" and stopped because {how.get(s.get('stopped'), s.get('stopped'))}."
     skipped = s.get("skipped_knobs") or {}
-    text += "".join(f" {why}." for why in skipped.values())
+    if not s.get("diagnosis"):  # the diagnosis sentence gives its own reasons
+        text += "".join(f" {why[0].upper()}{why[1:]}." for why in skipped.values())
     untried = s.get("untried") or []
     if untried:
         text += f" Not tried within the budget: {', '.join(untried)} (a larger workload.budget_s would)."
     return text
+
+
+def outcome(d: dict) -> str:
+    """Which of three answers the search and the verification give: ``verified faster``,
+    ``searched completely`` (nothing clearly faster: keep the settings) or ``search
+    incomplete`` (the budget ended it before every knob the diagnosis kept was tried);
+    ``failed`` where nothing was verified."""
+    if d.get("status") != "ok":
+        return "failed"
+    if d.get("verified"):
+        return "verified faster"
+    s = d.get("search") or {}
+    return "search incomplete" if s.get("stopped") == "budget" or s.get("untried") else "searched completely"
+
+
+def incomplete_text(d: dict) -> str:
+    """``search incomplete: 1 of 6 knobs tried (budget 45 s); about 240 s would try all; not
+    tried: threads, precision``, or "" for a search that tried every knob it planned."""
+    s = d.get("search") or {}
+    untried = s.get("untried") or []
+    if s.get("stopped") != "budget" and not untried:
+        return ""
+    planned = s.get("order") or []
+    tried = len([k for k in planned if k not in untried]) if planned else None
+    head = f"{tried} of {len(planned)} knobs tried" if planned else "its budget ran out"
+    text = f"search incomplete: {head} in its {s.get('budget_s') or 0:.0f} s budget"
+    if s.get("needed_s"):
+        text += f"; about {s['needed_s']:.0f} s would try all"
+    return text + (f"; not tried: {', '.join(untried)}" if untried else "")
 
 
 def payoff_calls(current: pd.DataFrame, recommended: pd.DataFrame) -> int | None:
