@@ -93,6 +93,41 @@ def exhaustive(timed: Timed, start: dict, configs: list[dict], rounds: int) -> d
     return scores
 
 
+def summary_lines(args, pipeline: dict, s_wall: float, scores: dict, ex: tuple, ncpu: int, n_configs: int) -> list[str]:
+    """The benchmark's result as Markdown lines: machine, grid, diagnosis, the exhaustive and
+    the search's cost (s wall; ``ex`` is the exhaustive's (wall s, s inside windows)), the
+    exhaustive best and where the search's winner scores on the exhaustive's scale."""
+    winner, trail = pipeline["winner"], pipeline["trail"]
+    complete = pipeline["stopped"] != "budget"
+    best = max(scores, key=lambda k: scores[k][0])
+    won = scores.get(key(winner), (float("nan"),) * 3)
+    within = won[0] >= 0.95 * scores[best][0]
+    overlap = won[2] >= scores[best][1]
+    bf16, flags = native_bf16()
+    model = cpuinfo().get("model name") or platform.machine()
+    return [
+        f"Machine: {model}, {ncpu} CPUs, native bf16: {'yes' if bf16 else 'no'} ({flags}),"
+        f" Python {platform.python_version()}.",
+        f"Grid: {n_configs} configurations of {args.entry or 'the built-in workload'},"
+        f" {pipeline['steps']} steps per window"
+        f" ({1000 * pipeline['diagnosis']['step_s']:.0f} ms per step of the start).",
+        f"Diagnosis: {pipeline['diagnosis']['sentence']}; searched in this order: {', '.join(pipeline['order'])};"
+        f" skipped: {pipeline['skipped_knobs'] or 'none'}.",
+        f"Exhaustive ({args.rounds} rounds each): {ex[0]:.0f} s wall, {ex[1]:.0f} s inside windows.",
+        f"Search (the pipeline's, diagnosis included): {len(trail)} comparisons, {s_wall:.0f} s wall"
+        f" ({100 * s_wall / ex[0]:.0f}% of the exhaustive); stopped: {pipeline['stopped']}"
+        f" ({'complete' if complete else 'incomplete'} within its {pipeline['budget_s']:.0f} s budget, auto;"
+        f" estimated beforehand: {pipeline['needed_s']:.0f} s).",
+        f"Exhaustive best: {best}: {scores[best][0]:.3f}x ({scores[best][1]:.3f}-{scores[best][2]:.3f}).",
+        f"Search winner: {key(winner)}: exhaustive score {won[0]:.3f}x ({won[1]:.3f}-{won[2]:.3f});"
+        f" within 5% of the best: {'yes' if within else 'no'}; intervals overlap: {'yes' if overlap else 'no'}.",
+        "",
+        "| configuration | exhaustive score (x start, geometric mean, 95% CI) |",
+        "|---|---|",
+        *(f"| {k} | {v[0]:.3f} ({v[1]:.3f}-{v[2]:.3f}) |" for k, v in sorted(scores.items(), key=lambda kv: -kv[1][0])),
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=8, help="rounds per configuration, exhaustive")
@@ -124,7 +159,6 @@ def main(argv: list[str] | None = None) -> int:
 
     combos = [dict(zip(GRID, values)) for values in itertools.product(*GRID.values())]
     configs = [c for c in combos if not invalid(c)]
-    lines = []
     with Meter(10) as meter:
         job = {"entry": args.entry, "task": "train", "batch_size": 32}
         bench = Bench(workload, job, meter, steps, warmup=pipeline.get("warmup", 2))
@@ -135,34 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             ex_wall, ex_windows = time.monotonic() - t0, timed.window_s
         finally:
             bench.close()
-    winner, trail = pipeline["winner"], pipeline["trail"]
-    complete = pipeline["stopped"] != "budget"
-    best = max(scores, key=lambda k: scores[k][0])
-    won = scores.get(key(winner), (float("nan"),) * 3)
-    within = won[0] >= 0.95 * scores[best][0]
-    overlap = won[2] >= scores[best][1]
-    bf16, flags = native_bf16()
-    model = cpuinfo().get("model name") or platform.machine()
-    lines += [
-        f"Machine: {model}, {meter.ncpu} CPUs, native bf16: {'yes' if bf16 else 'no'} ({flags}),"
-        f" Python {platform.python_version()}.",
-        f"Grid: {len(configs)} configurations of {args.entry or 'the built-in workload'}, {steps} steps per window"
-        f" ({1000 * pipeline['diagnosis']['step_s']:.0f} ms per step of the start).",
-        f"Diagnosis: {pipeline['diagnosis']['sentence']}; searched in this order: {', '.join(pipeline['order'])};"
-        f" skipped: {pipeline['skipped_knobs'] or 'none'}.",
-        f"Exhaustive ({args.rounds} rounds each): {ex_wall:.0f} s wall, {ex_windows:.0f} s inside windows.",
-        f"Search (the pipeline's, diagnosis included): {len(trail)} comparisons, {s_wall:.0f} s wall"
-        f" ({100 * s_wall / ex_wall:.0f}% of the exhaustive); stopped: {pipeline['stopped']}"
-        f" ({'complete' if complete else 'incomplete'} within its {pipeline['budget_s']:.0f} s budget, auto;"
-        f" estimated beforehand: {pipeline['needed_s']:.0f} s).",
-        f"Exhaustive best: {best}: {scores[best][0]:.3f}x ({scores[best][1]:.3f}-{scores[best][2]:.3f}).",
-        f"Search winner: {key(winner)}: exhaustive score {won[0]:.3f}x ({won[1]:.3f}-{won[2]:.3f});"
-        f" within 5% of the best: {'yes' if within else 'no'}; intervals overlap: {'yes' if overlap else 'no'}.",
-        "",
-        "| configuration | exhaustive score (x start, geometric mean, 95% CI) |",
-        "|---|---|",
-        *(f"| {k} | {v[0]:.3f} ({v[1]:.3f}-{v[2]:.3f}) |" for k, v in sorted(scores.items(), key=lambda kv: -kv[1][0])),
-    ]
+    lines = summary_lines(args, pipeline, s_wall, scores, (ex_wall, ex_windows), meter.ncpu, len(configs))
     text = "\n".join(lines) + "\n"
     print(text)
     if args.markdown:

@@ -429,6 +429,7 @@ def test_knob_space_drops_what_this_machine_or_workload_cannot_do(monkeypatch):
     space, skipped = candidates.knob_space(Params(mode=("eager", "script")), workload)
     assert space["precision"] == ["float32"] and "workload.bf16: any" in skipped["precision"]
     assert space["mode"] == ["eager"] and space["channels_last"] == [False, True]  # 4-D images
+    assert "task: infer" in skipped["mode"]  # a knob the config lists is never dropped without a word
     space, skipped = candidates.knob_space(Params(bf16="any"), workload)
     assert "bfloat16" in space["precision"] and "precision" not in skipped
     cfg = _cfg(processes=2, threads=2, num_workers=4)  # 2 x (2 + 4) = 12 CPUs at once

@@ -69,7 +69,7 @@ def findings(summary: pd.DataFrame, host: dict) -> list[str]:
     return out + _bf16_finding(summary)
 
 
-def headlines(summary: pd.DataFrame, host: dict, replicates: pd.DataFrame) -> list[dict]:
+def headlines(summary: pd.DataFrame, host: dict, replicates: pd.DataFrame | None = None) -> list[dict]:
     """The best intra-op thread count per workload, and whether bfloat16 pays for the one
     operator measured, a square matmul of the config's size: said in the question, since a
     matmul's gain is not a model's (``topic`` ``precision``, ``scope`` ``operator``: the report
@@ -85,7 +85,8 @@ def headlines(summary: pd.DataFrame, host: dict, replicates: pd.DataFrame) -> li
             parts.append(f"{workload}: {answer}")
     out = [{"question": "The best intra-op thread count per workload?", "answer": "; ".join(parts)}] if parts else []
     fp32, bf16 = (measured(summary[summary["workload"] == w]) for w in ("matmul", "matmul_bf16"))
-    sizes = replicates["matmul_size"].dropna() if "matmul_size" in replicates else []
+    has_size = replicates is not None and "matmul_size" in replicates
+    sizes = replicates["matmul_size"].dropna() if has_size else []
     n = int(sizes.iloc[0]) if len(sizes) else None
     one = f"a {n}x{n} float matmul" if n else "one matmul"
     if len(fp32) and len(bf16):

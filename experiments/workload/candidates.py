@@ -56,8 +56,9 @@ def knob_space(params, workload) -> tuple[dict, dict]:
         space["channels_last"] = [False]
         dims = workload.input_dims
         skipped["channels_last"] = f"channels_last applies to 4-D (image) inputs; this workload's have {dims}"
-    if params.task == "train":  # TorchScript and torch.compile are searched for inference
+    if params.task == "train" and space["mode"] != ["eager"]:
         space["mode"] = ["eager"]
+        skipped["mode"] = "TorchScript and torch.compile are searched for task: infer; training runs eager"
     return space, skipped
 
 

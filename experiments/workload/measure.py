@@ -22,7 +22,6 @@ user's own shell (measured, ``user_env.json``), 1 process, float32, eager, no ch
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -212,6 +211,7 @@ def _numerics(bench, params: Params, space: dict) -> dict:
 def search(params: Params, host_files: dict | None, max_oversubscription: float | None) -> RunResult:
     """Stage ``search`` (see the module docstring)."""
     from experiments.workload.bench import Bench
+    from experiments.workload.diagnose import diagnose, plan_search
     from experiments.workload.search import Search
 
     try:
@@ -228,8 +228,8 @@ def search(params: Params, host_files: dict | None, max_oversubscription: float 
             auto = params.budget_s == "auto"
             plan = {"budget_s": 0.0 if auto else float(params.budget_s), "steps": params.steps}
             if any(len(v) > 1 for v in space.values()) and (auto or plan["budget_s"] > 0):  # something to decide
-                diag = _diagnose(rec, workload, start, params, meter.ncpu)
-                space, plan = _plan(diag, space, skipped, start, params)
+                diag = diagnose(rec, workload, start, params, meter.ncpu)
+                space, plan = plan_search(diag, space, skipped, start, params)
             adjust = fit_threads(meter.ncpu, tuple(space["threads"]))
             s = Search(space, start, rec.round, invalid, plan["budget_s"], max_rounds=params.max_rounds, adjust=adjust)
             winner, trail = s.run()
@@ -257,77 +257,6 @@ def search(params: Params, host_files: dict | None, max_oversubscription: float 
         **plan,
     }
     return rec.result
-
-
-def _diagnose(rec: _Recorder, workload, start: dict, params: Params, ncpu: int):
-    """Time the start's step, size the windows, then measure one epoch of it (at most
-    ``diagnose_s``) as a window of its own (``window`` = ``diagnosis``)."""
-    from experiments.capabilities import native_bf16
-    from experiments.workload.diagnose import Diagnosis, cpus_of, step_time, steps_for
-
-    step_s = step_time(rec.bench, start)
-    if not params.steps:
-        rec.bench.steps = steps_for(params.window_s, step_s)
-        # a warm-up of a quarter of a window, at least one step: 2 untimed steps of 0.65 s before
-        # every 1-step window would cost more than the windows
-        rec.bench.warmup = min(params.warmup, max(1, round(rec.bench.steps / 4)))
-    cap = max(3, int(params.diagnose_s / step_s)) if params.diagnose_s else 0
-    row = rec.window(start, "baseline", epoch=True, epoch_cap=cap, comparison=-1)
-    row["window"] = "diagnosis"
-    rec.repeat += 1
-    loop, workers = cpus_of(row)
-    bf16, what = native_bf16()
-    return Diagnosis(
-        step_s=step_s,
-        steps=rec.bench.steps,
-        warmup=rec.bench.warmup,
-        batches=int(row["batches"]),
-        epoch_batches=row.get("epoch_batches"),
-        data_stall_pct=float(row["data_stall_pct"]),
-        cpu_util_pct=float(row["cpu_util_pct"]),
-        loop_cpus=loop,
-        workers_cpus=workers,
-        ncpu=ncpu,
-        threads=int(start["threads"]),
-        num_workers=int(start["num_workers"]),
-        native_bf16=bf16,
-        bf16_what=what,
-        input_dims=workload.input_dims,
-        layout=workload.layout,
-        contended=bool(row["contended"]),
-    )
-
-
-def _plan(diag, space: dict, skipped: dict, start: dict, params: Params) -> tuple[dict, dict]:
-    """The search's knob space in the order the diagnosis gives, the knobs it cannot help
-    fixed at the start's value (``skipped``, with the reason), the time a complete search
-    needs and the budget. Returns ``(space, plan)``, ``plan`` for the job's outcome."""
-    from experiments.workload.diagnose import estimate_s
-
-    why = diag.reasons(params.task)
-    searched, by_diagnosis = {}, {}
-    for knob in diag.order():
-        values = space[knob]
-        if len(values) > 1 and why[knob] and knob not in skipped:
-            by_diagnosis[knob] = why[knob]
-            values = [start[knob]]
-        searched[knob] = values
-    skipped |= by_diagnosis
-    warmup = diag.warmup
-    needed, most, comparisons = estimate_s(searched, start, diag.step_s, diag.steps, warmup, params.max_rounds)
-    auto = params.budget_s == "auto"
-    budget = min(most, params.budget_max_s) if auto else float(params.budget_s)
-    plan = {
-        "diagnosis": dataclasses.asdict(diag) | {"sentence": diag.sentence()},
-        "order": [k for k in searched if len(searched[k]) > 1],
-        "needed_s": needed,
-        "planned_comparisons": comparisons,
-        "budget_s": budget,
-        "budget_auto": auto,
-        "steps": diag.steps,
-        "warmup": warmup,
-    }
-    return searched, plan
 
 
 def verify(params: Params, after: list[dict] | None, host_files: dict | None) -> RunResult:
