@@ -69,35 +69,90 @@ def _cpu_hierarchies() -> list[tuple[str, Path]]:
     return found
 
 
+def _cgroup_parents() -> list[tuple[str, Path, Path]]:
+    """``(version, mount, parent)``: where the quota tests may make their child cgroup. With
+    ``LAB_CGROUP_PARENT`` (a cgroup of the user's own, for example a delegated systemd scope),
+    only there; otherwise the hierarchies' roots."""
+    hierarchies = _cpu_hierarchies()
+    own = os.environ.get("LAB_CGROUP_PARENT")
+    if not own:
+        return [(version, mount, mount) for version, mount in hierarchies]
+    parent = Path(own).resolve()
+    return [(v, m, parent) for v, m in hierarchies if parent == m or m in parent.parents]
+
+
+def _remove_stale(parent: Path) -> None:
+    """Remove the empty ``cpulab-test-<pid>`` cgroups a killed test run left under ``parent``."""
+    for d in parent.glob("cpulab-test-*"):
+        pid = d.name.rpartition("-")[2]
+        if pid.isdigit() and not Path("/proc", pid).exists():
+            try:
+                d.rmdir()
+            except OSError:
+                pass
+
+
+def _make_child(version: str, parent: Path) -> tuple[Path, bool]:
+    """Make ``parent/cpulab-test-<pid>`` with a quota of 1 CPU; returns it and whether the cpu
+    controller had to be enabled in ``parent`` (v2; disabled again after). Raises OSError."""
+    enabled = False
+    if version == "v2":
+        control = parent / "cgroup.subtree_control"
+        if "cpu" not in control.read_text().split():
+            control.write_text("+cpu")
+            enabled = True
+    d = parent / f"cpulab-test-{os.getpid()}"
+    d.mkdir()
+    if version == "v1":
+        (d / "cpu.cfs_period_us").write_text("100000")
+        (d / "cpu.cfs_quota_us").write_text("100000")
+    else:
+        (d / "cpu.max").write_text("100000 100000")
+    return d, enabled
+
+
 @pytest.fixture
 def child_cgroup():
-    """A child cgroup with a quota of 1 CPU, made and removed by the test (root only; cgroup
-    v1's cpu controller, or v2's where it is enabled). Skipped where none can be made, except
-    with LAB_REQUIRE_CGROUP=1 (CI), where that fails."""
-    why = "no cgroup hierarchy with the cpu controller is mounted"
-    for version, mount in _cpu_hierarchies():
-        d = mount / f"cpulab-test-{os.getpid()}"
+    """A child cgroup with a quota of 1 CPU, made and removed by the test (root, or a cgroup of
+    the user's own in ``LAB_CGROUP_PARENT``; cgroup v1's cpu controller, or v2's).
+
+    It changes the machine's cgroups, so it runs only when asked: ``LAB_ALLOW_CGROUP=1``,
+    ``LAB_REQUIRE_CGROUP=1`` (CI: where none can be made, the test fails instead of skipping),
+    or ``LAB_CGROUP_PARENT``. Otherwise the test skips and says what it would touch. The child
+    is removed after the test, the cpu controller disabled again where the fixture enabled it,
+    and children that a killed run left behind are removed by the next one."""
+    required = os.environ.get("LAB_REQUIRE_CGROUP") == "1"
+    parents = _cgroup_parents()
+    if not (required or os.environ.get("LAB_ALLOW_CGROUP") == "1" or os.environ.get("LAB_CGROUP_PARENT")):
+        where = ", ".join(str(p) for *_, p in parents) or "the cpu hierarchy"
+        pytest.skip(
+            f"would make a child cgroup with a 1-CPU quota under {where} (enabling the cpu controller"
+            " there on cgroup v2): set LAB_ALLOW_CGROUP=1 to allow it, or LAB_CGROUP_PARENT to a cgroup of your own"
+        )
+    why = "no cgroup hierarchy with the cpu controller is mounted" + (
+        f" at LAB_CGROUP_PARENT={os.environ['LAB_CGROUP_PARENT']}" if os.environ.get("LAB_CGROUP_PARENT") else ""
+    )
+    for version, mount, parent in parents:
+        _remove_stale(parent)
         try:
-            if version == "v2":
-                (mount / "cgroup.subtree_control").write_text("+cpu")
-            d.mkdir()
-            if version == "v1":
-                (d / "cpu.cfs_period_us").write_text("100000")
-                (d / "cpu.cfs_quota_us").write_text("100000")
-            else:
-                (d / "cpu.max").write_text("100000 100000")
+            d, enabled = _make_child(version, parent)
         except OSError as exc:
-            why = f"cannot make a child cgroup under {mount} ({exc})"
+            why = f"cannot make a child cgroup under {parent} ({exc})"
             continue
-        yield ChildCgroup(d, "/" + d.name, version)
+        yield ChildCgroup(d, "/" + str(d.relative_to(mount)), version)
         for _ in range(100):  # its processes must have left before the directory can go
             try:
                 d.rmdir()
                 break
             except OSError:
                 time.sleep(0.1)
+        if enabled:
+            try:
+                (parent / "cgroup.subtree_control").write_text("-cpu")
+            except OSError:  # another child enabled since uses it: left as it is
+                pass
         return
-    if os.environ.get("LAB_REQUIRE_CGROUP"):
+    if required:
         pytest.fail(f"LAB_REQUIRE_CGROUP is set but {why}")
     pytest.skip(why)
 

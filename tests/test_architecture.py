@@ -227,3 +227,20 @@ def _replace(path: Path, old: str, new: str) -> None:
 def test_an_incomplete_package_is_refused_naming_the_file(tmp_path, monkeypatch, name, edit, message):
     said = _broken(tmp_path, monkeypatch, name, edit)
     assert message in said and str(tmp_path / name) in said
+
+
+def test_every_switch_that_lets_a_test_change_the_system_is_in_the_readme_list():
+    """The README's list of what the suite writes outside the checkout names every variable a
+    test reads to allow a change of the system (``LAB_ALLOW_*``, ``LAB_REQUIRE_*``,
+    ``LAB_CGROUP_PARENT``), and every path the SLURM script writes outside its directory."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### What the tests write outside the checkout")[1].split("\n## ")[0]
+    used = set()
+    for p in (ROOT / "tests").glob("*.py"):
+        used |= set(re.findall(r"LAB_(?:ALLOW|REQUIRE)_[A-Z]+|LAB_CGROUP_PARENT", p.read_text(encoding="utf-8")))
+    assert {"LAB_ALLOW_SLURM", "LAB_ALLOW_CGROUP", "LAB_CGROUP_PARENT"} <= used
+    # the browser and the free-threaded build are read, never installed or built, by the tests
+    assert [v for v in sorted(used) if v not in section and v not in {"LAB_REQUIRE_BROWSER", "LAB_REQUIRE_FT"}] == []
+    script = (ROOT / "scripts" / "slurm-test-cluster.sh").read_text(encoding="utf-8")
+    assert "/etc/slurm/slurm.conf" in script and "/etc/slurm/slurm.conf" in section
+    assert "pkill" not in script and "killall" not in script  # stopped by the pids it started

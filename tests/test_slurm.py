@@ -4,8 +4,15 @@ then `snakemake compare` puts them side by side; the cluster is torn down after.
 
 The node is this machine: `debug` (with the node feature `cpulab` as the label's constraint)
 gives its jobs every CPU, `onecpu` is the label whose jobs ask for one CPU (SLURM's
-task/affinity binds them to it, as a confined cluster job is). Skipped
-where SLURM cannot be brought up here (not root, no apt), except with LAB_REQUIRE_SLURM=1 (CI).
+task/affinity binds them to it, as a confined cluster job is).
+
+Bringing the cluster up writes /etc/slurm/slurm.conf and starts munged, slurmctld and slurmd, so
+it runs only when asked (``LAB_ALLOW_SLURM=1``; ``LAB_REQUIRE_SLURM=1`` in CI, where it fails
+instead of skipping) or where the machine has nothing to lose: root, SLURM installed, no
+slurm.conf and no SLURM or munge daemon running. Debian's packages are installed only when
+asked. The script's own safety (it refuses beside a SLURM it did not start, stops only the pids
+it started, and a crash between up and down leaves nothing that down cannot undo) is tested
+here too, the crash with the real daemons.
 """
 
 from __future__ import annotations
@@ -13,9 +20,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -39,37 +48,179 @@ intraop: {workload: [matmul], threads: [1, 2]}
 """
 
 DAEMONS = ("slurmctld", "slurmd", "munged")
+CONF = Path("/etc/slurm/slurm.conf")
 
 
-def _daemons() -> list[str]:
-    """The SLURM and munge daemons running now."""
-    return [d for d in DAEMONS if subprocess.run(["pgrep", "-x", d], capture_output=True).returncode == 0]
+def _alive(pid: int | str) -> bool:
+    """Whether ``pid`` runs (a zombie, exited and not yet reaped, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _running(names=DAEMONS) -> list[str]:
+    """The SLURM and munge daemons running now, as "name (pid N)"."""
+    out = []
+    for d in names:
+        found = subprocess.run(["pgrep", "-x", d], capture_output=True, text=True).stdout.split()
+        out += [f"{d} (pid {pid})" for pid in found if _alive(pid)]
+    return out
+
+
+def _permission() -> dict:
+    """The environment to bring the cluster up with, or a skip (a failure under
+    LAB_REQUIRE_SLURM) that says what it would touch and how to allow it."""
+    required = os.environ.get("LAB_REQUIRE_SLURM") == "1"
+    asked = required or os.environ.get("LAB_ALLOW_SLURM") == "1"
+    installed = all(shutil.which(d) for d in DAEMONS)
+    why = ""
+    if os.geteuid() != 0:
+        why = "bringing SLURM up needs root"
+    elif _running():
+        why = f"SLURM or munge of this machine's own is running ({', '.join(_running())}): never touched"
+    elif not installed and not (asked and shutil.which("apt-get")):
+        why = "SLURM is not installed" + ("; no apt-get to install it" if asked else "")
+    elif not asked and CONF.exists():
+        why = f"{CONF} exists (it would be kept aside and put back)"
+    if why:
+        if required:
+            pytest.fail(f"LAB_REQUIRE_SLURM is set but {why}")
+        pytest.skip(
+            f"{why}; the SLURM test writes {CONF}, starts munged, slurmctld and slurmd"
+            + ("" if installed else " and installs Debian's slurmctld slurmd slurm-client munge")
+            + ": set LAB_ALLOW_SLURM=1 to allow it"
+        )
+    return {**os.environ, "LAB_SLURM_INSTALL": "1" if asked else ""}
+
+
+def _script(*args, env=None, timeout=600) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout, env=env)
 
 
 @pytest.fixture(scope="module")
 def slurm():
     """The cluster, up for the module's tests; down (no daemon left) after them."""
-    why = ""
-    if os.geteuid() != 0:
-        why = "bringing SLURM up needs root"
-    elif shutil.which("apt-get") is None and shutil.which("slurmctld") is None:
-        why = "no apt-get to install SLURM from Debian's packages"
-    if why:
-        if os.environ.get("LAB_REQUIRE_SLURM"):
-            pytest.fail(f"LAB_REQUIRE_SLURM is set but {why}")
-        pytest.skip(why)
+    env = _permission()
+    before = CONF.read_bytes() if CONF.exists() else None
     t = time.perf_counter()
-    up = subprocess.run(["bash", str(SCRIPT), "up"], capture_output=True, text=True, timeout=600)
+    up = _script("up", env=env)
     assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-3000:]
     print(f"SLURM up in {time.perf_counter() - t:.0f} s", file=sys.stderr)
     try:
         yield
     finally:
         t = time.perf_counter()
-        down = subprocess.run(["bash", str(SCRIPT), "down"], capture_output=True, text=True, timeout=120)
+        down = _script("down", env=env, timeout=120)
         print(f"SLURM down in {time.perf_counter() - t:.0f} s", file=sys.stderr)
         assert down.returncode == 0, down.stderr[-2000:]
-        assert _daemons() == [], _daemons()
+        assert _running() == [], _running()
+        assert (CONF.read_bytes() if CONF.exists() else None) == before  # put back, or removed
+
+
+def _fake_daemon(tmp_path: Path, name: str) -> subprocess.Popen:
+    """A process whose name is a SLURM daemon's (a copy of sleep): stands for a SLURM of the
+    machine's own, and is only ever stopped by the test that started it."""
+    exe = tmp_path / "bin" / name
+    exe.parent.mkdir(exist_ok=True)
+    shutil.copy("/bin/sleep", exe)
+    return subprocess.Popen([str(exe), "300"])
+
+
+def test_up_refuses_beside_a_slurm_it_did_not_start_and_down_stops_only_its_own_pids(tmp_path):
+    """No root needed: the refusal comes before anything is touched; ``down`` after a crash puts
+    the kept-aside slurm.conf back, and a pid file whose pid is now another program's (here the
+    foreign daemon's) stops nothing."""
+    foreign = _fake_daemon(tmp_path, "slurmd")
+    try:
+        conf, cluster = tmp_path / "slurm.conf", tmp_path / "c"
+        env = {**os.environ, "LAB_SLURM_DIR": str(cluster), "LAB_SLURM_CONF": str(conf)}
+        up = _script("up", env=env, timeout=60)
+        assert up.returncode == 3 and up.stdout == "", (up.returncode, up.stdout, up.stderr)
+        assert len(up.stderr.strip().splitlines()) == 1 and f"slurmd (pid {foreign.pid})" in up.stderr, up.stderr
+        assert "did not start" in up.stderr and not cluster.exists() and not conf.exists()
+        # what a crashed `up` leaves: its marker, slurm.conf written over the user's, the user's kept
+        # aside, and a pid file that names a pid which is now the foreign daemon's
+        (cluster / "run").mkdir(parents=True)
+        (cluster / ".cpulab-slurm").write_text("")
+        conf.write_text("# Written by cpu-lab scripts/slurm-test-cluster.sh; put back by its 'down'.\n")
+        (cluster / "slurm.conf.saved").write_text("# the administrator's own\n")
+        (cluster / "written").write_text(str(conf))
+        (cluster / "run" / "slurmctld.pid").write_text(str(foreign.pid))
+        status = _script("status", env=env, timeout=60)
+        assert f"not ours: slurmd (pid {foreign.pid})" in status.stdout and "running:" not in status.stdout
+        down = _script("down", env=env, timeout=60)
+        assert down.returncode == 0, down.stderr
+        assert conf.read_text() == "# the administrator's own\n" and not cluster.exists()
+        assert foreign.poll() is None  # still running: never stopped by name, nor by a stale pid
+        # where there was no slurm.conf, the one `up` wrote is removed; a file of someone else's
+        # at that path since is left alone
+        for text, kept in (
+            ("# Written by cpu-lab scripts/slurm-test-cluster.sh; put back ...\n", False),
+            ("x\n", True),
+        ):
+            (cluster / "run").mkdir(parents=True)
+            (cluster / ".cpulab-slurm").write_text("")
+            (cluster / "written").write_text(str(conf))
+            conf.write_text(text)
+            assert _script("down", env=env, timeout=60).returncode == 0
+            assert conf.exists() == kept and not cluster.exists()
+        # a directory that is not the script's own is never removed
+        cluster.mkdir()
+        (cluster / "notes.txt").write_text("mine")
+        down = _script("down", env=env, timeout=60)
+        assert down.returncode == 2 and "not made by this script" in down.stderr
+        assert (cluster / "notes.txt").read_text() == "mine"
+    finally:
+        foreign.kill()
+        foreign.wait()
+
+
+def _ours(env: dict) -> dict[str, int]:
+    """Daemon -> pid of the daemons the script's pid files name (``status``)."""
+    out = _script("status", env=env, timeout=60).stdout.splitlines()
+    return {ln.split()[1]: int(ln.split("pid ")[1].rstrip(")")) for ln in out if ln.startswith("running: ")}
+
+
+@pytest.mark.slow
+def test_a_crash_between_up_and_down_leaves_nothing_that_down_or_up_cannot_undo(tmp_path):
+    """The real daemons, with slurm.conf at a path of the test's (LAB_SLURM_CONF) that holds an
+    administrator's file: the process that ran ``up`` is killed; the next ``up`` takes over what
+    it left (its own daemons, not a foreign SLURM), and ``down`` run by hand after a second kill
+    stops every pid it started and puts the administrator's slurm.conf back."""
+    env = _permission()
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("# the administrator's own\n")
+    cluster = Path(f"/tmp/cpulab-slurm-crash-{os.getpid()}")  # short: munge's socket path is limited
+    env = {**env, "LAB_SLURM_DIR": str(cluster), "LAB_SLURM_CONF": str(conf)}
+    holder = (
+        "import subprocess, sys, time\n"
+        f"r = subprocess.run(['bash', {str(SCRIPT)!r}, 'up'], capture_output=True, text=True)\n"
+        "print(r.returncode, r.stderr[-2000:].replace(chr(10), ' '), flush=True)\n"
+        "time.sleep(3600)\n"
+    )
+    try:
+        seen = []
+        for _ in range(2):  # the test process that brought it up is killed, twice
+            proc = subprocess.Popen([sys.executable, "-c", holder], env=env, stdout=subprocess.PIPE, text=True)
+            line = proc.stdout.readline()
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            assert line.startswith("0"), line
+            pids = _ours(env)
+            assert sorted(pids) == sorted(DAEMONS), pids  # the crash left them running
+            assert conf.read_text().startswith("# Written by cpu-lab")
+            seen.append(pids)
+        # the second `up` stopped what the first left and started its own
+        assert not any(_alive(pid) for pid in seen[0].values())
+        down = _script("down", env=env, timeout=120)
+        assert down.returncode == 0, down.stderr
+        assert conf.read_text() == "# the administrator's own\n" and not cluster.exists()
+        assert not any(_alive(pid) for pid in seen[1].values())
+        assert _running() == []
+    finally:
+        if cluster.exists():
+            _script("down", env=env, timeout=120)
 
 
 @pytest.mark.slow
