@@ -298,6 +298,10 @@ def test_fidelity_verdicts(tmp_path):
     assert "the CPU quota throttled it 0.30 s per window (a CPU quota of 0.50 CPU" in reason and "/job" in reason
     none = checks({}, None, ncpu=2, sample_hz=10)
     assert set(none["verdict"]) == {"n/a"}
+    # on 1 CPU there is no thread count to scale to: n/a, and the reason says so
+    one = checks({"intraop": intra}, sc, ncpu=1, sample_hz=10).set_index("check")
+    row = one.loc["matmul GFLOP/s: 1 thread over 1"]
+    assert row["verdict"] == "n/a" and row["reason"].startswith("1 available CPU"), row.to_dict()
     # where the physics is wrong the checks warn: a sampler that reads nothing of a busy loop,
     # and CPU-bound threads that scale under a GIL build (the GIL was measured on)
     blind = sc.assign(sampler_tree_pct=[0.0] * 6)

@@ -227,7 +227,7 @@ def test_a_crash_between_up_and_down_leaves_nothing_that_down_or_up_cannot_undo(
 def test_two_host_labels_through_the_slurm_executor_then_compare(slurm, tmp_path):
     work = tmp_path / "repo"
     shutil.copytree(ROOT, work, ignore=IGNORE)
-    (work / "cluster.yaml").write_text(OVERLAY % {"cpus": os.cpu_count()})
+    (work / "cluster.yaml").write_text(OVERLAY % {"cpus": len(os.sched_getaffinity(0))})
     cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", "--jobs", "3"]
     cmd += ["--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "1"]
     cmd += ["--seconds-between-status-checks", "1", "--latency-wait", "5"]
@@ -241,7 +241,7 @@ def test_two_host_labels_through_the_slurm_executor_then_compare(slurm, tmp_path
     hosts = {h: json.loads((results / h / "host.json").read_text()) for h in ("slurm-2cpu", "slurm-1cpu")}
     # host.json was collected in a job on a node of each label; the one-CPU label's job was bound
     # to the CPU it asked for, and every measurement says so
-    assert hosts["slurm-2cpu"]["available_cpus"] == os.cpu_count()
+    assert hosts["slurm-2cpu"]["available_cpus"] == len(os.sched_getaffinity(0))
     assert hosts["slurm-1cpu"]["available_cpus"] == 1 and len(hosts["slurm-1cpu"]["affinity"]) == 1
     for label, host in hosts.items():
         jobs = [json.loads(p.read_text()) for p in (results / label).rglob("job.json")]

@@ -152,14 +152,15 @@ def fidelity(summary: pd.DataFrame | None, ncpu: int, host: dict) -> list[dict]:
         "no quota throttling, steal, other process or SMT sibling was measured; memory bandwidth is what "
         "remains (possibility, not measured)"
     )
-    return [
-        scaling_check(
-            summary if ncpu > 1 else None,
-            {"workload": "matmul", "threads": ncpu},
-            f"matmul GFLOP/s: {plural(ncpu, 'thread')} over 1",
-            ncpu,
-            0.75,
-            "dense matmul splits evenly over cores",
-            lambda r, s: capacity_reason(r, s, ncpu, generic, host, f"matmul on {plural(ncpu, 'thread')}"),
-        )
-    ]
+    row = scaling_check(
+        summary if ncpu > 1 else None,
+        {"workload": "matmul", "threads": ncpu},
+        f"matmul GFLOP/s: {plural(ncpu, 'thread')} over 1",
+        ncpu,
+        0.75,
+        "dense matmul splits evenly over cores",
+        lambda r, s: capacity_reason(r, s, ncpu, generic, host, f"matmul on {plural(ncpu, 'thread')}"),
+    )
+    if ncpu <= 1:  # n/a, and why
+        row["reason"] = "1 available CPU: no thread count to scale to"
+    return [row]
