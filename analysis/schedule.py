@@ -13,6 +13,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from analysis.capacity import cpus_text
 from analysis.plotting import PALETTE, plt
 from analysis.runinfo import capacity_drift
 
@@ -81,7 +82,7 @@ def capacity_text(drift: dict) -> str:
     m = 1e6
     return (
         f"single-CPU speed varied {drift['single_min'] / m:.1f}-{drift['single_max'] / m:.1f} M loop iterations/s"
-        f" ({drift['single_drift_pct']:.0f}%) over {drift['jobs']} jobs; {drift['cpus']} CPUs delivered"
+        f" ({drift['single_drift_pct']:.0f}%) over {drift['jobs']} jobs; {cpus_text(drift['cpus'])} delivered"
         f" {drift['delivered_min']:.2f}-{drift['delivered_max']:.2f} cores (median {drift['delivered_median']:.2f})"
     )
 

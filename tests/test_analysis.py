@@ -407,3 +407,12 @@ def test_points_outside_key_directories_are_summarised_with_their_spans(tmp_path
     assert len(spans) == 6 and set(zip(spans["workload"], spans["mode"])) == {
         (w, m) for w in ("cpu", "io") for m in ("sequential", "threads", "processes")
     }
+
+
+def test_the_capacity_line_counts_one_cpu_in_the_singular():
+    from analysis.schedule import capacity_text
+
+    d = {"single_min": 20.4e6, "single_max": 43.6e6, "single_drift_pct": 114.0, "jobs": 36}
+    d |= {"delivered_min": 1.0, "delivered_max": 1.0, "delivered_median": 1.0}
+    assert "36 jobs; 1 CPU delivered 1.00-1.00 cores" in capacity_text({**d, "cpus": 1})
+    assert "; 2 CPUs delivered" in capacity_text({**d, "cpus": 2})
