@@ -107,7 +107,10 @@ def scaling_check(
             f"; the machine delivered {got:.2f} of {n} CPUs while it was measured (the capacity probe) and the point"
             f" reached {r['speedup'] / got:.0%} of that"
         )
-    return speedup_check(summary, where, check, expected, lambda s: s >= need, ok_reason, reason_warn)
+    row = speedup_check(summary, where, check, expected, lambda s: s >= need, ok_reason, reason_warn)
+    if n <= 1 and row["verdict"] == "n/a":  # not a gap in the run: there was nothing to scale to
+        row["reason"] = "1 available CPU: nothing to scale to"
+    return row
 
 
 def sampler_checks(selfcheck: pd.DataFrame | None, ncpu: int, sample_hz: float, host: dict | None = None) -> list[dict]:

@@ -161,6 +161,4 @@ def fidelity(summary: pd.DataFrame | None, ncpu: int, host: dict) -> list[dict]:
         "dense matmul splits evenly over cores",
         lambda r, s: capacity_reason(r, s, ncpu, generic, host, f"matmul on {plural(ncpu, 'thread')}"),
     )
-    if ncpu <= 1:  # n/a, and why
-        row["reason"] = "1 available CPU: no thread count to scale to"
     return [row]
