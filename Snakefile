@@ -4,7 +4,7 @@
 #   snakemake --cores 4 --configfile config.quick.yaml    # small, about 6 minutes
 #   snakemake --cores 4 --config host=laptop              # choose the host label
 #
-# Experiments are the packages experiments/<name>/, found by experiments/registry.py; this file
+# Experiments are the packages experiments/<name>/, found by lab/registry.py; this file
 # and the rule files name none of them (docs/architecture.md, docs/adding-an-experiment.md).
 #
 # Output paths (one meaning per separator):
@@ -35,8 +35,8 @@ configfile: "config.yaml"
 
 
 sys.path.insert(0, workflow.basedir)
-from experiments import registry
-from experiments.configcheck import ConfigError, validate_config
+from lab import registry
+from lab.configcheck import ConfigError, validate_config
 
 try:
     SCHEMAS = registry.schemas()
@@ -68,7 +68,7 @@ wildcard_constraints:
     artefact="|".join(re.escape(a) for a in ARTEFACTS) or "(?!)",
 
 
-include: "experiments/rules.smk"
+include: "lab/rules.smk"
 include: "analysis/rules.smk"
 include: "report/rules.smk"
 

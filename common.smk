@@ -1,5 +1,5 @@
 # Helpers shared by experiments/, analysis/ and report/ rules.smk (host label, sweep points,
-# command lines). Experiments come from the registry (experiments/registry.py): every package
+# command lines). Experiments come from the registry (lab/registry.py): every package
 # experiments/<name>/; nothing here names one.
 import itertools
 import json
@@ -15,11 +15,11 @@ from snakemake.utils import Paramspace
 sys.path.insert(0, workflow.basedir)
 
 from analysis.runinfo import RUN_FIGURES
-from experiments import registry
-from experiments.userenv import capture as capture_user_env
-from experiments.server import export as export_job_server
-from experiments.interpreters import labels as interpreter_labels
-from experiments.host import (
+from lab import registry
+from lab.userenv import capture as capture_user_env
+from lab.server import export as export_job_server
+from lab.interpreters import labels as interpreter_labels
+from lab.host import (
     available_cpus,
     default_host,
     measurement_tmpdir,
@@ -56,7 +56,7 @@ prepare_environment(workflow.basedir, ".snakemake/lab", short_dir=MEASURE_TMPDIR
 # from one checkout (e.g. under taskset) never measure at the same time on one machine, while
 # on a cluster jobs on different nodes (each node held exclusively) do not wait for each other.
 MEASURE_LOCK = f"{MEASURE_TMPDIR}/measure.lock"
-#: The job server (experiments/server.py): locally, jobs fork from one process that has imported
+#: The job server (lab/server.py): locally, jobs fork from one process that has imported
 #: torch, pandas and matplotlib (2.5 s and 1.5 s a job otherwise); the rules' commands reach it
 #: through LAB_JOB_SERVER. On a cluster, or where it is not up, every job starts its own interpreter.
 JOB_SERVER = "" if CLUSTER else f"{MEASURE_TMPDIR}/jobs.sock"
@@ -74,7 +74,7 @@ def start_job_server():
         return
     if all(j.rule.name in UNSERVED_RULES for j in workflow.dag.needrun_jobs()):
         return
-    from experiments import server
+    from lab import server
 
     env = dict(os.environ) | {"TMPDIR": MEASURE_TMPDIR}
     for var in ("OMP", "GOTO", "OPENBLAS", "MKL", "NUMEXPR"):
@@ -86,7 +86,7 @@ def start_job_server():
 
 def stop_job_server():
     """Snakemake's onsuccess and onerror: stop the job server, if one was started."""
-    from experiments import server
+    from lab import server
 
     server.stop(_SERVER.pop("proc", None))
 

@@ -9,7 +9,7 @@ timing and every job's phases and measured windows; ``status`` every point's sta
 ``compare --baseline B --experiments E... --out-dir D HOSTDIR...`` compares host directories
 (D/environment.csv, D/comparison.csv, D/best.csv, D/hosts.json); ``compare-figure E
 --compare-dir D --out F.png`` draws one experiment's comparison chart.
-Experiments and figures are those of :mod:`experiments.registry`. Invalid input exits with
+Experiments and figures are those of :mod:`lab.registry`. Invalid input exits with
 status 1 and a message naming file, row and column.
 """
 
@@ -27,8 +27,8 @@ from analysis.findings import findings
 from analysis.load import load_experiment, load_sidecars, mark_other_nodes
 from analysis.stats import summarise
 from analysis.tables import DataError, read_table
-from experiments import registry
-from experiments.fileio import write_frame, write_json, write_text
+from lab import registry
+from lab.fileio import write_frame, write_json, write_text
 
 
 def cmd_summarise(args) -> int:
@@ -38,9 +38,9 @@ def cmd_summarise(args) -> int:
     module = registry.get(args.experiment).analysis()
     summary = module.summarise(reps) if hasattr(module, "summarise") else summarise(reps, args.experiment)
     jobs = [json.loads(p.read_text()) for p in (Path(m).with_name("job.json") for m in args.metrics) if p.exists()]
-    if args.user_env:  # the user's shell (experiments/userenv.py), for findings about it
+    if args.user_env:  # the user's shell (lab/userenv.py), for findings about it
         host["user_environment"] = json.loads(Path(args.user_env).read_text())
-    if args.interpreters:  # the interpreters the measured code ran under (experiments/interpreters.py)
+    if args.interpreters:  # the interpreters the measured code ran under (lab/interpreters.py)
         host["interpreters"] = json.loads(Path(args.interpreters).read_text())["interpreters"]
     if "available_cpus" not in host:  # no host.json: the CPUs the windows were measured against
         cpus = pd.to_numeric(reps.get("available_cpus", pd.Series(dtype=float)), errors="coerce").max()
@@ -81,7 +81,7 @@ def _figure_data(name: str, host_dir: Path) -> dict:
 
 def cmd_figure(args) -> int:
     from analysis.figures import drawing
-    from experiments.fileio import write_figure
+    from lab.fileio import write_figure
 
     write_figure(Path(args.out), drawing(args.name)(**_figure_data(args.name, Path(args.host_dir))))
     return 0
@@ -232,7 +232,7 @@ def cmd_compare(args) -> int:
 
 def cmd_compare_figure(args) -> int:
     from analysis.figures import compare_chart
-    from experiments.fileio import write_figure
+    from lab.fileio import write_figure
 
     d = Path(args.compare_dir)
     meta = json.loads((d / "hosts.json").read_text())

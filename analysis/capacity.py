@@ -4,13 +4,13 @@ The measurement records, per window, the CPU other processes used and the one th
 most (``interference_pct``, ``top_other``), the steal time, the time the CPU quota throttled
 the job and the CPUs' frequency; per job and per host, the affinity, the quota of the job's own
 cgroup and which cgroup set it, and which available CPUs are SMT siblings
-(:mod:`experiments.capacity`, host.json ``capacity``). :func:`causes` turns the ones that were
+(:mod:`lab.capacity`, host.json ``capacity``). :func:`causes` turns the ones that were
 measured and matter into sentences; :func:`capacity_reason` builds a theory check's warning
 from them, "2 processes got 1.05 CPUs of 2: other processes used 0.98 CPU (pid 4242 ...)",
 and falls back to a list of possibilities only where nothing measured explains the gap.
 
 Thresholds: interference counts from 10% of one CPU (the ``contended`` flag,
-:data:`experiments.window.CONTENDED_PCT`), steal from 5% of the CPUs' time, throttling from
+:data:`lab.window.CONTENDED_PCT`), steal from 5% of the CPUs' time, throttling from
 10 ms per window (one scheduler period of the default 100 ms quota period is 10x that).
 """
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from experiments.window import CONTENDED_PCT
+from lab.window import CONTENDED_PCT
 
 #: Steal time (% of the available CPUs' time) from which it is named as a cause.
 STEAL_PCT = 5.0
@@ -211,7 +211,7 @@ def capacity_columns(ok: pd.DataFrame, windows: pd.DataFrame) -> dict:
     the job that topped a window, the one with the most CPU time over the job's windows: its
     command line), its
     ``top_other_pid`` and ``top_other_cpu_pct`` (median % of one CPU in the windows it topped);
-    ``rounds_stopped`` (why the job's rounds ended: experiments/rounds.py). ``ok`` gives the
+    ``rounds_stopped`` (why the job's rounds ended: lab/rounds.py). ``ok`` gives the
     medians where the job's windows lack a column (files from older versions)."""
     w = windows[windows["status"] == "ok"] if "status" in windows and len(windows) else ok
     if not len(w):

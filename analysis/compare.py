@@ -17,7 +17,7 @@ Per configuration point present on both hosts with the same parameters:
   3 vs 3), which the verdict then says;
 * ``ratio_per_cpu``: the ratio with each host's median divided by its available CPUs, so a
   2-CPU and a 16-CPU host can be read together;
-* where the capacity probe ran on both (:mod:`experiments.probe`): ``ratio_norm``, the ratio at
+* where the capacity probe ran on both (:mod:`lab.probe`): ``ratio_norm``, the ratio at
   equal one-CPU speed (times the baseline host's ``capacity_1cpu_per_s`` over this host's, the
   probe's median beside the point) and on whole cores (times the share of a core per busy CPU
   each host's machine delivered to the point, as ``speedup_norm``: analysis/stats.py). Two runs
@@ -42,8 +42,8 @@ from scipy import stats
 
 from analysis.hosts import HostResults, best_table, environment_table, load_host, point_key
 from analysis.stats import ratio_ci
-from experiments import registry
-from experiments.declare import FREE_PARAMS, point_label
+from lab import registry
+from lab.declare import FREE_PARAMS, point_label
 
 __all__ = ["ALPHA", "COLUMNS", "compare_experiment", "compare_hosts", "compare_values", "load_host", "package_tables"]
 

@@ -29,7 +29,7 @@ import pandas as pd
 
 from analysis.capacity import causes, unread
 from analysis.findings import call, pick
-from experiments import registry
+from lab import registry
 
 #: CPU time the sampler may spend per sample (ms): 1% of one CPU at 10 samples/s.
 SAMPLE_BUDGET_MS = 1.0
@@ -172,7 +172,7 @@ def checks(
 
     Args:
         summaries: experiment -> summary table (``analysis.stats.summarise``).
-        selfcheck: the self-check's metrics rows (``experiments.selfcheck``) or None.
+        selfcheck: the self-check's metrics rows (``lab.selfcheck``) or None.
         ncpu: available CPUs of the host.
         sample_hz: the sampler's rate (samples/s).
         host: host.json.

@@ -20,8 +20,8 @@ from matplotlib.figure import Figure
 from analysis import schedule, timelines
 from analysis.plotting import PALETTE, cpus_text, plt, yerr
 from analysis.runinfo import RUN_FIGURES
-from experiments import registry
-from experiments.registry import RegistryError
+from lab import registry
+from lab.registry import RegistryError
 
 #: Figures of the whole run rather than of one experiment (drawn from ``jobs.csv``).
 HOST_FIGURES: dict[str, Callable[..., Figure]] = {name: getattr(schedule, name) for name in RUN_FIGURES}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from experiments import registry
+from lab import registry
 
 
 def bound(v: float) -> str:

@@ -15,8 +15,8 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.tables import DataError, read_table
-from experiments import registry
-from experiments.declare import point_label
+from lab import registry
+from lab.declare import point_label
 
 
 @dataclass
@@ -61,7 +61,7 @@ def _read_host_json(path: Path) -> dict:
     except json.JSONDecodeError as exc:
         raise DataError(hj, f"not valid JSON ({exc})") from None
     if not isinstance(host, dict) or "available_cpus" not in host:
-        raise DataError(hj, "no 'available_cpus' field: not a host fingerprint written by experiments.hostinfo")
+        raise DataError(hj, "no 'available_cpus' field: not a host fingerprint written by lab.hostinfo")
     cpus = host["available_cpus"]
     if not isinstance(cpus, int) or isinstance(cpus, bool) or cpus < 1:
         raise DataError(hj, f"'available_cpus' is {cpus!r}: a count of CPUs (integer >= 1) was expected")

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.tables import DataError, read_table
-from experiments import registry
+from lab import registry
 
 __all__ = ["DataError", "STATUSES", "load_experiment", "load_sidecars", "mark_other_nodes", "read_metrics"]
 

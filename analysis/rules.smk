@@ -28,7 +28,7 @@ rule analyse:
     params:
         mixed=mixed_nodes_flag(),
     shell:
-        "python -m experiments.server run --"
+        "python -m lab.server run --"
         " analysis summarise --experiment {wildcards.experiment:q} --host-json {input.host:q}"
         " --user-env {input.user_env:q} --interpreters {input.interpreters:q} {params.mixed}"
         ' --out-dir "$(dirname {output.summary:q})" {input.metrics:q} > {log:q} 2>&1'
@@ -46,7 +46,7 @@ rule fidelity:
     params:
         sample_hz=config["sample_hz"],
     shell:
-        "python -m experiments.server run --"
+        "python -m lab.server run --"
         " analysis fidelity --host-json {input.host:q} --selfcheck {input.selfcheck:q}"
         " --sample-hz {params.sample_hz} --out {output:q} {input.summaries:q} > {log:q} 2>&1"
 
@@ -65,7 +65,7 @@ rule run_info:
     conda:
         "../environment.yml"
     shell:
-        "python -m experiments.server run --"
+        "python -m lab.server run --"
         " analysis runinfo --host-json {input.host:q} --out {output.run:q} --jobs-csv {output.jobs:q}"
         " --interference-csv {output.interference:q} --capacity-csv {output.capacity:q}"
         " {input.jobs:q} > {log:q} 2>&1"
@@ -85,7 +85,7 @@ rule figure:
     conda:
         "../environment.yml"
     shell:
-        "python -m experiments.server run --"
+        "python -m lab.server run --"
         " analysis figure {wildcards.figure:q} --host-dir results/{wildcards.host:q}"
         " --out {output:q} > {log:q} 2>&1"
 
@@ -100,7 +100,7 @@ rule trace:
     conda:
         "../environment.yml"
     shell:
-        "python -m experiments.server run --"
+        "python -m lab.server run --"
         " analysis trace {wildcards.trace:q} --host-dir results/{wildcards.host:q}"
         " --out {output:q} > {log:q} 2>&1"
 
@@ -115,6 +115,6 @@ rule artefact:
     conda:
         "../environment.yml"
     shell:
-        "python -m experiments.server run --"
+        "python -m lab.server run --"
         " analysis artefact {wildcards.experiment:q} {wildcards.artefact:q} --findings {input.findings:q}"
         " --out {output:q} > {log:q} 2>&1"

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.window import CONTENDED_PCT
+from lab.window import CONTENDED_PCT
 
 
 def run_timing(jobs: list[dict], metrics: list[pd.DataFrame], host: dict) -> dict:
@@ -135,7 +135,7 @@ def contention(metrics: list[pd.DataFrame], jobs: list[dict], host: dict) -> dic
         ``pipeline_cpu_median`` (CPUs the chain that started the jobs used: Snakemake, its
         shell, the supervisor), ``steal_pct_median`` and ``throttled_s`` (sum) over every
         window, and ``rounds``:
-        how many jobs' rounds ended for each reason (:data:`experiments.rounds.STOPPED`).
+        how many jobs' rounds ended for each reason (:data:`lab.rounds.STOPPED`).
     """
     frames = [m for m in metrics if len(m) and "wall_s" in m]
     w = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["wall_s"])
@@ -197,7 +197,7 @@ CAPACITY_COLUMNS = [
 
 
 def capacity_table(labels: list[str], jobs: list[dict], metrics: list[pd.DataFrame]) -> pd.DataFrame:
-    """What the capacity probe (:mod:`experiments.probe`) measured in each job, one row per job
+    """What the capacity probe (:mod:`lab.probe`) measured in each job, one row per job
     that ran it, in time order: the medians over its rounds of ``capacity_1cpu_per_s`` (loop
     iterations per second on one CPU), ``capacity_all_per_s`` (on all available CPUs at once)
     and ``delivered_cpus``, its ``rounds``, ``available_cpus``, its first window's

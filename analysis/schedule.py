@@ -89,7 +89,7 @@ def capacity_text(drift: dict) -> str:
 
 def run_capacity(capacity: pd.DataFrame, host: dict) -> Figure:
     """The capacity the machine delivered over the run, one point per measurement job (the
-    median over its rounds of the capacity probe, :mod:`experiments.probe`): above, the speed
+    median over its rounds of the capacity probe, :mod:`lab.probe`): above, the speed
     of one CPU (loop iterations per second); below, the CPUs it delivered with all of them busy,
     against the available CPUs (dotted). Colour: the job's experiment.
 

@@ -5,7 +5,7 @@ Definitions (per configuration point, over its ``ok`` replicates of the throughp
 * ``median``; ``q1``, ``q3`` (25th/75th percentiles, linear interpolation); ``iqr = q3 - q1``;
   ``iqr_pct = 100 * iqr / median``; ``noisy`` when ``iqr_pct > 10``.
 * ``ci_low``, ``ci_high``: 95% distribution-free confidence interval of the median from order
-  statistics (:mod:`experiments.intervals`; Conover 1999; equal to
+  statistics (:mod:`lab.intervals`; Conover 1999; equal to
   ``scipy.stats.quantile_test``'s); NaN with fewer than 6 replicates, where no pair of order
   statistics covers 95%. The percentile bootstrap this replaced was too narrow with few
   replicates: it covered the median 75% of the time with 3 and about 82% with 9.
@@ -22,7 +22,7 @@ Definitions (per configuration point, over its ``ok`` replicates of the throughp
   speedup is 1.
 * ``speedup_norm`` (with ``speedup_norm_ci_low``, ``speedup_norm_ci_high``): the speedup on
   whole cores, the figure that transfers between runs of a machine whose speed moves. The
-  capacity probe measured beside every round (:mod:`experiments.probe`) gives each window's
+  capacity probe measured beside every round (:mod:`lab.probe`) gives each window's
   ``share``: the share of a whole core per busy CPU that the machine delivered to the window's
   work (1 where the cores are whole, 0.67 where two busy vCPUs delivered 1.35 cores, 1 for work
   that keeps one CPU busy, such as sleeping threads or threads under the GIL: :func:`_with_share`).
@@ -44,7 +44,7 @@ Definitions (per configuration point, over its ``ok`` replicates of the throughp
   for (capped at the available CPUs); ``capacity_1cpu_per_s``: the probe's single-CPU rate
   (loop iterations per second), the speed of one CPU while the point was measured.
 * ``parallel_efficiency = speedup / p``, ``p`` from the experiment's declared
-  ``parallel_units`` (:mod:`experiments.declare`).
+  ``parallel_units`` (:mod:`lab.declare`).
 * ``best``: in its group, the highest speedup whose 95% CI lies above 1, else the baseline.
 """
 
@@ -55,8 +55,8 @@ import pandas as pd
 from scipy import stats
 
 from analysis.capacity import capacity_columns
-from experiments import intervals, registry
-from experiments.declare import Experiment
+from lab import intervals, registry
+from lab.declare import Experiment
 
 CONFIDENCE = intervals.CONFIDENCE
 N_RESAMPLES = 2000
@@ -74,7 +74,7 @@ CAPACITY_COLUMNS = ("capacity_1cpu_per_s", "delivered_cpus", "cpus_asked", "cpus
 
 def median_ci(x: np.ndarray, seed: int = 0) -> tuple[float, float]:
     """95% distribution-free confidence interval of the median of ``x`` (1-D): the order
-    statistics of :func:`experiments.intervals.median_ci` (Conover 1999, section 3.2; the same
+    statistics of :func:`lab.intervals.median_ci` (Conover 1999, section 3.2; the same
     as ``scipy.stats.quantile_test(x).confidence_interval()``); ``(nan, nan)`` with fewer than
     6 values, for which no such interval reaches 95%. ``seed`` is unused (kept for callers of
     the bootstrap this replaced)."""
@@ -270,7 +270,7 @@ def worker_inflation(ratios: np.ndarray, workers: np.ndarray) -> float | None:
 
 def worker_scale(summary: pd.DataFrame) -> float:
     """The factor by which an experiment's speedup intervals are widened for the spread
-    between worker processes (:mod:`experiments.workers`): ``S = sqrt(mean lambda)``, at least
+    between worker processes (:mod:`lab.workers`): ``S = sqrt(mean lambda)``, at least
     1, over the experiment's interleaved points measured in 2 or more workers
     (:func:`worker_inflation`), in the spirit of the Particle Data Group's scale factor for
     measurements that disagree more than their errors allow (Review of Particle Physics,

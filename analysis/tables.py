@@ -8,7 +8,7 @@ pandas' nullable type (``boolean``, ``Int64``). The types come from
 * the columns every experiment writes (:data:`KNOWN`: docs/csv-schema.md);
 * the experiment's ``Params`` dataclass for its parameter columns (an ``int`` field is an
   integer column, a ``Literal`` of strings a text column), its metric and extra columns
-  (floats) and its flags (text or boolean), through :mod:`experiments.registry`;
+  (floats) and its flags (text or boolean), through :mod:`lab.registry`;
 * for any other column, its content: only ``True``/``False`` is boolean, only whole numbers is
   integer, numbers (``nan`` and empty cells allowed) is float, anything else text.
 
@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments import registry
+from lab import registry
 
 BOOL, INT, FLOAT, STR = "bool", "int", "float", "str"
 
@@ -69,7 +69,7 @@ KNOWN = {
     **dict.fromkeys(("speedup", "speedup_ci_low", "speedup_ci_high", "speedup_ratio_of_medians"), FLOAT),
     **dict.fromkeys(("parallel_efficiency", "ratio", "ratio_ci_low", "ratio_ci_high", "ratio_per_cpu"), FLOAT),
     **dict.fromkeys(("median_per_cpu", "mannwhitney_u", "p_value", "worker_scale"), FLOAT),
-    # the capacity probe (experiments/probe.py), per window and per point
+    # the capacity probe (lab/probe.py), per window and per point
     **dict.fromkeys(("capacity_1cpu_per_s", "capacity_all_per_s", "delivered_cpus", "cpus_delivered"), FLOAT),
     **dict.fromkeys(("probe_s", "cpus_asked", "delivered_cpus_ci_low", "delivered_cpus_ci_high"), FLOAT),
     **dict.fromkeys(("speedup_norm", "speedup_norm_ci_low", "speedup_norm_ci_high", "ratio_norm"), FLOAT),
@@ -99,7 +99,7 @@ def experiment_types(experiment: str) -> dict[str, str]:
     Raises:
         ValueError: for an experiment that is not registered.
     """
-    from experiments.params import field_types
+    from lab.params import field_types
 
     exp = registry.get(experiment)
     types = {name: _PY_TYPES.get(tp, STR) for name, tp in field_types(exp.params_cls).items()}
@@ -196,7 +196,7 @@ def with_added_keys(raw: pd.DataFrame, experiment: str) -> pd.DataFrame:
     was written before the key ``interpreter`` existed, with that column added: ``default``,
     the pipeline's own Python, which is what those points ran under. Any other table, or one
     with none of the experiment's other keys, is returned as it is."""
-    from experiments.interpreters import DEFAULT
+    from lab.interpreters import DEFAULT
 
     spec = registry.get(experiment).spec
     others = [k for k in spec.keys if k != "interpreter"]

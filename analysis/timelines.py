@@ -9,7 +9,7 @@ measured window of each role of a point (its own configuration, ``role == "point
 roles its timeline declares): the round of median length (:func:`median_repeat`), so the
 picture is a typical round, not the first one, cut at
 :data:`MAX_WINDOW_S` so spans stay legible. What a timeline looks like for an experiment (its
-span kinds, title, threads per actor) is its declared :class:`experiments.declare.Timeline`;
+span kinds, title, threads per actor) is its declared :class:`lab.declare.Timeline`;
 which points it shows, its package's ``analysis.timeline_points(summary)``.
 """
 
@@ -25,8 +25,8 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from analysis.plotting import cpus_text, plt
-from experiments import registry
-from experiments.declare import Timeline, point_label
+from lab import registry
+from lab.declare import Timeline, point_label
 
 #: Longest stretch of a window drawn, in s: a few seconds keeps 10-ms spans visible.
 MAX_WINDOW_S = 3.0

@@ -22,8 +22,8 @@ import math
 import pandas as pd
 
 from analysis.timelines import actors, natural
-from experiments import registry
-from experiments.declare import point_label
+from lab import registry
+from lab.declare import point_label
 
 US = 1e6
 #: Span columns that are not passed on as ``args``.

@@ -29,7 +29,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from experiments.fileio import write_text  # noqa: E402
+from lab.fileio import write_text  # noqa: E402
 
 #: Standard error of a sample median over that of the mean for normal data, sqrt(pi / 2)
 #: (the median's asymptotic efficiency 2 / pi; Kendall and Stuart, vol. 1, section 10.10).

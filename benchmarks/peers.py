@@ -14,7 +14,7 @@ Points, the same work for every tool:
   capacity probe (``python -m experiments.gil``, ``experiments.intraop``): the same points with
   their 95% intervals, raw and on whole cores (``speedup_norm``, analysis/stats.py).
 
-Around every peer measurement the capacity probe (:mod:`experiments.probe`) measures the CPUs
+Around every peer measurement the capacity probe (:mod:`lab.probe`) measures the CPUs
 the machine delivered, so a peer's speedup can be put on whole cores the lab's way
 (``speedup x CPUs / delivered``) before it is compared with the lab's interval.
 
@@ -42,8 +42,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from experiments.fileio import write_json, write_text  # noqa: E402
-from experiments.probe import Probe  # noqa: E402
+from lab.fileio import write_json, write_text  # noqa: E402
+from lab.probe import Probe  # noqa: E402
 
 #: Iterations of the counting loop per task: about 0.1-0.2 s on the CPUs seen here, as in the
 #: quick config.
@@ -119,7 +119,7 @@ def run_tub() -> dict:
     import torch
     import torch.utils.benchmark as tub
 
-    from experiments.models import classification_batch, mlp, train_step_fn
+    from lab.models import classification_batch, mlp, train_step_fn
 
     t = time.perf_counter()
     before = probe_reading()[1]
@@ -223,7 +223,7 @@ def _lab_value(r) -> dict:
 
 
 def _median_value(values) -> dict:
-    from experiments.intervals import median_ci
+    from lab.intervals import median_ci
 
     lo, hi = median_ci(values)
     return {"value": float(statistics.median(values)), "low": lo, "high": hi, "stated": "95% CI"}

@@ -45,9 +45,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from analysis.tables import read_table  # noqa: E402
-from experiments import registry  # noqa: E402
-from experiments.declare import point_label  # noqa: E402
-from experiments.fileio import write_text  # noqa: E402
+from lab import registry  # noqa: E402
+from lab.declare import point_label  # noqa: E402
+from lab.fileio import write_text  # noqa: E402
 
 TOLERANCE = 0.10
 

@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from experiments.fileio import write_text  # noqa: E402
+from lab.fileio import write_text  # noqa: E402
 
 #: 95% two-sided normal quantile.
 Z = 1.96

@@ -39,10 +39,10 @@ from types import SimpleNamespace
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from experiments.capabilities import native_bf16  # noqa: E402
-from experiments.fileio import write_text  # noqa: E402
-from experiments.hostinfo import cpuinfo  # noqa: E402
-from experiments.window import Meter  # noqa: E402
+from lab.capabilities import native_bf16  # noqa: E402
+from lab.fileio import write_text  # noqa: E402
+from lab.hostinfo import cpuinfo  # noqa: E402
+from lab.window import Meter  # noqa: E402
 from experiments.workload import measure  # noqa: E402
 from experiments.workload.bench import Bench, key  # noqa: E402
 from experiments.workload.candidates import defaults, invalid_reason  # noqa: E402

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from experiments.fileio import write_text
+from lab.fileio import write_text
 from report.build import build_context
 from report.compare import build_compare_context
 from report.render import render_html, render_markdown

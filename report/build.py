@@ -6,7 +6,7 @@ trace, and ``fidelity.csv`` and ``run.json``, and returns a plain dict of
 already-formatted strings for the templates. It reads no other result. What an experiment's
 section says (title, question, what, why, figure captions and alt texts) and how its table is
 laid out (metric units, extra columns, flags) come from its package through
-:mod:`experiments.registry`; the report's own prose is ``report/sections.yaml``.
+:mod:`lab.registry`; the report's own prose is ``report/sections.yaml``.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import yaml
 
 from analysis.capacity import cpus_text
 from analysis.tables import read_table
-from experiments import registry
-from experiments.declare import point_label
-from experiments.interpreters import describe
+from lab import registry
+from lab.declare import point_label
+from lab.interpreters import describe
 from report.format import fmt as _fmt
 from report.trust import capacity_paragraph, capacity_rows, headlines, trust_context
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.tables import read_table
-from experiments import registry
+from lab import registry
 from report.build import SECTIONS
 from report.format import fmt as _fmt
 

@@ -25,7 +25,7 @@ rule report:
     params:
         experiments=EXPERIMENTS,
     shell:
-        "python -m experiments.server run --"
+        "python -m lab.server run --"
         " report --host-dir results/{wildcards.host:q} --experiments {params.experiments:q}"
         " --html {output.html:q} --md {output.md:q} > {log:q} 2>&1"
 
@@ -41,7 +41,7 @@ rule point_status:
     conda:
         "../environment.yml"
     shell:
-        "python -m experiments.server run --"
+        "python -m lab.server run --"
         " analysis status --out {output:q} {input.summaries:q} > {log:q} 2>&1"
 
 
@@ -55,7 +55,7 @@ rule run_config:
     params:
         config=config_json(),
     shell:
-        "python -m experiments.server run --"
+        "python -m lab.server run --"
         " analysis config --json {params.config} --out {output:q} > {log:q} 2>&1"
 
 
@@ -76,7 +76,7 @@ rule compare_tables:
         experiments=EXPERIMENTS,
         stamp=compare_stamp(),
     shell:
-        "python -m experiments.server run --"
+        "python -m lab.server run --"
         " analysis compare --baseline {params.baseline:q} --experiments {params.experiments:q}"
         " --out-dir results/compare {params.dirs:q} > {log:q} 2>&1;"
         # a host that could not be read is left out with its reason: say so on the console too
@@ -98,7 +98,7 @@ rule compare_figure:
     conda:
         "../environment.yml"
     shell:
-        "python -m experiments.server run --"
+        "python -m lab.server run --"
         " analysis compare-figure {wildcards.experiment:q} --compare-dir results/compare"
         " --out {output:q} > {log:q} 2>&1"
 
@@ -122,7 +122,7 @@ rule compare_report:
     conda:
         "../environment.yml"
     shell:
-        "python -m experiments.server run --"
+        "python -m lab.server run --"
         " report --compare-dir results/compare --html {output.html:q} --md {output.md:q} > {log:q} 2>&1"
 
 

@@ -108,7 +108,7 @@ def capacity_paragraph(drift: dict) -> str:
     cost = f" The probe took {share:.1f}% of the measurement phase." if share == share and share is not None else ""
     return (
         "Capacity over the run, measured by a fixed-work loop on one CPU and on all of them before every round "
-        f"(experiments/probe.py): {capacity_text(drift)}. Each speedup is also given on whole cores: divided by "
+        f"(lab/probe.py): {capacity_text(drift)}. Each speedup is also given on whole cores: divided by "
         "the share of a core per busy CPU the machine delivered to its job (the probe's median over the job's "
         f"rounds), the figure that transfers to a rerun on the same machine.{cost}"
     )

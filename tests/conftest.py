@@ -19,7 +19,7 @@ from helpers import snakemake_in  # noqa: E402
 @pytest.fixture(scope="session", autouse=True)
 def _owned_environment(tmp_path_factory):
     """Point every cache at a temporary directory, as the Snakefile does for jobs."""
-    from experiments.host import prepare_environment
+    from lab.host import prepare_environment
 
     saved = dict(os.environ)
     prepare_environment(str(ROOT), str(tmp_path_factory.mktemp("lab-env")))
@@ -178,7 +178,7 @@ def e2e_figures() -> list[str]:
     import yaml
 
     from analysis.figures import HOST_FIGURES
-    from experiments import registry
+    from lab import registry
 
     ran = yaml.safe_load(FIXTURE_CONFIG)["experiments"]
     found = registry.experiments()

@@ -3,7 +3,7 @@
 * The core (``analysis/``, ``report/``, ``common.smk``, the Snakefile and the rule files) names no
   experiment and imports none: it loops over the registry.
 * An experiment's measurement module imports no analysis, report, pandas, matplotlib or jinja2.
-* One atomic writer (``experiments/fileio.py``) writes every file.
+* One atomic writer (``lab/fileio.py``) writes every file.
 * No function is over 60 lines and no module over 400 (tests excluded).
 """
 
@@ -17,21 +17,31 @@ from pathlib import Path
 
 import pytest
 
-from experiments import registry
+from lab import registry
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = list(registry.experiments())
 #: The files of the core: everything outside the experiment packages but the harness.
-CORE = sorted([*(ROOT / "analysis").rglob("*"), *(ROOT / "report").rglob("*")]) + [
+CORE = sorted([*(ROOT / "lab").rglob("*"), *(ROOT / "analysis").rglob("*"), *(ROOT / "report").rglob("*")]) + [
     ROOT / "common.smk",
     ROOT / "Snakefile",
-    ROOT / "experiments" / "rules.smk",
 ]
 SOURCES = [
     p
     for p in ROOT.rglob("*.py")
     if not ({".venv", "tests", "__pycache__", "results", ".snakemake"} & set(p.relative_to(ROOT).parts))
 ]
+
+
+def test_experiments_holds_only_experiment_packages():
+    """``experiments/`` is the plugins' folder: its packages and its own ``__init__.py``, nothing
+    of the shared core (which is ``lab/``)."""
+    stray = [
+        p.name
+        for p in (ROOT / "experiments").iterdir()
+        if p.name not in {"__init__.py", "__pycache__"} and not (p.is_dir() and (p / "__init__.py").exists())
+    ]
+    assert stray == []
 
 
 def _core_files() -> list[Path]:
@@ -114,7 +124,7 @@ def test_every_package_is_complete_and_consistent():
 
 
 def test_one_atomic_writer():
-    """Only experiments/fileio.py renames temporary files or opens files for writing (``os.fdopen``
+    """Only lab/fileio.py renames temporary files or opens files for writing (``os.fdopen``
     wraps a descriptor already open, such as a pipe to the sampler, and creates no file)."""
     writers = re.compile(
         r"os\.replace|\.rename\(|\.to_csv\(|\.savefig\(|\.write_text\(|(?<!fd)open\([^)]*[\"'][wa]b?[\"']"

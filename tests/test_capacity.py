@@ -1,4 +1,4 @@
-"""What limits the CPUs, read where Linux exposes it (experiments/capacity.py), the processes
+"""What limits the CPUs, read where Linux exposes it (lab/capacity.py), the processes
 outside the job that took CPU (the sampler), the intervals and the adaptive rounds."""
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import psutil
 import pytest
 from helpers import start_busy_stranger, venv_env
 
-from experiments import capacity
-from experiments.intervals import median_ci, order_index
-from experiments.rounds import Rounds
-from experiments.window import CONTENDED_PCT
+from lab import capacity
+from lab.intervals import median_ci, order_index
+from lab.rounds import Rounds
+from lab.window import CONTENDED_PCT
 
 # ------------------------------------------------------------------ cgroup quota
 
@@ -113,7 +113,7 @@ def test_a_v1_quota_without_its_period_is_unreadable(tmp_path):
 
 def test_quota_of_a_real_child_cgroup(child_cgroup):
     code = (
-        "import json; from experiments import capacity, host; q = capacity.cgroup_quota();"
+        "import json; from lab import capacity, host; q = capacity.cgroup_quota();"
         "print(json.dumps([q.cpus, q.cgroup, q.version, host.available_cpus(), capacity.throttled_seconds(q)]))"
     )
     out = subprocess.run(
@@ -190,7 +190,7 @@ def test_snapshot_of_this_machine_holds_every_fact_or_its_reason():
 
 
 def test_a_busy_process_outside_the_tree_is_named():
-    from experiments.window import Meter
+    from lab.window import Meter
 
     busy = start_busy_stranger()
     stranger = psutil.Process(busy)
@@ -216,7 +216,7 @@ def test_a_busy_process_outside_the_tree_is_named():
 
 
 def test_our_own_children_are_not_others():
-    from experiments.window import Meter
+    from lab.window import Meter
 
     with Meter(sample_hz=10) as meter:
         with meter.window() as win:
@@ -233,7 +233,7 @@ def test_our_own_children_are_not_others():
 
 
 def test_top_others_counts_new_processes_and_skips_reused_pids():
-    from experiments.sampler import top_others
+    from lab.sampler import top_others
 
     before = {10: (100, 5.0, "a"), 11: (200, 1.0, "b"), 12: (300, 9.0, "c")}
     after = {10: (100, 5.5, "a"), 11: (999, 0.4, "b2"), 12: (300, 9.0, "c"), 13: (400, 0.9, "d"), 14: (1, 3.0, "me")}
@@ -261,7 +261,7 @@ def test_median_ci_matches_scipy_quantile_test():
 
 
 def test_order_index_beyond_exact_arithmetic_agrees_with_it():
-    from experiments import intervals
+    from lab import intervals
 
     n = intervals.EXACT_UP_TO + 1
     total, below, exact = 2**n, 0, None
@@ -322,20 +322,20 @@ def test_adaptive_rounds_stop_on_target_and_on_budget():
 def test_the_chain_that_started_the_job_is_counted_apart():
     """Snakemake, its shell and the supervisor (the job's ancestors) are the lab's own overhead:
     their CPU is pipeline_cpu_s, not a process named as interference."""
-    from experiments.sampler import ancestors, cpu_between, top_others
+    from lab.sampler import ancestors, cpu_between, top_others
 
     before = {1: (1, 10.0, "init"), 50: (5, 2.0, "snakemake"), 60: (6, 1.0, "python")}
     after = {1: (1, 10.0, "init"), 50: (5, 2.3, "snakemake"), 60: (6, 1.6, "python"), 70: (7, 0.2, "sh")}
     assert cpu_between(before, after, {50, 70}) == pytest.approx(0.5)  # sh started in between: all of it
     assert [o[0] for o in top_others(before, after, {50}, wall_s=1.0)] == [60, 70]
-    from experiments.sampler import is_snakemake
+    from lab.sampler import is_snakemake
 
     assert is_snakemake([b"/venv/bin/python3", b"/venv/bin/snakemake", b"--cores", b"4"])
     assert is_snakemake([b"python", b"-m", b"snakemake", b"--executor", b"slurm-jobstep"])
     conda = [b"/bin/bash", b"-c", b"source /opt/conda/bin/activate '/w/.snakemake/conda/ab12'; python -m x"]
     assert not is_snakemake(conda)  # a rule's shell under --use-conda is not Snakemake itself
     assert ancestors(os.getpid()) == set()  # pytest was not started by Snakemake
-    code = "import os; from experiments.sampler import ancestors; print(sorted(ancestors(os.getpid())))"
+    code = "import os; from lab.sampler import ancestors; print(sorted(ancestors(os.getpid())))"
     shell = f"exec -a snakemake sh -c '{sys.executable} -c \"{code}\"'"
     out = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, check=True, env=venv_env())
     chain = eval(out.stdout)

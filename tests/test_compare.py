@@ -12,7 +12,7 @@ from helpers import write_point
 from analysis.__main__ import main as analysis_main
 from analysis.compare import compare_hosts, compare_values, load_host, min_two_sided_p
 from analysis.load import DataError
-from experiments import registry
+from lab import registry
 from report.__main__ import main as report_main
 
 SEQ = [10.0, 10.2, 9.8, 10.1, 9.9]

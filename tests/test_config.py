@@ -8,8 +8,8 @@ import copy
 import pytest
 import yaml
 
-from experiments import registry
-from experiments.configcheck import ConfigError, validate_config
+from lab import registry
+from lab.configcheck import ConfigError, validate_config
 
 
 def _validate(root, cfg: dict) -> dict:
@@ -200,7 +200,7 @@ def test_bad_config_stops_snakemake_before_any_job(root, tmp_path):
     ],
 )
 def test_auto_sweeps_double_up_to_the_available_cpus(ncpu, ladder):
-    from experiments.declare import thread_ladder
+    from lab.declare import thread_ladder
     from experiments.intraop import resolve_threads as intraop_threads
     from experiments.workload import resolve_threads as workload_threads
 
@@ -210,7 +210,7 @@ def test_auto_sweeps_double_up_to_the_available_cpus(ncpu, ladder):
 
 
 def test_a_thread_ladder_needs_a_cpu():
-    from experiments.declare import thread_ladder
+    from lab.declare import thread_ladder
 
     with pytest.raises(ValueError, match="available CPUs must be at least 1, got 0"):
         thread_ladder(0)
@@ -220,7 +220,7 @@ def test_max_rounds_equal_to_repeats_passes_the_check_and_the_job(root, default_
     """The config check allows max_rounds == repeats; the job's command line must too."""
     import argparse
 
-    from experiments.cli import rounds_policy
+    from lab.cli import rounds_policy
     from experiments.gil.measure import Params
 
     _validate(root, _merge(default_config, {"rounds": {"max_rounds": 6}, "gil": {"repeats": 6}}))

@@ -15,12 +15,12 @@ import pytest
 
 from experiments.dataloader import measure as dataloader
 from experiments.gil import measure as gil
-from experiments.host import available_cpus
+from lab.host import available_cpus
 from experiments.intraop import measure as intraop
 from experiments.jit import measure as jit
 from experiments.multiprocessing import measure as mp_exp
-from experiments.threads import set_torch_threads
-from experiments.window import Meter
+from lab.threads import set_torch_threads
+from lab.window import Meter
 
 NCPU = available_cpus()
 
@@ -366,7 +366,7 @@ def test_cli_baseline_rows_carry_baseline_params(tmp_path):
 
 
 def test_selfcheck_sampler_reads_known_load_and_costs_little():
-    from experiments import selfcheck
+    from lab import selfcheck
 
     res = selfcheck.run(
         selfcheck.Params(load="busy", duration_s=0.5, repeats=2),
@@ -397,7 +397,7 @@ def test_thread_mismatch_fails_naming_both_values(monkeypatch):
 
 
 def test_baseline_override_is_validated_and_nan_refused():
-    from experiments.params import parse_overrides
+    from lab.params import parse_overrides
 
     with pytest.raises(ValueError, match="mode must be one of"):
         parse_overrides(gil.Params, ["mode=bogus"])
@@ -469,7 +469,7 @@ def test_bf16_matmul_is_skipped_without_native_bf16_and_measured_on_request(monk
 
 
 def test_points_far_above_the_cpus_are_skipped_with_the_reason(tmp_path):
-    from experiments.params import oversubscription_skip
+    from lab.params import oversubscription_skip
 
     mp = mp_exp
 
@@ -510,7 +510,7 @@ def test_sampler_is_unbiased_on_one_cpu(tmp_path):
     first = min(os.sched_getaffinity(0))
     out = tmp_path / "sc"
     proc = subprocess.run(
-        [sys.executable, "-m", "experiments.selfcheck", "--load", "busy", "--repeats", "3"]
+        [sys.executable, "-m", "lab.selfcheck", "--load", "busy", "--repeats", "3"]
         + ["--duration-s", "0.5", "--sample-hz", "40", "--out", str(out)],
         capture_output=True,
         text=True,

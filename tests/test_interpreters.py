@@ -21,8 +21,8 @@ import physics
 import pytest
 import yaml
 
-from experiments import interpreters
-from experiments.configcheck import ConfigError, validate_config
+from lab import interpreters
+from lab.configcheck import ConfigError, validate_config
 from experiments.gil.measure import Params, run
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,5 +1,5 @@
-"""The capacity probe (experiments/probe.py), the speedup on whole cores (analysis/stats.py) and
-the job server (experiments/server.py)."""
+"""The capacity probe (lab/probe.py), the speedup on whole cores (analysis/stats.py) and
+the job server (lab/server.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 from helpers import start_busy_stranger
 
-from experiments import probe, server
-from experiments.host import available_cpus
+from lab import probe, server
+from lab.host import available_cpus
 
 ROOT = Path(__file__).resolve().parent.parent
 NCPU = available_cpus()
@@ -142,7 +142,7 @@ def _module(d: Path, name: str, body: str) -> None:
 
 def _run(path: str, d: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ if env is None else env, PYTHONPATH=f"{ROOT}{os.pathsep}{d}")
-    cmd = [sys.executable, "-m", "experiments.server", "run", "--socket", path, "--", *args]
+    cmd = [sys.executable, "-m", "lab.server", "run", "--socket", path, "--", *args]
     return subprocess.run(cmd, cwd=d, env=env, capture_output=True, text=True, timeout=60)
 
 
@@ -168,7 +168,7 @@ def test_a_served_job_dies_with_its_client_and_relays_signals(job_server):
     path, d = job_server
     _module(d, "sleeper", "import os, sys, time\nprint(os.getpid(), flush=True)\ntime.sleep(60)\n")
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{d}")
-    cmd = [sys.executable, "-m", "experiments.server", "run", "--socket", path, "--", "sleeper"]
+    cmd = [sys.executable, "-m", "lab.server", "run", "--socket", path, "--", "sleeper"]
     for how in ("SIGTERM", "SIGKILL"):
         client = subprocess.Popen(cmd, cwd=d, env=env, stdout=subprocess.PIPE, text=True)
         job = int(client.stdout.readline())

@@ -10,7 +10,7 @@ from helpers import gil_fixture, write_point
 from markupsafe import escape
 
 from analysis.__main__ import main as analysis_main
-from experiments import registry
+from lab import registry
 from report.__main__ import main as report_main
 from report.build import SECTIONS
 

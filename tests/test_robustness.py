@@ -1,4 +1,4 @@
-"""Faults: crashes, timeouts and interrupts of a measurement job (experiments.supervise), and
+"""Faults: crashes, timeouts and interrupts of a measurement job (lab.supervise), and
 what the analysis, the report and the status check make of them."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import psutil
 import pytest
 
 from analysis.__main__ import main as analysis_main
-from experiments.supervise import point_from_dir
+from lab.supervise import point_from_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,7 +44,7 @@ def _supervise(tmp_path, body: str, timeout_s: float = 60, wait: bool = True):
     cmd = [
         sys.executable,
         "-m",
-        "experiments.supervise",
+        "lab.supervise",
         "--timeout-s",
         str(timeout_s),
         "--log",

@@ -20,8 +20,8 @@ from conftest import FIXTURE_CONFIG, IGNORE, QUICK_CONFIG, ROOT, e2e_figures
 from helpers import snakemake_in, venv_env
 
 from analysis.trace import validate_trace
-from experiments import registry
-from experiments.window import SAMPLER_NAME
+from lab import registry
+from lab.window import SAMPLER_NAME
 
 SPECS = {name: e.spec for name, e in registry.experiments().items()}
 #: The experiments the end-to-end run runs (its config's list, the fixture nap left out: it is
@@ -161,7 +161,7 @@ def test_your_workload_is_searched_verified_and_answered_first(quick_run):
 def test_measurement_jobs_never_overlap(quick_run):
     jobs = [json.loads(p.read_text()) for p in (quick_run / "results" / "e2e").rglob("job.json")]
     assert len(jobs) >= 20
-    from experiments.host import NO_SPACES, measurement_tmpdir
+    from lab.host import NO_SPACES, measurement_tmpdir
 
     short_tmp = measurement_tmpdir(str(quick_run))
     assert " " in str(quick_run) and not re.search(r"\s", short_tmp)

@@ -283,7 +283,7 @@ def _cfg(**kw):
 
 
 def test_a_configuration_is_measured_with_its_workers_memory_and_spans():
-    from experiments.window import Meter
+    from lab.window import Meter
 
     workload = load("", "train", 32)
     with Meter(20) as meter:
@@ -305,7 +305,7 @@ def test_a_configuration_is_measured_with_its_workers_memory_and_spans():
 
 
 def test_two_replicas_train_one_model_over_gloo():
-    from experiments.window import Meter
+    from lab.window import Meter
 
     workload = load("", "train", 32)
     with Meter(20) as meter:
@@ -341,7 +341,7 @@ def build_numpy():
 def test_a_worker_that_copies_python_objects_on_read_is_flagged_across_an_epoch(tmp_path, monkeypatch):
     """pytorch/pytorch#13246: a forked worker that reads a list of Python objects writes their
     reference counts, so the pages it reads become its own; a numpy array's do not."""
-    from experiments.window import Meter
+    from lab.window import Meter
 
     entry = _module(tmp_path, monkeypatch, "wl_cow", COPY_ON_READ)
     rows = {}
@@ -401,10 +401,10 @@ def test_the_verification_runs_an_epoch_each_then_its_rounds(tmp_path, monkeypat
     assert set(spans[spans["kind"] == "memory"]["role"]) == {"baseline", "point"}  # the reads, drawn
 
 
-@pytest.mark.skipif(not __import__("experiments.capabilities").capabilities.native_bf16()[0], reason="no native bf16")
+@pytest.mark.skipif(not __import__("lab.capabilities").capabilities.native_bf16()[0], reason="no native bf16")
 def test_bfloat16_is_searched_and_measured_where_the_cpu_has_it():
     """The native path (avx512_bf16 or AMX): searched by default, and autocast runs."""
-    from experiments.window import Meter
+    from lab.window import Meter
     from experiments.workload import candidates
     from experiments.workload.measure import Params
 
@@ -550,7 +550,7 @@ def test_knobs_read_back_as_their_own_types():
 
 
 def test_the_users_shell_is_measured_not_assumed():
-    from experiments.userenv import capture, torch_defaults
+    from lab.userenv import capture, torch_defaults
 
     env = {"OMP_NUM_THREADS": "1", "KMP_AFFINITY": "compact", "PATH": "/bin", "GOMP_CPU_AFFINITY": "0"}
     assert capture(env) == {"GOMP_CPU_AFFINITY": "0", "KMP_AFFINITY": "compact", "OMP_NUM_THREADS": "1"}

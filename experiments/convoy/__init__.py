@@ -3,10 +3,10 @@ the GIL and without it, for each switch interval?
 
 The declaration; the measurement is in :mod:`experiments.convoy.measure`, findings, figures and
 theory checks in :mod:`experiments.convoy.analysis`, the report's prose in ``report.yaml`` and the
-config section's schema in ``schema.yaml``. The threads are :func:`experiments.pytasks.convoy`.
+config section's schema in ``schema.yaml``. The threads are :func:`experiments.convoy.tasks.convoy`.
 """
 
-from experiments.declare import Column, Experiment, Flag, SpanKind, Timeline
+from lab.declare import Column, Experiment, Flag, SpanKind, Timeline
 
 EXPERIMENT = Experiment(
     name="convoy",

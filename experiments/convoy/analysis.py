@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 
 from analysis.fidelity import check_row
 from analysis.plotting import PALETTE, plt
-from experiments.interpreters import named
+from lab.interpreters import named
 
 
 def _ok(summary: pd.DataFrame) -> pd.DataFrame:

@@ -19,15 +19,17 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from experiments import interpreters
-from experiments.cli import cli_main
+from lab import interpreters
+from lab.cli import cli_main
 from experiments.convoy import EXPERIMENT
-from experiments.params import check_min
-from experiments.results import Measured, RunResult, interleave
-from experiments.rounds import Rounds
-from experiments.window import Meter
+from lab.params import check_min
+from lab.results import Measured, RunResult, interleave
+from lab.rounds import Rounds
+from lab.window import Meter
 
 TASKS = Path(interpreters.__file__).with_name("pytasks.py")
+#: The convoy's own threads, loaded by path in the child (:func:`lab.pytasks.load_requests`).
+CONVOY_TASKS = Path(__file__).with_name("tasks.py")
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,7 @@ class Params:
         check_min("sample_hz", self.sample_hz, 0.1)
 
     def request(self) -> dict:
-        """The request :func:`experiments.pytasks.convoy` runs."""
+        """The request :func:`experiments.convoy.tasks.convoy` runs."""
         keys = ("io_iterations", "io_sleep_s", "cpu_chunk", "neighbour")
         return {"convoy": {**{k: getattr(self, k) for k in keys}, "switch_interval_s": self.switch_interval_ms / 1000}}
 
@@ -79,7 +81,7 @@ class Runner:
 
     def __init__(self, params: Params, meter: Meter, entry: dict) -> None:
         self.params, self.meter = params, meter
-        self.child = interpreters.Child(entry, TASKS)
+        self.child = interpreters.Child(entry, TASKS, extra=(CONVOY_TASKS,))
         self.child.warm_up(params.request(), params.warmup)
 
     def once(self) -> Measured:
@@ -106,7 +108,7 @@ def run(
     (``point``) and alone (``baseline``), interleaved, under the point's interpreter.
 
     Returns:
-        A :class:`~experiments.results.RunResult`: rows with ``wall_s`` (s),
+        A :class:`~lab.results.RunResult`: rows with ``wall_s`` (s),
         ``io_iterations_per_s`` (iterations/s of the sleeper), ``latency_p50_ms`` and
         ``latency_p99_ms`` (ms late per iteration, over the window's iterations),
         ``python_version``, ``gil_enabled``, ``neighbour``; spans of kind ``io`` (each sleep

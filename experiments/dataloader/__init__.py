@@ -5,7 +5,7 @@ figures in :mod:`experiments.dataloader.analysis`, the report's prose in ``repor
 the config section's schema in ``schema.yaml``.
 """
 
-from experiments.declare import Column, Experiment, Flag, SpanKind, Timeline
+from lab.declare import Column, Experiment, Flag, SpanKind, Timeline
 
 EXPERIMENT = Experiment(
     name="dataloader",

@@ -21,7 +21,7 @@ training loop is stalled on data) and ``step`` (the training step). ``data_stall
 share of the epoch spent waiting. Every batch also gives a ``fetch`` span measured where the
 batch was made: in worker ``i`` (actor ``worker-<i>``) or, with ``num_workers = 0``, in the
 main process inside its ``wait``. It starts before the first ``__getitem__`` of the batch and
-ends after collation (:mod:`experiments.fetch`); ``time.perf_counter`` is
+ends after collation (:mod:`lab.fetch`); ``time.perf_counter`` is
 CLOCK_MONOTONIC, so worker and main-process times share one axis.
 
 Asking for more workers than PyTorch suggests for the machine makes it warn ("suggested max
@@ -34,50 +34,55 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
-from experiments.cli import cli_main
+from lab.cli import cli_main
 from experiments.dataloader import EXPERIMENT
-from experiments.fetch import TimedFetch, loop_spans, timed_collate
-from experiments.params import check_min
-from experiments.results import Measured, RunResult, interleave
-from experiments.rounds import Rounds
-from experiments.threads import set_torch_threads
-from experiments.window import Meter
+from lab.fetch import TimedFetch, loop_spans, timed_collate
+from lab.params import Declared, param, repeats_field, sample_hz_field
+from lab.results import Measured, RunResult, interleave
+from lab.rounds import Rounds
+from lab.threads import set_torch_threads
+from lab.window import Meter
 
 
 @dataclass(frozen=True)
-class Params:
-    """One configuration point of the dataloader experiment.
+class Params(Declared):
+    """One configuration point of the dataloader experiment (declared once: :mod:`lab.params`).
 
     Raises:
-        ValueError: for a value below its minimum (the message names the field).
+        ValueError: for a value outside its bounds (the message names the field).
     """
 
-    dataset: Literal["tensor", "cpu", "io"] = "tensor"
-    num_workers: int = 0
-    batch_size: int = 32
-    items: int = field(default=10_000, metadata={"help": "samples per epoch"})
-    cpu_work_size: int = field(default=4096, metadata={"help": "floats processed per item (dataset cpu)"})
-    io_latency_s: float = field(default=0.002, metadata={"help": "sleep per item in s (dataset io)"})
-    threads: int = field(default=1, metadata={"help": "intra-op threads of the main (training) process"})
-    warmup_epochs: int = 1
-    repeats: int = field(default=6, metadata={"help": "measured epochs"})
-    sample_hz: float = 10.0
-    start_method: Literal["fork", "forkserver", "spawn"] = "fork"
+    dataset: Literal["tensor", "cpu", "io"] = param(
+        "tensor",
+        config=["tensor", "cpu", "io"],
+        help="tensor: in-memory TensorDataset; cpu: numpy work per item; io: a sleep per item",
+    )
+    num_workers: int = param(0, min=0, config=[0, 1, 2, 4], help="DataLoader worker processes")
+    batch_size: int = param(32, min=1, unit="samples", help="samples per batch (the seed article's 32)")
+    items: int = param(
+        10_000,
+        min=1,
+        per_key=True,
+        config={"tensor": 5000, "cpu": 1000, "io": 500},
+        unit="samples",
+        help="samples per epoch, per dataset",
+    )
+    cpu_work_size: int = param(4096, min=1, unit="floats", help="numpy work per item of dataset cpu (about 200 us)")
+    io_latency_s: float = param(0.002, min=0, unit="s", help="sleep per item of dataset io (simulated I/O)")
+    threads: int = param(1, min=1, help="intra-op threads of the main (training) process")
+    warmup_epochs: int = param(1, min=0, help="untimed epochs first (they start the persistent workers)")
+    repeats: int = repeats_field(6, help="measured epochs")
+    sample_hz: float = sample_hz_field()
+    start_method: Literal["fork", "forkserver", "spawn"] = param(
+        "fork", in_config=False, help="multiprocessing start method of the workers (the startmethod experiment sweeps it)"
+    )
 
     def cpus_requested(self) -> int:
         """CPUs this point asks for at once: DataLoader workers plus the main process's intra-op threads."""
         return self.num_workers + self.threads
-
-    def __post_init__(self) -> None:
-        check_min("num_workers", self.num_workers, 0)
-        for name in ("batch_size", "items", "cpu_work_size", "threads", "repeats"):
-            check_min(name, getattr(self, name), 1)
-        check_min("io_latency_s", self.io_latency_s, 0)
-        check_min("warmup_epochs", self.warmup_epochs, 0)
-        check_min("sample_hz", self.sample_hz, 0.1)
 
 
 class CpuDataset:
@@ -208,7 +213,7 @@ def run(params: Params, baseline: Params | None = None, rounds: Rounds | None = 
     """Measure ``params.repeats`` epochs, interleaved with ``baseline``'s epochs if given.
 
     Returns:
-        A :class:`~experiments.results.RunResult` with one row per epoch and role: ``wall_s``
+        A :class:`~lab.results.RunResult` with one row per epoch and role: ``wall_s``
         (s), ``samples_per_s``, ``batches_per_s``, ``data_stall_pct`` (0-100), ``cpu_util_pct``
         (0-100, workers included), ``first_epoch_s`` (the first warm-up epoch, worker start-up
         included), ``worker_warning``, ``oversubscribed`` (workers + main threads > available

@@ -5,7 +5,7 @@ theory checks in :mod:`experiments.gil.analysis`, the report's prose in ``report
 config section's schema in ``schema.yaml``.
 """
 
-from experiments.declare import Experiment, Flag, SpanKind, Timeline
+from lab.declare import Experiment, Flag, SpanKind, Timeline
 
 
 def parallel_units(point) -> float:

@@ -15,7 +15,7 @@ from analysis.findings import fmt_transfer, fmt_x, in_order, pick, winner
 from analysis.plotting import SPEEDUP, noisy_mask, plt, yerr
 from experiments.gil import MODES, WORKLOADS
 from experiments.gil.checks import fidelity, gil_on, with_interpreter
-from experiments.interpreters import DEFAULT, named
+from lab.interpreters import DEFAULT, named
 
 #: The label of the pipeline's own Python in the default config: the timeline's reference.
 DEFAULT_LABEL = DEFAULT[0]["label"]

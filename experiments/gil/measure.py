@@ -10,7 +10,7 @@ threads contending on one shared list and dict, and runs each as ``workers`` tas
 * ``processes``: one ``multiprocessing.Process`` per task (start method ``fork``).
 
 The tasks run in a child process under the point's interpreter (config ``interpreters``, see
-:mod:`experiments.interpreters`): :mod:`experiments.pytasks`, standard library only, started
+:mod:`lab.interpreters`): :mod:`lab.pytasks`, standard library only, started
 once per point and role and kept for all its rounds. The measured window, the CPU sampler and
 the CSV writing stay here, in the pipeline's Python; the window opens before the request is sent
 and closes after the child's answer arrives (a pipe round trip, about 0.1 ms, against windows of
@@ -35,13 +35,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from experiments import interpreters
-from experiments.cli import cli_main
+from lab import interpreters
+from lab.cli import cli_main
 from experiments.gil import EXPERIMENT
-from experiments.params import check_min
-from experiments.results import Measured, RunResult, interleave
-from experiments.rounds import Rounds
-from experiments.window import Meter
+from lab.params import check_min
+from lab.results import Measured, RunResult, interleave
+from lab.rounds import Rounds
+from lab.window import Meter
 
 #: The measured code, started by path under the point's interpreter.
 PAYLOAD = Path(interpreters.__file__).with_name("pytasks.py")
@@ -100,9 +100,9 @@ class Params:
         }[self.workload]
 
     def task_spec(self) -> dict:
-        """The request :mod:`experiments.pytasks` runs (``{"run": spec}``)."""
-        keys = ("workload", "mode", "workers", "io_sleep_s", "release_kb", "chunks")
-        return {**{k: getattr(self, k) for k in keys}, "iterations": self.iterations}
+        """The request :mod:`lab.pytasks` runs (``{"run": spec}``)."""
+        keys = ("mode", "workers", "io_sleep_s", "release_kb", "chunks")
+        return {**{k: getattr(self, k) for k in keys}, "load": self.workload, "iterations": self.iterations}
 
 
 class Runner:
@@ -137,7 +137,7 @@ def run(
     under the point's interpreter (its entry in ``host_files["interpreters.json"]``).
 
     Returns:
-        A :class:`~experiments.results.RunResult` with one row per repeat and role: ``wall_s``
+        A :class:`~lab.results.RunResult` with one row per repeat and role: ``wall_s``
         (s), ``tasks_per_s`` (tasks/s), ``cpu_util_pct`` (0-100), ``start_method``, and what
         the interpreter said of itself: ``python_version``, ``free_threaded`` (its build) and
         ``gil_enabled`` (``sys._is_gil_enabled()`` in the measured process); spans as

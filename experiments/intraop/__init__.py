@@ -5,7 +5,7 @@ and theory checks in :mod:`experiments.intraop.analysis`, the report's prose in 
 and the config section's schema in ``schema.yaml``.
 """
 
-from experiments.declare import Experiment, thread_ladder
+from lab.declare import Experiment, thread_ladder
 
 #: Workloads whose metric is GFLOP/s (2 n^3 flop per call); the others report samples/s.
 MATMULS = ("matmul", "matmul_bf16")
@@ -22,7 +22,7 @@ def parallel_units(point) -> float:
 
 
 def resolve_threads(value, ncpu: int) -> list[int]:
-    """``threads: auto`` is :func:`experiments.declare.thread_ladder` (powers of two up to the
+    """``threads: auto`` is :func:`lab.declare.thread_ladder` (powers of two up to the
     available CPUs, and their number) plus 2 x available CPUs (oversubscribed); a list is taken
     as it is."""
     if value == "auto":

@@ -25,14 +25,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from experiments.capabilities import native_bf16
-from experiments.cli import cli_main
+from lab.capabilities import native_bf16
+from lab.cli import cli_main
 from experiments.intraop import EXPERIMENT
-from experiments.params import check_min
-from experiments.results import Measured, RunResult, interleave
-from experiments.rounds import Rounds
-from experiments.threads import set_torch_threads
-from experiments.window import Meter
+from lab.params import check_min
+from lab.results import Measured, RunResult, interleave
+from lab.rounds import Rounds
+from lab.threads import set_torch_threads
+from lab.window import Meter
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ def make_workload(params: Params):
     """Return ``(fn, samples_per_call, flop_per_call)`` for ``params.workload``."""
     import torch
 
-    from experiments.models import classification_batch, mlp, train_step_fn
+    from lab.models import classification_batch, mlp, train_step_fn
 
     torch.manual_seed(0)
     if params.workload in ("matmul", "matmul_bf16"):
@@ -124,7 +124,7 @@ def run(params: Params, baseline: Params | None = None, rounds: Rounds | None = 
     ``baseline`` (typically 1 thread) if given.
 
     Returns:
-        A :class:`~experiments.results.RunResult` with one row per repeat and role: ``wall_s``
+        A :class:`~lab.results.RunResult` with one row per repeat and role: ``wall_s``
         (s), ``gflop_per_s`` (matmul) or ``samples_per_s`` (mlp, tiny), ``cpu_util_pct``,
         ``torch_threads``/``interop_threads`` as torch reported them, ``omp_num_threads_env``,
         ``oversubscribed`` (threads > available CPUs) and ``dtype``; or, for ``matmul_bf16``

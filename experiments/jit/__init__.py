@@ -5,7 +5,7 @@ The declaration; the measurement is in :mod:`experiments.jit.measure`, findings 
 schema in ``schema.yaml``.
 """
 
-from experiments.declare import Column, Experiment, Flag
+from lab.declare import Column, Experiment, Flag
 
 EXPERIMENT = Experiment(
     name="jit",

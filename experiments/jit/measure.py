@@ -26,14 +26,14 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Literal
 
-from experiments.capabilities import cxx_compiler
-from experiments.cli import cli_main
+from lab.capabilities import cxx_compiler
+from lab.cli import cli_main
 from experiments.jit import EXPERIMENT
-from experiments.params import check_min
-from experiments.results import Measured, RunResult, interleave
-from experiments.rounds import Rounds
-from experiments.threads import set_torch_threads
-from experiments.window import Meter
+from lab.params import check_min
+from lab.results import Measured, RunResult, interleave
+from lab.rounds import Rounds
+from lab.threads import set_torch_threads
+from lab.window import Meter
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ def make_model(name: str):
     """Return ``(model, example_input)`` for ``mlp`` or ``cnn``, seeded, in eval mode."""
     import torch
 
-    from experiments.models import cnn, mlp
+    from lab.models import cnn, mlp
 
     torch.manual_seed(0)
     if name == "mlp":
@@ -149,7 +149,7 @@ def run(params: Params, baseline: Params | None = None, rounds: Rounds | None = 
     interleaved with ``baseline`` (eager) if given.
 
     Returns:
-        A :class:`~experiments.results.RunResult` with one row per repeat and role: ``wall_s``
+        A :class:`~lab.results.RunResult` with one row per repeat and role: ``wall_s``
         (s), ``samples_per_s``, ``latency_ms`` (ms per call), ``setup_s``, ``first_call_s``,
         ``allclose``, ``max_abs_diff``, ``torch_threads``; or one row with status ``skipped``
         and the reason when the mode cannot run here.

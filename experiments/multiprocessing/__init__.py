@@ -5,7 +5,7 @@ and figures in :mod:`experiments.multiprocessing.analysis`, the report's prose i
 ``report.yaml`` and the config section's schema in ``schema.yaml``.
 """
 
-from experiments.declare import Experiment, SpanKind, Timeline
+from lab.declare import Experiment, SpanKind, Timeline
 
 
 def parallel_units(point) -> float:

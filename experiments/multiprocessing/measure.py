@@ -25,12 +25,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-from experiments.cli import cli_main
+from lab.cli import cli_main
 from experiments.multiprocessing import EXPERIMENT
-from experiments.params import check_min
-from experiments.results import Measured, RunResult, interleave
-from experiments.rounds import Rounds
-from experiments.window import Meter
+from lab.params import check_min
+from lab.results import Measured, RunResult, interleave
+from lab.rounds import Rounds
+from lab.window import Meter
 
 
 @dataclass(frozen=True)
@@ -70,11 +70,11 @@ class Params:
 
 def _worker(rank: int, params: Params, barrier, stop, q) -> None:
     try:
-        from experiments.host import die_with_parent
-        from experiments.threads import set_torch_threads
+        from lab.host import die_with_parent
+        from lab.threads import set_torch_threads
 
         die_with_parent()
-        from experiments.models import classification_batch, mlp, train_step_fn
+        from lab.models import classification_batch, mlp, train_step_fn
 
         info = set_torch_threads(params.threads)
         import torch
@@ -87,7 +87,7 @@ def _worker(rank: int, params: Params, barrier, stop, q) -> None:
             step(x, y)
         q.put(("ready", rank, info))
         r = 0
-        while True:  # one round per release; the parent decides how many (experiments/rounds.py)
+        while True:  # one round per release; the parent decides how many (lab/rounds.py)
             barrier.wait(timeout=params.timeout_s)  # the parent releases all workers at once
             if stop.is_set():
                 return
@@ -196,7 +196,7 @@ def run(params: Params, baseline: Params | None = None, rounds: Rounds | None = 
     ``baseline`` (its own worker processes) if given.
 
     Returns:
-        A :class:`~experiments.results.RunResult` with one row per repeat and role: ``wall_s``
+        A :class:`~lab.results.RunResult` with one row per repeat and role: ``wall_s``
         (s), ``samples_per_s`` (training samples/s over all processes), ``cpu_util_pct``
         (0-100), ``torch_threads`` (intra-op threads torch reported in the workers) and
         ``oversubscribed``; spans per process per chunk of steps.

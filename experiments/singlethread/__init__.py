@@ -3,11 +3,11 @@ against the first configured one (a GIL build)?
 
 The declaration; the measurement is in :mod:`experiments.singlethread.measure`, findings and the
 chart in :mod:`experiments.singlethread.analysis`, the report's prose in ``report.yaml`` and the
-config section's schema in ``schema.yaml``. The tasks are :mod:`experiments.pytasks`' (the gil
+config section's schema in ``schema.yaml``. The tasks are :mod:`lab.pytasks`' (the gil
 experiment's), run sequentially, one task.
 """
 
-from experiments.declare import Experiment, Flag
+from lab.declare import Experiment, Flag
 
 EXPERIMENT = Experiment(
     name="singlethread",

@@ -10,7 +10,7 @@ from matplotlib.patches import Patch
 
 from analysis.findings import fmt_x, in_order
 from analysis.plotting import PALETTE, noisy_mask, plt, yerr
-from experiments.interpreters import named
+from lab.interpreters import named
 from experiments.singlethread import WORKLOADS
 
 

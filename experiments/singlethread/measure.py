@@ -2,9 +2,9 @@
 interleaved in the same job with the same task under the reference interpreter.
 
 The reference is the first entry of config ``interpreters`` (by default the pipeline's own
-Python; put a GIL build first). Both run :mod:`experiments.pytasks` sequentially (one task, in
+Python; put a GIL build first). Both run :mod:`lab.pytasks` sequentially (one task, in
 the child's main thread), each in its own child process started once and kept for every round;
-rounds alternate A B B A (:func:`experiments.results.interleave`), so the ratio of their
+rounds alternate A B B A (:func:`lab.results.interleave`), so the ratio of their
 throughputs, which the analysis reports as the speedup over the reference, is measured under the
 same machine load. A point of the reference itself is skipped (its ratio is 1 by definition).
 
@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from experiments import interpreters
-from experiments.cli import cli_main
-from experiments.params import check_min
-from experiments.results import Measured, RunResult, interleave
-from experiments.rounds import Rounds
+from lab import interpreters
+from lab.cli import cli_main
+from lab.params import check_min
+from lab.results import Measured, RunResult, interleave
+from lab.rounds import Rounds
 from experiments.singlethread import EXPERIMENT
-from experiments.window import Meter
+from lab.window import Meter
 
 #: The measured code, started by path under the point's interpreter.
 TASKS = Path(interpreters.__file__).with_name("pytasks.py")
@@ -62,9 +62,9 @@ class Params:
         check_min("sample_hz", self.sample_hz, 0.1)
 
     def task_spec(self) -> dict:
-        """The request :mod:`experiments.pytasks` runs: one sequential task, one span."""
+        """The request :mod:`lab.pytasks` runs: one sequential task, one span."""
         iterations = getattr(self, f"{self.workload}_iterations")
-        spec = {"workload": self.workload, "mode": "sequential", "workers": 1, "chunks": 1}
+        spec = {"load": self.workload, "mode": "sequential", "workers": 1, "chunks": 1}
         return spec | {"iterations": iterations, "io_sleep_s": 0.0, "release_kb": self.release_kb}
 
 
@@ -97,7 +97,7 @@ def run(
     first entry of ``interpreters.json``), interleaved.
 
     Returns:
-        A :class:`~experiments.results.RunResult`: per round a ``point`` row (this interpreter)
+        A :class:`~lab.results.RunResult`: per round a ``point`` row (this interpreter)
         and a ``baseline`` row (the reference, its ``interpreter`` column naming it), with
         ``wall_s`` (s), ``tasks_per_s`` (tasks/s), ``python_version``, ``free_threaded`` and
         ``gil_enabled``. Skipped: the reference itself, or an interpreter (either) that did not

@@ -16,7 +16,7 @@ The declaration; the measurement is in :mod:`experiments.workload.measure`, find
 and the recommendation in :mod:`experiments.workload.analysis`.
 """
 
-from experiments.declare import Column, Experiment, Flag, SpanKind, Timeline, thread_ladder
+from lab.declare import Column, Experiment, Flag, SpanKind, Timeline, thread_ladder
 
 #: The knobs, in the order the search tries them, with their type and allowed values.
 #: Cheap and likely changes first; processes (which starts replica processes) late.
@@ -34,7 +34,7 @@ KNOBS = tuple(KNOB_TYPES)
 
 
 def resolve_threads(value, ncpu: int) -> list[int]:
-    """``threads: auto``: :func:`experiments.declare.thread_ladder` (powers of two up to the
+    """``threads: auto``: :func:`lab.declare.thread_ladder` (powers of two up to the
     available CPUs, and their number); a list is taken as it is."""
     return thread_ladder(ncpu) if value == "auto" else list(value)
 

@@ -1,7 +1,7 @@
 """The workload's measured windows: a configuration made ready where it runs (this process, or
 a pool of replicas for ``processes > 1``), one window measured, its metrics row built.
 
-Every window is timed by the job's :class:`~experiments.window.Meter` (wall time, the process
+Every window is timed by the job's :class:`~lab.window.Meter` (wall time, the process
 tree's CPU time, CPU samples) around the steps themselves; the throughput counts every
 replica's samples. Memory is read outside the window, before and after it, and in an epoch
 window also after its first and its last step (:meth:`Session.run`, inside the window: workers
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import psutil
 
-from experiments.fetch import loop_spans
+from lab.fetch import loop_spans
 from experiments.workload import KNOBS
 from experiments.workload.replicas import Replicas
 from experiments.workload.session import Session, label

@@ -7,7 +7,7 @@ is "decoded" (to float32, normalised per channel), randomly cropped to 32 x 32, 
 blurred with a 5 x 5 box filter and jittered in brightness, all in numpy in the calling process
 (a DataLoader worker, or the training loop with ``num_workers = 0``). Measured on one core of the
 development VM's Xeon: about 0.25 ms per item, 8 ms per batch of 32, against 13 ms for a float32
-training step of :func:`experiments.models.cnn` on one thread: the regime where num_workers,
+training step of :func:`lab.models.cnn` on one thread: the regime where num_workers,
 threads and precision each change the throughput.
 """
 
@@ -59,7 +59,7 @@ def build() -> dict:
     lab compares with PyTorch's defaults)."""
     import torch
 
-    from experiments.models import cnn
+    from lab.models import cnn
 
     torch.manual_seed(0)
     model = cnn(channels=3, classes=CLASSES)

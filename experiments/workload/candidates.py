@@ -2,7 +2,7 @@
 
 The config gives a list per knob; some values cannot apply here and are dropped before the
 search, with the reason (``skipped``): bfloat16 without native bf16 instructions (unless
-``bf16: any``, see :func:`experiments.capabilities.native_bf16`) and channels_last for inputs
+``bf16: any``, see :func:`lab.capabilities.native_bf16`) and channels_last for inputs
 that are not 4-D images. A configuration that asks for more than
 ``max_oversubscription`` x the available CPUs at once (``processes x (threads + num_workers)``:
 DataLoader workers run one thread each) is not measured either; nor are ``prefetch_factor`` or
@@ -12,8 +12,8 @@ The inference ``mode`` is searched for ``task: infer`` only.
 
 from __future__ import annotations
 
-from experiments.capabilities import native_bf16
-from experiments.host import available_cpus
+from lab.capabilities import native_bf16
+from lab.host import available_cpus
 from experiments.workload import KNOBS
 
 

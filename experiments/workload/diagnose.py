@@ -189,7 +189,7 @@ def diagnose(rec, workload, start: dict, params, ncpu: int) -> Diagnosis:
     ``diagnose_s`` s) as a window of its own (``window`` = ``diagnosis``). ``rec`` is the search
     job's recorder (:class:`experiments.workload.measure._Recorder`), ``params`` its Params;
     ``ncpu`` the CPUs available. Raises what the user's workload raises."""
-    from experiments.capabilities import native_bf16
+    from lab.capabilities import native_bf16
 
     step_s = step_time(rec.bench, start)
     if not params.steps:

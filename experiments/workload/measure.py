@@ -27,10 +27,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-from experiments.cli import cli_main
-from experiments.params import check_min
-from experiments.results import RunResult
-from experiments.window import Meter
+from lab.cli import cli_main
+from lab.params import check_min
+from lab.results import RunResult
+from lab.window import Meter
 from experiments.workload import EXPERIMENT, KNOBS
 from experiments.workload.candidates import defaults, fit_threads, invalid_reason, knob_space
 from experiments.workload.loader import WorkloadError
@@ -323,7 +323,7 @@ def run(
             CPUs (processes x (threads + num_workers)) are not measured.
 
     Returns:
-        A :class:`~experiments.results.RunResult`: rows per window, spans of the verification,
+        A :class:`~lab.results.RunResult`: rows per window, spans of the verification,
         the outcome for ``job.json``; or one ``failed`` row naming the config key.
     """
     if params.stage == "search":

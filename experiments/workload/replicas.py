@@ -22,7 +22,7 @@ import os
 import socket
 import time
 
-from experiments.host import affinity, die_with_parent
+from lab.host import affinity, die_with_parent
 
 #: Seconds to wait for a replica's answer before giving up.
 TIMEOUT_S = 300.0

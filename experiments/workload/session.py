@@ -10,7 +10,7 @@ model, is what is measured) or, for inference, the eager, scripted or compiled c
 setups live at once, so a candidate and the current best are measured in alternation without
 rebuilding either. :meth:`Session.run` runs one window of a setup: ``steps`` training steps
 (or inference calls) on batches from its DataLoader, or a whole epoch, with the main loop's
-marks for the timeline (:mod:`experiments.fetch`).
+marks for the timeline (:mod:`lab.fetch`).
 
 torch is imported inside the functions (the module is imported by the job's CLI).
 """
@@ -24,8 +24,8 @@ import warnings
 
 import psutil
 
-from experiments.capabilities import cxx_compiler
-from experiments.fetch import TimedFetch, timed_collate
+from lab.capabilities import cxx_compiler
+from lab.fetch import TimedFetch, timed_collate
 from experiments.workload.loader import Workload, split
 
 #: Untimed steps after a setup is made (workers started, TorchScript profiled, inductor compiled).
@@ -208,7 +208,7 @@ class Session:
         ``steps`` steps if given.
 
         Returns ``{"batches", "stall_s", "marks", "epoch_memory", "epoch_batches"}`` (marks: see
-        :func:`experiments.fetch.loop_spans`). ``epoch_memory`` is None for steps windows; for an
+        :func:`lab.fetch.loop_spans`). ``epoch_memory`` is None for steps windows; for an
         epoch, ``[first, last]``: :meth:`memory` read after the first step and after the last
         one (the epoch's workers still run until the iterator ends), the two reads inside the
         window, between steps, that show a worker's growth across the epoch; ``last`` is None

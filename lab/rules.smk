@@ -20,8 +20,8 @@ rule host_info:
         **MEASURE_RESOURCES,
     shell:
         'mkdir -p "$TMPDIR" && '
-        "python -m experiments.server run --"
-        " experiments.hostinfo --host {wildcards.host:q} --out {output:q} > {log:q} 2>&1"
+        "python -m lab.server run --"
+        " lab.hostinfo --host {wildcards.host:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule user_env:
@@ -41,7 +41,7 @@ rule user_env:
         env=user_env_json(),
     shell:
         'mkdir -p "$TMPDIR" && '
-        "python -m experiments.userenv --env {params.env} --out {output:q} > {log:q} 2>&1"
+        "python -m lab.userenv --env {params.env} --out {output:q} > {log:q} 2>&1"
 
 
 rule interpreters:
@@ -60,7 +60,7 @@ rule interpreters:
         interpreters=json.dumps(config["interpreters"]),
     shell:
         'mkdir -p "$TMPDIR" && '
-        "python -m experiments.interpreters --config {params.interpreters:q} --out {output:q} > {log:q} 2>&1"
+        "python -m lab.interpreters --config {params.interpreters:q} --out {output:q} > {log:q} 2>&1"
 
 
 rule selfcheck:
@@ -85,8 +85,8 @@ rule selfcheck:
         lock=MEASURE_LOCK,
     shell:
         'mkdir -p "$TMPDIR" && '
-        "python -m experiments.server run --"
-        " experiments.selfcheck {params.args} --host {wildcards.host:q}"
+        "python -m lab.server run --"
+        " lab.selfcheck {params.args} --host {wildcards.host:q}"
         ' --lock {params.lock:q} --out "$(dirname {output.metrics:q})" > {log:q} 2>&1'
 
 
@@ -113,8 +113,8 @@ rule measure:
         timeout=config["job_timeout_s"],
     shell:
         'mkdir -p "$TMPDIR" && '
-        "python -m experiments.supervise --timeout-s {params.timeout} --log {log:q}"
+        "python -m lab.supervise --timeout-s {params.timeout} --log {log:q}"
         ' --host {wildcards.host:q} --experiment {wildcards.experiment:q} --out "$(dirname {output.metrics:q})"'
-        " -- python -m experiments.server run --"
+        " -- python -m lab.server run --"
         " experiments.{wildcards.experiment} {params.args} --host {wildcards.host:q}"
         ' --lock {params.lock:q} --out "$(dirname {output.metrics:q})" > {log:q} 2>&1'

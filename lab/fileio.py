@@ -5,7 +5,7 @@ half-written file. :func:`atomic_write` writes to a hidden temporary file beside
 ``.<name>.tmp<pid>``, flushes and fsyncs it, then renames it over the target with
 ``os.replace``, which POSIX makes atomic within one file system. If writing fails, or the
 process is interrupted, the temporary file is removed and the target is left as it was.
-(``experiments.supervise`` also clears ``.<name>.tmp*`` files of a job it had to kill.)
+(``lab.supervise`` also clears ``.<name>.tmp*`` files of a job it had to kill.)
 
 The helpers below are the only ways the project writes files: CSV rows (:func:`write_csv`),
 pandas frames (:func:`write_frame`), JSON (:func:`write_json`), text (:func:`write_text`) and

@@ -2,12 +2,12 @@
 
 Usage (the ``measure`` rule)::
 
-    python -m experiments.supervise --timeout-s 900 --log LOG --out DIR --host H --experiment E \\
+    python -m lab.supervise --timeout-s 900 --log LOG --out DIR --host H --experiment E \\
         -- python -m experiments.E ARGS...
 
 The experiment runs as a child process in its own session (process group), with
 ``PR_SET_PDEATHSIG`` so that it dies if the supervisor is killed; its worker processes
-(DataLoader workers, multiprocessing children) ask for the same (:func:`experiments.host.die_with_parent`).
+(DataLoader workers, multiprocessing children) ask for the same (:func:`lab.host.die_with_parent`).
 
 * Child exits 0: its files are in ``DIR`` (written atomically, ``metrics.csv`` last); exit 0.
 * Child exits non-zero (a genuine crash: an exception, a worker that died, a thread-count
@@ -40,10 +40,10 @@ from pathlib import Path
 
 import psutil
 
-from experiments import JOB_START_UNIX
-from experiments.fileio import write_csv, write_json
-from experiments.host import set_parent_death_signal
-from experiments.results import SAMPLE_COLUMNS, SPAN_COLUMNS
+from lab import JOB_START_UNIX
+from lab.fileio import write_csv, write_json
+from lab.host import set_parent_death_signal
+from lab.results import SAMPLE_COLUMNS, SPAN_COLUMNS
 
 #: Seconds between SIGTERM and SIGKILL when a process tree is stopped.
 GRACE_S = 3.0
@@ -230,10 +230,10 @@ def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; everything after ``--`` is the experiment's command."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--" not in argv:
-        print("usage: python -m experiments.supervise [options] -- COMMAND...", file=sys.stderr)
+        print("usage: python -m lab.supervise [options] -- COMMAND...", file=sys.stderr)
         return 2
     split = argv.index("--")
-    p = argparse.ArgumentParser(prog="python -m experiments.supervise", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m lab.supervise", description=__doc__.splitlines()[0])
     p.add_argument("--timeout-s", type=float, required=True, help="job timeout in s")
     p.add_argument("--out", required=True, help="the point's output directory")
     p.add_argument("--host", required=True)

@@ -33,8 +33,8 @@ whole process group.
 
 Usage::
 
-    python -m experiments.server serve --socket PATH [--preload MODULE ...]
-    python -m experiments.server run --socket PATH -- experiments.gil --workers 2 ...
+    python -m lab.server serve --socket PATH [--preload MODULE ...]
+    python -m lab.server run --socket PATH -- experiments.gil --workers 2 ...
 """
 
 from __future__ import annotations
@@ -61,8 +61,8 @@ PRELOAD = (
     "torch",
     "torch.nn",
     "torch.utils.data",
-    "experiments.cli",
-    "experiments.results",
+    "lab.cli",
+    "lab.results",
     "pandas",
     "scipy.stats",
     "analysis.plotting",  # matplotlib, headless
@@ -98,7 +98,7 @@ def _child(request: dict, fds: list[int]) -> None:
     code = 1
     try:
         os.setsid()
-        from experiments.host import set_parent_death_signal
+        from lab.host import set_parent_death_signal
 
         set_parent_death_signal(signal.SIGKILL)
         for target, fd in zip((0, 1, 2), fds):
@@ -113,10 +113,10 @@ def _child(request: dict, fds: list[int]) -> None:
         os.environ.update(request["env"])
         import tempfile
 
-        import experiments
+        import lab
 
         tempfile.tempdir = None  # read TMPDIR again: the job's, not the server's
-        experiments.JOB_START_UNIX = time.time()
+        lab.JOB_START_UNIX = time.time()
         sys.argv = [request["module"], *request["args"]]
         # as `python -m` would set it up: the working directory first, then the job's PYTHONPATH
         extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
@@ -175,8 +175,8 @@ def _warm() -> None:
 def serve(path: str, preload: list[str] | None = None) -> int:
     """Import :data:`PRELOAD` (and ``preload``), then listen on ``path`` and fork one child per
     connection until SIGTERM, SIGINT or the death of the parent (see the module docstring)."""
-    from experiments import registry
-    from experiments.host import set_parent_death_signal
+    from lab import registry
+    from lab.host import set_parent_death_signal
 
     parent = os.getppid()
     set_parent_death_signal(signal.SIGTERM)
@@ -313,12 +313,12 @@ def start(path: str, env: dict[str, str], log: str) -> subprocess.Popen:
     Raises:
         RuntimeError: if it exits or does not listen within :data:`READY_TIMEOUT_S`, naming its log.
     """
-    from experiments.fileio import log_stream
+    from lab.fileio import log_stream
 
     Path(path).unlink(missing_ok=True)
     with log_stream(log) as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "experiments.server", "serve", "--socket", path],
+            [sys.executable, "-m", "lab.server", "serve", "--socket", path],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=out,
@@ -350,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     tail: list[str] = []
     if "--" in argv:
         argv, tail = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
-    p = argparse.ArgumentParser(prog="python -m experiments.server", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m lab.server", description=__doc__.splitlines()[0])
     p.add_argument("command", choices=["serve", "run"])
     p.add_argument(
         "--socket",

@@ -1,7 +1,7 @@
 """Pure-Python tasks, run under the interpreter being measured (the gil and singlethread experiments).
 
 Standard library only, and nothing from this repository: the file is started by path under any
-CPython (``python3.13t -I -X gil=0 pytasks.py``, :class:`experiments.interpreters.Child`), so
+CPython (``python3.13t -I -X gil=0 pytasks.py``, :class:`lab.interpreters.Child`), so
 the interpreter that runs the tasks is the one the point names, while the CPU sampler, the
 harness and the CSV writing stay in the pipeline's own Python. The two talk over the child's
 stdin and stdout, one JSON object per line:
@@ -9,14 +9,16 @@ stdin and stdout, one JSON object per line:
 * on start the child prints ``{"hello": {...}}``: version, implementation, whether the build
   is free-threaded (``sysconfig.get_config_var("Py_GIL_DISABLED")``) and whether the GIL is on
   at run time (``sys._is_gil_enabled()``);
-* for each ``{"run": {...}}`` (a task description; ``{"convoy": {...}}``: :func:`convoy`) it
-  runs the tasks once and prints
+* for each ``{"run": {...}}`` (a task description), or ``{"<name>": {...}}`` answered by a task
+  file of an experiment named on the command line (:func:`load_requests`), it runs the tasks
+  once and prints
   ``{"spans": [...]}`` with ``start_s``/``end_s`` as ``time.perf_counter()`` values
   (CLOCK_MONOTONIC on Linux, the same clock in every process of the machine, so the harness
   places them in its own window), or ``{"error": "..."}``;
 * on end of input it exits.
 
-Workloads (each task cut into ``chunks`` spans with the thread CPU time spent inside):
+Workloads (a task description's ``load``; each task cut into ``chunks`` spans with the thread CPU time
+spent inside):
 
 * ``cpu``: the seed article's pure-Python counting loop (holds the GIL);
 * ``io``: a loop that sleeps ``io_sleep_s`` per iteration (releases the GIL while asleep);
@@ -94,7 +96,7 @@ def chunk_sizes(total, chunks):
 
 def work(spec, size):
     """Run ``size`` iterations of the spec's workload in the calling thread."""
-    w = spec["workload"]
+    w = spec["load"]
     if w == "cpu":
         count(size)
     elif w == "io":
@@ -117,7 +119,7 @@ def task(spec, actor, index):
         spans.append(
             {
                 "actor": actor,
-                "kind": spec["workload"],
+                "kind": spec["load"],
                 "start_s": w0,
                 "end_s": w1,
                 "cpu_s": c1 - c0,
@@ -175,61 +177,36 @@ def run_once(spec):
     raise ValueError("unknown mode {!r}; allowed: sequential, threads, processes".format(spec["mode"]))
 
 
-def convoy(spec):
-    """The convoy effect (python/cpython#90204): one thread sleeps ``io_sleep_s`` per
-    iteration, ``io_iterations`` times, next to a thread that counts in chunks of
-    ``cpu_chunk`` iterations until the sleeper is done (``neighbour`` False: the sleeper
-    alone). Under ``sys.setswitchinterval(switch_interval_s)``. Spans: every sleep iteration
-    (kind ``io``, with ``latency_ms``: how much longer than the sleep it took) and every
-    counting chunk (kind ``cpu``)."""
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(spec["switch_interval_s"])
-    done = threading.Event()
-    cpu_spans, io_spans = [], []
+def load_requests(paths):
+    """The request handlers of the task files at ``paths``: ``{request name: function(spec) -> spans}``.
 
-    def counter():
-        k = 0
-        while not done.is_set():
-            w0, c0 = time.perf_counter(), time.thread_time()
-            count(spec["cpu_chunk"])
-            w1, c1 = time.perf_counter(), time.thread_time()
-            cpu_spans.append(
-                {"actor": "cpu-thread", "kind": "cpu", "start_s": w0, "end_s": w1, "cpu_s": c1 - c0, "chunk": k}
-            )
-            k += 1
+    An experiment whose children run tasks of its own keeps them in its package, in a file that
+    defines ``REQUESTS = {"<name>": function}`` (standard library only, like this one), and
+    names it on the child's command line: ``pytasks.py PATH ...``. The child runs isolated
+    (``-I``: neither the script's directory nor the repository is on ``sys.path``), so each file
+    is loaded by path.
 
-    def sleeper():
-        for k in range(spec["io_iterations"]):
-            w0, c0 = time.perf_counter(), time.thread_time()
-            time.sleep(spec["io_sleep_s"])
-            w1, c1 = time.perf_counter(), time.thread_time()
-            late = 1000.0 * (w1 - w0 - spec["io_sleep_s"])
-            io_spans.append(
-                {
-                    "actor": "io-thread",
-                    "kind": "io",
-                    "start_s": w0,
-                    "end_s": w1,
-                    "cpu_s": c1 - c0,
-                    "chunk": k,
-                    "latency_ms": late,
-                }
-            )
-        done.set()
+    Raises:
+        ValueError: for a file without ``REQUESTS`` or a name this module already answers.
+    """
+    import importlib.util
 
-    threads = [threading.Thread(target=sleeper)] + ([threading.Thread(target=counter)] if spec["neighbour"] else [])
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(old)
-    return io_spans + cpu_spans
+    handlers = {}
+    for i, path in enumerate(paths):
+        spec = importlib.util.spec_from_file_location(f"_lab_tasks_{i}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        found = getattr(module, "REQUESTS", None)
+        if not isinstance(found, dict) or "run" in found or set(found) & set(handlers):
+            raise ValueError(f"{path}: needs REQUESTS = {{name: function}}, names other than 'run' and unique")
+        handlers.update(found)
+    return handlers
 
 
-def serve(stdin, stdout):
-    """Answer ``{"run": spec}`` lines until end of input (the protocol in the module docstring)."""
+def serve(stdin, stdout, handlers=None):
+    """Answer ``{"run": spec}`` lines, and ``{name: spec}`` for each of ``handlers``
+    (:func:`load_requests`), until end of input (the protocol in the module docstring)."""
+    handlers = {"run": run_once, **(handlers or {})}
     stdout.write(json.dumps({"hello": hello()}) + "\n")
     stdout.flush()
     for line in stdin:
@@ -237,7 +214,10 @@ def serve(stdin, stdout):
             continue
         try:
             request = json.loads(line)
-            reply = {"spans": convoy(request["convoy"]) if "convoy" in request else run_once(request["run"])}
+            (name, spec), = request.items()
+            if name not in handlers:
+                raise ValueError(f"no task file answers {name!r}; loaded: {', '.join(handlers)}")
+            reply = {"spans": handlers[name](spec)}
         except Exception as exc:  # noqa: BLE001 - reported to the harness, which fails the point
             reply = {"error": f"{type(exc).__name__}: {exc}"}
         stdout.write(json.dumps(reply) + "\n")
@@ -245,4 +225,4 @@ def serve(stdin, stdout):
 
 
 if __name__ == "__main__":
-    serve(sys.stdin, sys.stdout)
+    serve(sys.stdin, sys.stdout, load_requests(sys.argv[1:]))

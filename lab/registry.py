@@ -1,7 +1,7 @@
 """The experiments of this checkout, found by looking, never listed by hand.
 
 Every package ``experiments/<name>/`` (a directory with an ``__init__.py``) is an experiment.
-It must define ``EXPERIMENT`` (an :class:`experiments.declare.Experiment` whose ``name`` is the
+It must define ``EXPERIMENT`` (an :class:`lab.declare.Experiment` whose ``name`` is the
 directory's name) and hold the files of :data:`PACKAGE_FILES` (docs/adding-an-experiment.md).
 The workflow (``common.smk``), ``analysis/`` and ``report/`` loop over :func:`experiments` and
 import an experiment's modules only through :class:`Registered`; none of them names one.
@@ -24,11 +24,11 @@ from typing import Any
 
 import yaml
 
-from experiments.declare import Experiment
-from experiments.params import parse_value
+from lab.declare import Experiment
+from lab.params import parse_value
 
 #: Where the experiment packages live.
-ROOT = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parent.parent / "experiments"
 
 #: The files every experiment package holds, and what each is for.
 PACKAGE_FILES = {
@@ -256,7 +256,7 @@ def config_checks() -> dict[str, object]:
 
 
 def rounds_users() -> list[str]:
-    """The experiments whose ``run`` takes a rounds policy (:mod:`experiments.rounds`): their
+    """The experiments whose ``run`` takes a rounds policy (:mod:`lab.rounds`): their
     ``repeats`` are a minimum and config ``rounds`` applies to them."""
     import inspect
 

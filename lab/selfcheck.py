@@ -20,10 +20,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-from experiments.cli import cli_main
-from experiments.params import check_min
-from experiments.results import Measured, RunResult, interleave
-from experiments.window import Meter
+from lab.cli import cli_main
+from lab.params import check_min
+from lab.results import Measured, RunResult, interleave
+from lab.window import Meter
 
 EXPERIMENT = "selfcheck"
 
@@ -92,7 +92,7 @@ def run(params: Params, baseline: Params | None = None) -> RunResult:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point: ``python -m experiments.selfcheck --help``."""
+    """Command-line entry point: ``python -m lab.selfcheck --help``."""
     return cli_main(EXPERIMENT, Params, run, __doc__.splitlines()[0], argv)
 
 

@@ -23,8 +23,8 @@ available CPUs (``/proc/stat``), the time the quota's cgroup was throttled (``cp
 CPUs' current frequency, and every process's CPU time (:func:`process_times`), from which the
 processes outside the target's tree that used the most CPU in the window are named.
 
-Usage: ``python -m experiments.sampler --pid PID --hz 10`` (started by
-:class:`experiments.window.CpuSampler`).
+Usage: ``python -m lab.sampler --pid PID --hz 10`` (started by
+:class:`lab.window.CpuSampler`).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ import time
 
 import psutil
 
-from experiments import capacity
+from lab import capacity
 
 
 def _children_from_proc(pid: int) -> list[int] | None:

@@ -1,6 +1,6 @@
 """The measured window and the client of the CPU sampler process.
 
-* :class:`CpuSampler` -- talks to ``python -m experiments.sampler``, a separate process that
+* :class:`CpuSampler` -- talks to ``python -m lab.sampler``, a separate process that
   samples, with psutil, the busy share of every core, of the whole system and of our own process
   tree (children included: DataLoader workers and ``multiprocessing`` children count).
 * :class:`Meter` -- what a job measures with: it owns one sampler and times windows. Its
@@ -9,7 +9,7 @@
   ``cpu_util_pct = tree CPU seconds / (wall seconds * available CPUs) * 100`` (0-100).
 
 There is no module-level state: a job creates its :class:`Meter` and hands it to whatever
-measures (see :func:`experiments.results.interleave`).
+measures (see :func:`lab.results.interleave`).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from contextlib import contextmanager
 
 import psutil
 
-from experiments import sampler as sampler_mod
-from experiments.host import affinity, available_cpus
+from lab import sampler as sampler_mod
+from lab.host import affinity, available_cpus
 
 #: The sampler process's name (``ps -o comm``; it is a fork of the job, so its command line is the job's).
 SAMPLER_NAME = "cpulab-sampler"
@@ -38,7 +38,7 @@ CONTENDED_PCT = 10.0
 class CpuSampler:
     """Samples CPU utilisation during measured windows, from a separate process.
 
-    The sampling runs in ``python -m experiments.sampler`` (see that module for why a thread
+    The sampling runs in ``python -m lab.sampler`` (see that module for why a thread
     would starve under the GIL). Every ``1 / hz`` seconds it records
 
     * ``cpu<i>``: busy % of logical CPU ``i`` (``psutil.cpu_percent(percpu=True)``, 0-100);
@@ -47,7 +47,7 @@ class CpuSampler:
       children included, the sampler excluded.
 
     One sampler process serves all windows of a job; between windows it sleeps on its input.
-    It is a fork of the caller (a few ms, where starting ``python -m experiments.sampler`` took
+    It is a fork of the caller (a few ms, where starting ``python -m lab.sampler`` took
     about 150 ms, twice a job), made when the caller's :class:`Meter` opens, before the
     experiment sets anything up; it keeps only its two pipes and runs nothing but psutil.
 
@@ -90,7 +90,7 @@ class CpuSampler:
 
         Afterwards ``sampler_cpu_s`` holds the sampler's own CPU seconds during the window and
         ``edges`` what the edge counters saw (``steal_s``, ``throttled_s``, ``freq_mhz``,
-        ``others``; see :meth:`experiments.sampler._Series.window_edges`).
+        ``others``; see :meth:`lab.sampler._Series.window_edges`).
         """
         reply = json.loads(self._ask("stop"))
         self.sampler_cpu_s = reply["sampler_cpu_s"] - self._cpu_at_start
@@ -125,7 +125,7 @@ class _Forked:
                 os.dup2(cmd_r, 0)
                 os.dup2(out_w, 1)
                 os.closerange(3, os.sysconf("SC_OPEN_MAX"))
-                from experiments.host import set_parent_death_signal, set_process_name
+                from lab.host import set_parent_death_signal, set_process_name
 
                 set_parent_death_signal(signal.SIGKILL)
                 set_process_name(SAMPLER_NAME)
@@ -188,7 +188,7 @@ class Window:
             (MHz); NaN without cpufreq (most VMs).
         others: ``[[pid, name, command line, CPU s]]``, the processes outside the job's tree
             that used the most CPU in the window, most first (at most 3, each at least 1% of
-            one CPU; :func:`experiments.sampler.top_others`).
+            one CPU; :func:`lab.sampler.top_others`).
         edge_span_s: the time between the sampler's two edge readings (s), which bracket the
             window: what the steal, the pipeline's and the other processes' CPU seconds are
             divided by (``wall_s`` where the sampler did not report it).
@@ -257,7 +257,7 @@ class Meter:
 
     Args:
         sample_hz: the sampler's rate (samples/s, > 0).
-        ncpu: available CPUs (default :func:`experiments.host.available_cpus`).
+        ncpu: available CPUs (default :func:`lab.host.available_cpus`).
     """
 
     def __init__(self, sample_hz: float = 10.0, ncpu: int | None = None) -> None:

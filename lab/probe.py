@@ -187,7 +187,7 @@ def row_columns(reading: dict, asked: int, ncpu: int) -> dict:
     return out | {"cpus_asked": k, "cpus_delivered": delivered_at(reading["delivered_cpus_at"], k)}
 
 
-if __name__ == "__main__":  # python -m experiments.probe [probe_ms]: one reading, for a look by hand
+if __name__ == "__main__":  # python -m lab.probe [probe_ms]: one reading, for a look by hand
     ms = float(sys.argv[1]) if len(sys.argv) > 1 else 20.0
     with Probe(len(os.sched_getaffinity(0)), ms) as pr:
         for _ in range(5):

@@ -25,13 +25,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from experiments import capacity, hostinfo
-from experiments.fileio import write_csv, write_json
-from experiments.host import OWNED_DIRS, affinity, available_cpus, default_host, sanitise_host
-from experiments.params import field_type, is_tuple, oversubscription_skip, parse_bool, parse_overrides, parse_value
-from experiments.results import SAMPLE_COLUMNS, RunResult, metrics_rows, span_columns
-from experiments.rounds import Rounds
-from experiments.workers import run_workers
+from lab import capacity, hostinfo
+from lab.fileio import write_csv, write_json
+from lab.host import OWNED_DIRS, affinity, available_cpus, default_host, sanitise_host
+from lab.params import field_type, is_tuple, oversubscription_skip, parse_bool, parse_overrides, parse_value
+from lab.results import SAMPLE_COLUMNS, RunResult, metrics_rows, span_columns
+from lab.rounds import Rounds
+from lab.workers import run_workers
 
 
 @contextmanager
@@ -63,7 +63,7 @@ def _tuple_arg(params_cls, name: str, text: str) -> tuple:
 
 def _rounds_options(p: argparse.ArgumentParser) -> None:
     """The options of :func:`rounds_policy` (how many interleaved rounds, in how many workers)."""
-    g = p.add_argument_group("rounds", "how many interleaved rounds (experiments/rounds.py, experiments/workers.py)")
+    g = p.add_argument_group("rounds", "how many interleaved rounds (lab/rounds.py, lab/workers.py)")
     g.add_argument(
         "--rounds-target-ci-pct",
         type=float,
@@ -79,7 +79,7 @@ def _rounds_options(p: argparse.ArgumentParser) -> None:
         type=float,
         default=0.0,
         metavar="MS",
-        help="before each round, measure the delivered capacity with a loop of MS ms (experiments/probe.py); 0: none",
+        help="before each round, measure the delivered capacity with a loop of MS ms (lab/probe.py); 0: none",
     )
 
 
@@ -166,11 +166,11 @@ def read_json(path: str | Path, option: str):
 
 def job_record(experiment: str, host: str, params, baseline, times: dict, result: RunResult | None = None) -> dict:
     """The content of a point's ``job.json``: what ran, where, when, what it decided
-    (``outcome``, see :class:`~experiments.results.RunResult`), how its rounds ended
+    (``outcome``, see :class:`~lab.results.RunResult`), how its rounds ended
     (``rounds``), the processes outside its tree that used the most CPU in each window
     (``others``), the capacity facts that held for the job (``capacity``,
-    :func:`experiments.capacity.snapshot`), the node it ran on (``node``,
-    :func:`experiments.hostinfo.node`) and the environment it saw.
+    :func:`lab.capacity.snapshot`), the node it ran on (``node``,
+    :func:`lab.hostinfo.node`) and the environment it saw.
 
     Args:
         times: ``job_start_unix``, ``lock_wait_s``, ``lock_acquired_unix``, ``lock_released_unix``
@@ -196,11 +196,11 @@ def job_record(experiment: str, host: str, params, baseline, times: dict, result
 
 
 def rounds_policy(args, experiment: str, params, parser: argparse.ArgumentParser) -> Rounds:
-    """The job's :class:`~experiments.rounds.Rounds` from ``--repeats`` (the minimum),
+    """The job's :class:`~lab.rounds.Rounds` from ``--repeats`` (the minimum),
     ``--rounds-target-ci-pct``, ``--rounds-budget-s``, ``--rounds-max`` and
     ``--rounds-workers``; the metric that decides is the experiment's for this point (the
     registry's declaration). Bad values exit with status 2 and a message naming the option."""
-    from experiments import registry
+    from lab import registry
 
     try:
         target = args.rounds_target_ci_pct
@@ -256,12 +256,12 @@ def cli_main(
     Parses ``argv`` into ``params_cls`` (and ``--baseline`` overrides into a second Params),
     runs ``run(params, baseline)`` while holding the measurement lock (or, for a point above
     ``--max-oversubscription``, records one row with status ``skipped`` and the reason; see
-    :func:`experiments.params.oversubscription_skip`), and writes the point's files into ``--out``.
+    :func:`lab.params.oversubscription_skip`), and writes the point's files into ``--out``.
 
     Returns:
         0; parameter errors exit with status 2 and a message naming the parameter.
     """
-    from experiments import JOB_START_UNIX
+    from lab import JOB_START_UNIX
 
     parser = build_parser(params_cls, description, prog=f"python -m experiments.{experiment}")
     args = parser.parse_args(argv)

@@ -8,7 +8,7 @@ the affinity and CPU quota, and what torch does with them, measured in a fresh i
 started with exactly those variables (``torch.get_num_threads()``,
 ``torch.get_num_interop_threads()``): what the user's own program gets, not an estimate.
 
-Usage (the ``user_env`` rule): ``python -m experiments.userenv --env JSON --out user_env.json``.
+Usage (the ``user_env`` rule): ``python -m lab.userenv --env JSON --out user_env.json``.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from experiments.capacity import cgroup_quota
-from experiments.fileio import write_json
-from experiments.host import affinity, available_cpus
+from lab.capacity import cgroup_quota
+from lab.fileio import write_json
+from lab.host import affinity, available_cpus
 
 #: Variables that set thread counts or thread placement for torch, OpenMP, MKL and BLAS.
 THREAD_VARIABLES = re.compile(
@@ -34,7 +34,7 @@ THREAD_VARIABLES = re.compile(
 
 
 #: Variables of the user's shell that the measured interpreters do not see: they start with
-#: ``-I``, which ignores every ``PYTHON*`` variable (:mod:`experiments.interpreters`), and the
+#: ``-I``, which ignores every ``PYTHON*`` variable (:mod:`lab.interpreters`), and the
 #: GIL of each is set by config ``interpreters`` (``python_gil``). Recorded so that the report
 #: can say so, rather than drop them without a word.
 IGNORED_VARIABLES = ("PYTHON_GIL",)
@@ -85,8 +85,8 @@ def collect(variables: Mapping[str, str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m experiments.userenv --env JSON --out user_env.json``."""
-    p = argparse.ArgumentParser(prog="python -m experiments.userenv", description=__doc__.splitlines()[0])
+    """``python -m lab.userenv --env JSON --out user_env.json``."""
+    p = argparse.ArgumentParser(prog="python -m lab.userenv", description=__doc__.splitlines()[0])
     p.add_argument("--env", required=True, help="the user's thread variables as a JSON object (from capture())")
     p.add_argument("--out", required=True, help="path of user_env.json to write")
     args = p.parse_args(argv)

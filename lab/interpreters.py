@@ -15,7 +15,7 @@ standard library only, with ``-I`` (isolated: no user site, no ``PYTHON*`` varia
 GIL chosen with ``-X gil=N``, which ``-I`` does not override.
 
 Usage (the ``interpreters`` rule):
-``python -m experiments.interpreters --config JSON --out interpreters.json``.
+``python -m lab.interpreters --config JSON --out interpreters.json``.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from experiments.fileio import write_json
-from experiments.host import die_with_parent
+from lab.fileio import write_json
+from lab.host import die_with_parent
 
 #: The default of ``interpreters:``: the pipeline's own Python.
 DEFAULT = ({"label": "default"},)
@@ -163,11 +163,12 @@ def find(interpreters_json: Mapping, label: str) -> dict:
     raise KeyError(f"interpreter {label!r} is not in interpreters.json (labels: {known})")
 
 
-def start(entry: Mapping, script: Path, stderr: typing.IO[bytes]) -> subprocess.Popen:
+def start(entry: Mapping, script: Path, stderr: typing.IO[bytes], extra: tuple[Path, ...] = ()) -> subprocess.Popen:
     """Start ``script`` under ``entry``'s interpreter as a child that reads requests on stdin
-    and answers on stdout, one JSON line each (its stderr goes to the open file ``stderr``)."""
+    and answers on stdout, one JSON line each (its stderr goes to the open file ``stderr``);
+    ``extra``: task files of an experiment the script loads by path (:func:`lab.pytasks.load_requests`)."""
     return subprocess.Popen(
-        [*argv(entry), str(script)],
+        [*argv(entry), str(script), *map(str, extra)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=stderr,
@@ -183,7 +184,7 @@ WARMUP_SHARE = 0.1
 
 
 class Child:
-    """A script (:mod:`experiments.pytasks`) running under one interpreter: started on
+    """A script (:mod:`lab.pytasks`) running under one interpreter: started on
     creation, it answers one JSON line per request line.
 
     Raises:
@@ -191,10 +192,10 @@ class Child:
             the child's error and the end of its stderr).
     """
 
-    def __init__(self, entry: Mapping, script: Path) -> None:
+    def __init__(self, entry: Mapping, script: Path, extra: tuple[Path, ...] = ()) -> None:
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - open for the child's life, closed in close()
         self.label = entry["label"]
-        self.proc = start(entry, script, self.stderr)
+        self.proc = start(entry, script, self.stderr, extra)
         self.hello = self._read()["hello"]
 
     def _read(self) -> dict:
@@ -237,8 +238,8 @@ class Child:
 
 
 def main(argv_: list[str] | None = None) -> int:
-    """``python -m experiments.interpreters --config JSON --out interpreters.json``."""
-    p = argparse.ArgumentParser(prog="python -m experiments.interpreters", description=__doc__.splitlines()[0])
+    """``python -m lab.interpreters --config JSON --out interpreters.json``."""
+    p = argparse.ArgumentParser(prog="python -m lab.interpreters", description=__doc__.splitlines()[0])
     p.add_argument("--config", required=True, help="config interpreters as a JSON list")
     p.add_argument("--out", required=True, help="path of interpreters.json to write")
     args = p.parse_args(argv_)

@@ -14,7 +14,7 @@ it is far too narrow. With 3 values it is ``[min, max]``, which covers the media
 time; with 9 it is about ``[x_(3), x_(7)]``, 82% (docs/benchmarks.md, "Honest intervals").
 
 It is written here in pure Python, not taken from scipy, because measurement jobs decide when
-to stop with it (:mod:`experiments.rounds`) and ``import scipy.stats`` costs 1.5 s per job.
+to stop with it (:mod:`lab.rounds`) and ``import scipy.stats`` costs 1.5 s per job.
 """
 
 from __future__ import annotations

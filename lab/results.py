@@ -13,9 +13,9 @@ import time
 import typing
 from collections.abc import Callable
 
-from experiments import probe as probe_mod
-from experiments.rounds import Rounds
-from experiments.window import Meter, Window
+from lab import probe as probe_mod
+from lab.rounds import Rounds
+from lab.window import Meter, Window
 
 #: Columns every metrics row carries. In metrics.csv the order is host, experiment, then the
 #: experiment's parameters (Params fields), then the rest of these, then experiment-specific ones.
@@ -63,7 +63,7 @@ class RunResult:
         others: per window, the processes outside the job's tree that used the most CPU
             (dicts with ``repeat, role, pid, name, cmdline, cpu_s``, and ``cpu_pct``: % of one
             CPU over the span between the sampler's edge readings), written into ``job.json``.
-        rounds: how the rounds ended (:meth:`experiments.rounds.Rounds.record`), written into
+        rounds: how the rounds ended (:meth:`lab.rounds.Rounds.record`), written into
             ``job.json``; None where the job measured no interleaved rounds.
     """
 
@@ -147,7 +147,7 @@ def interleave(
 ) -> RunResult:
     """Measure rounds of a point and, interleaved, its baseline.
 
-    Both are set up (and warmed up) first, with one :class:`~experiments.window.Meter` at
+    Both are set up (and warmed up) first, with one :class:`~lab.window.Meter` at
     ``params.sample_hz``. In round ``r`` the point and the baseline are each measured once, in
     the order point, baseline for even ``r`` and baseline, point for odd ``r`` (A B B A ...),
     so that slow drift of a shared machine (timings here move by up to 30% between runs)
@@ -156,12 +156,12 @@ def interleave(
     measured.
 
     Before each round, where ``rounds.probe_ms`` is above 0, the capacity probe
-    (:mod:`experiments.probe`) measures what the machine delivers: its columns
-    (:data:`experiments.probe.COLUMNS`) go on both rows of the round, ``cpus_asked`` and
+    (:mod:`lab.probe`) measures what the machine delivers: its columns
+    (:data:`lab.probe.COLUMNS`) go on both rows of the round, ``cpus_asked`` and
     ``cpus_delivered`` for each row's own work.
 
     Args:
-        rounds: how many rounds (:class:`~experiments.rounds.Rounds`): ``params.repeats`` when
+        rounds: how many rounds (:class:`~lab.rounds.Rounds`): ``params.repeats`` when
             None; an adaptive policy measures more until the speedup's interval is narrow.
 
     Returns:

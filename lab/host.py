@@ -2,7 +2,7 @@
 
 * :func:`available_cpus` -- the denominator of every utilisation figure: the affinity
   (``os.sched_getaffinity``, which honours ``taskset`` and cpusets) capped by the CPU quota of
-  this process's own cgroup (:func:`experiments.capacity.cgroup_quota`).
+  this process's own cgroup (:func:`lab.capacity.cgroup_quota`).
 * :func:`prepare_environment`, :func:`measurement_tmpdir` -- caches and temporary files in
   directories the pipeline owns, never in ``$HOME`` or the system temp directory.
 * :func:`sanitise_host`, :func:`default_host` -- the host label of ``results/<host>/``.
@@ -22,7 +22,7 @@ import socket
 import tempfile
 from pathlib import Path
 
-from experiments.capacity import cgroup_quota
+from lab.capacity import cgroup_quota
 
 
 def affinity() -> list[int]:

@@ -146,7 +146,7 @@ class Experiment:
         artefacts: files its ``analysis.ARTEFACTS`` writes into ``results/<host>/<name>/`` beside
             the summary (the workload's ``recommended.json``, ...).
         interpreters: its measured code runs under each interpreter of config ``interpreters``
-            (:mod:`experiments.interpreters`): the key ``interpreter`` (which must be in
+            (:mod:`lab.interpreters`): the key ``interpreter`` (which must be in
             ``keys``) sweeps their labels, and its jobs read ``interpreters.json`` (which must be
             in ``host_files``).
         timeline: set if the experiment records work spans.

@@ -1,10 +1,10 @@
 """How many interleaved rounds a job measures: a fixed number, or until its interval is narrow.
 
 A job measures its point and, interleaved, its baseline in rounds (A B, then B A, ...; see
-:func:`experiments.results.interleave`). With a :class:`Rounds` policy whose
+:func:`lab.results.interleave`). With a :class:`Rounds` policy whose
 ``target_ci_pct`` is above 0 it keeps measuring rounds after the first ``min_rounds`` until the
 95% interval of its speedup (the median of the per-round ratios point / baseline,
-:func:`experiments.intervals.median_ci`) has a half-width below ``target_ci_pct`` % of the
+:func:`lab.intervals.median_ci`) has a half-width below ``target_ci_pct`` % of the
 speedup, or until its next round would overrun ``budget_s``, or ``max_rounds`` are done. A point
 without a baseline (the baseline point itself) is judged on the interval of its own metric's
 median instead. This is the idea of ``torch.utils.benchmark.Timer.adaptive_autorange``, which
@@ -13,7 +13,7 @@ applied to the ratio the lab reports.
 
 Stopping when an interval is narrow enough makes the interval a little optimistic (the rule
 looks at the data), the price of adaptive designs in general; ``min_rounds`` of at least
-:data:`experiments.intervals.MIN_N` keeps the first look from being a lucky few rounds. The
+:data:`lab.intervals.MIN_N` keeps the first look from being a lucky few rounds. The
 target applies to the interval of the job's own rounds; the analysis may widen the reported
 interval after the run by the spread it measures between worker processes
 (:func:`analysis.stats.worker_scale`), so a point that reached the target can be reported wider.
@@ -26,8 +26,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from experiments.intervals import half_width_pct
-from experiments.params import check_min
+from lab.intervals import half_width_pct
+from lab.params import check_min
 
 #: Why a job's rounds ended.
 STOPPED = {
@@ -62,10 +62,10 @@ class Rounds:
         metric: the metrics column whose interval decides (the experiment's throughput
             metric for the point).
         workers: processes the rounds are split over, one after the other
-            (:mod:`experiments.workers`); the policy of one of them is :meth:`for_worker`.
+            (:mod:`lab.workers`); the policy of one of them is :meth:`for_worker`.
         prior_point, prior_baseline: the metric of the windows earlier workers measured, one
             per round; the interval that decides pools them with this worker's.
-        probe_ms: before each round, the capacity probe (:mod:`experiments.probe`) runs its
+        probe_ms: before each round, the capacity probe (:mod:`lab.probe`) runs its
             loop this long (ms) on one CPU, on the round's own number of CPUs and on all of
             them; 0: no probe.
 

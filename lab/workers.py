@@ -10,7 +10,7 @@ rounds gave (sleeping processes; DataLoader workers over none: 1.35x) in one mea
 is fixed for a process's life, so rounds cannot see it; when it is there, an interval from one
 process is too narrow for a rerun. pyperf answers this by running
 every benchmark in several worker processes (``--processes``, default 20); the lab runs a
-point's rounds in :attr:`experiments.rounds.Rounds.workers` processes (config
+point's rounds in :attr:`lab.rounds.Rounds.workers` processes (config
 ``rounds.workers``) and the analysis widens the interval by the spread between them
 (:func:`analysis.stats.worker_scale`).
 
@@ -28,9 +28,9 @@ import sys
 import traceback
 from collections.abc import Callable
 
-from experiments.host import set_parent_death_signal
-from experiments.results import RunResult
-from experiments.rounds import Rounds
+from lab.host import set_parent_death_signal
+from lab.results import RunResult
+from lab.rounds import Rounds
 
 
 class WorkerError(RuntimeError):
@@ -93,7 +93,7 @@ def run_workers(call: Callable[[Rounds], RunResult], rounds: Rounds) -> RunResul
         rounds: the job's policy; each worker gets :meth:`Rounds.for_worker`.
 
     Returns:
-        The workers' results in one :class:`~experiments.results.RunResult`: rows with
+        The workers' results in one :class:`~lab.results.RunResult`: rows with
         ``worker`` and continuous ``repeat``, ``rounds`` with the total ``done``, the last
         worker's ``stopped``, the summed ``elapsed_s`` and each worker's rounds
         (``per_worker``). A result without rounds (a skipped point) is returned as it is.

@@ -2,7 +2,7 @@
 
 Fields that cannot be read here are present as ``null`` with the reason under ``unreadable``.
 Sources: ``/proc/cpuinfo`` (model, vendor, ISA flags), psutil (cores, frequency, memory, load),
-``os.sched_getaffinity`` (available CPUs), :mod:`experiments.capacity` (the CPU quota of this
+``os.sched_getaffinity`` (available CPUs), :mod:`lab.capacity` (the CPU quota of this
 process's own cgroup and the cgroup that sets it, SMT siblings among the available CPUs, their
 current frequency: the ``capacity`` block), ``torch.__config__.parallel_info()`` (thread
 settings and math libraries, parsed into fields).
@@ -22,9 +22,9 @@ from pathlib import Path
 
 import psutil
 
-from experiments import SCHEMA_VERSION, capacity
-from experiments.fileio import write_json
-from experiments.host import affinity, available_cpus, default_host, sanitise_host
+from lab import SCHEMA_VERSION, capacity
+from lab.fileio import write_json
+from lab.host import affinity, available_cpus, default_host, sanitise_host
 
 #: ISA flags that decide which PyTorch CPU kernels run (oneDNN, FBGEMM, inductor).
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
@@ -175,7 +175,7 @@ def collect(host: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m experiments.hostinfo --out results/<host>/host.json [--host LABEL]``."""
+    """``python -m lab.hostinfo --out results/<host>/host.json [--host LABEL]``."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="path of host.json to write")
     p.add_argument("--host", default=None, help="host label (default: sanitised hostname)")

@@ -1,0 +1,169 @@
+"""Each experiment's config section schema and parameter table, generated from its ``Params``.
+
+An experiment declares its parameters once, in its ``Params`` dataclass (:mod:`lab.params`).
+This module turns that declaration into:
+
+* the JSON Schema (Draft 2020-12) of its config section (:func:`section_schema`), written
+  where the workflow owns files (:func:`write_schemas`) for Snakemake's ``validate``, which
+  checks a config and fills in its defaults (:mod:`lab.configcheck`);
+* the Markdown table of its parameters in docs/parameters.md (:func:`docs`), kept current by
+  ``python -m lab.schema --docs docs/parameters.md`` and checked by a test.
+
+A config section's keys are the fields declared ``in_config``. A swept key (in the
+experiment's ``keys``) or a tuple field takes a list (one job per value, or the set one job
+searches); a field declared ``per_key`` takes one value or a mapping from each value of the
+section's first swept key; declared ``symbols`` (``auto``) are accepted beside the values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import typing
+from pathlib import Path
+
+from lab.params import SAME, Param, declaration, field_type, is_tuple
+
+
+def _element(params_cls, name: str, decl: Param) -> dict:
+    """The JSON Schema of one value of field ``name``."""
+    if decl.element is not None:
+        return dict(decl.element)
+    tp, choices = field_type(params_cls, name)
+    if choices is not None:
+        return {"enum": list(choices)}
+    out = {bool: {"type": "boolean"}, int: {"type": "integer"}, float: {"type": "number"}}.get(tp, {"type": "string"})
+    for key, bound in (("minimum", decl.min), ("exclusiveMinimum", decl.above), ("maximum", decl.max)):
+        if bound is not None:
+            out[key] = bound
+    return out
+
+
+def _jsonable(value):
+    return list(value) if isinstance(value, tuple) else value
+
+
+def field_schema(exp, f: dataclasses.Field) -> dict:
+    """The schema of one config key: field ``f`` of experiment ``exp``'s ``Params``."""
+    params_cls, decl = exp.params_cls, declaration(f)
+    one = _element(params_cls, f.name, decl)
+    if f.name in exp.spec.keys or is_tuple(params_cls, f.name):
+        shape = {"type": "array", "minItems": 1, "uniqueItems": True, "items": one}
+    elif decl.per_key:
+        first = exp.spec.keys[0]
+        _, choices = field_type(params_cls, first)
+        per = {"type": "object", "additionalProperties": one}
+        if choices is not None:
+            per = {"type": "object", "additionalProperties": False, "properties": dict.fromkeys(choices, one)}
+        shape = {"oneOf": [one, per]}
+    else:
+        shape = one
+    if decl.symbols:
+        shape = {"oneOf": [*({"const": s} for s in decl.symbols), shape]}
+    default = f.default if decl.config is SAME else decl.config
+    if f.name in exp.spec.keys and decl.config is SAME:
+        default = [default]
+    shape["default"] = _jsonable(default)
+    if decl.describe():
+        shape["description"] = decl.describe()
+    return shape
+
+
+def config_fields(exp) -> list[dataclasses.Field]:
+    """The fields of ``exp``'s ``Params`` its config section sets."""
+    return [f for f in dataclasses.fields(exp.params_cls) if declaration(f).in_config]
+
+
+def section_schema(exp) -> dict:
+    """The JSON Schema of experiment ``exp``'s config section (a :class:`lab.registry.Registered`)."""
+    doc = (typing.cast(str, exp.params_cls.__doc__) or "").strip().splitlines()
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "description": f"{exp.name}: {exp.prose['title']} (config section {exp.name}; generated from its Params)",
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {f.name: field_schema(exp, f) for f in config_fields(exp)},
+        **({"$comment": doc[0]} if doc else {}),
+    }
+
+
+def write_schemas(directory: str | Path, experiments) -> dict[str, Path]:
+    """Write every experiment's section schema as ``<directory>/<name>.schema.json``; returns
+    name -> path. A file whose content is unchanged is not rewritten."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for name, exp in experiments.items():
+        path = directory / f"{name}.schema.json"
+        text = json.dumps(section_schema(exp), indent=1) + "\n"
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(text, encoding="utf-8")
+            tmp.replace(path)
+        out[name] = path
+    return out
+
+
+def _allowed(one: dict) -> str:
+    """A value's schema in words, for the docs."""
+    if "oneOf" in one:
+        return " or ".join(_allowed(o) for o in one["oneOf"])
+    if "const" in one:
+        return f"`{one['const']}`"
+    if "enum" in one:
+        return ", ".join(f"`{v}`" for v in one["enum"])
+    if one.get("type") == "array":
+        return f"list of {_allowed(one['items'])}"
+    if one.get("type") == "object":
+        return "mapping by " + ("/".join(one["properties"]) if "properties" in one else "key")
+    words = [one.get("type", "text")]
+    for key, sign in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<=")):
+        if key in one:
+            words.append(f"{sign} {one[key]:g}")
+    if "pattern" in one:
+        words.append("matching `" + one["pattern"] + "`")
+    return " ".join(words)
+
+
+def docs(experiments) -> str:
+    """docs/parameters.md: one table per experiment, its config keys as declared."""
+    lines = [
+        "# Parameters of the experiments",
+        "",
+        "Generated from each experiment's `Params` declaration (lab/params.py, lab/schema.py) by",
+        "`python -m lab.schema --docs docs/parameters.md`; a test fails when this file is stale.",
+        "A swept key (in **bold**) takes a list: one job per value. Each key is also a",
+        "`--option` of `python -m lab.point <experiment>` and a column of the experiment's CSVs",
+        "(docs/csv-schema.md).",
+    ]
+    for name, exp in experiments.items():
+        lines += ["", f"## {name}", "", "| key | default | allowed | meaning |", "|---|---|---|---|"]
+        for f in config_fields(exp):
+            s = field_schema(exp, f)
+            key = f"**{f.name}**" if f.name in exp.spec.keys else f.name
+            allowed = _allowed({k: v for k, v in s.items() if k not in ("default", "description")})
+            default = json.dumps(s["default"]).replace("|", "\\|")
+            lines.append(f"| {key} | `{default}` | {allowed} | {s.get('description', '')} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m lab.schema --docs PATH`` writes the parameter tables; ``--print NAME`` the
+    schema of one section."""
+    from lab import registry
+    from lab.fileio import write_text
+
+    p = argparse.ArgumentParser(prog="python -m lab.schema", description=main.__doc__.splitlines()[0])
+    p.add_argument("--docs", metavar="PATH", help="write the parameter tables (docs/parameters.md)")
+    p.add_argument("--print", metavar="NAME", dest="name", help="print one experiment's section schema")
+    args = p.parse_args(argv)
+    if args.docs:
+        write_text(Path(args.docs), docs(registry.experiments()))
+    if args.name:
+        print(json.dumps(section_schema(registry.get(args.name)), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
