@@ -37,9 +37,11 @@ configfile: "config.yaml"
 sys.path.insert(0, workflow.basedir)
 from lab import registry
 from lab.configcheck import ConfigError, validate_config
+from lab.schema import write_schemas
 
 try:
-    SCHEMAS = registry.schemas()
+    # each experiment's config section schema, generated from its Params (lab/schema.py)
+    SCHEMAS = write_schemas(".snakemake/lab/schemas", registry.experiments())
 except registry.RegistryError as exc:
     sys.exit(f"Invalid experiment package: {exc}")
 # Snakemake's validate (JSON Schema), failures explained in one line naming the key.

@@ -21,16 +21,15 @@ from lab.server import export as export_job_server
 from lab.interpreters import labels as interpreter_labels
 from lab.host import (
     available_cpus,
-    default_host,
+    host_label,
     measurement_tmpdir,
     prepare_environment,
-    sanitise_host,
 )
 
 #: The thread variables of the user's shell, before any job's environment is set.
 USER_ENV = capture_user_env()
 REGISTRY = registry.experiments()
-HOST = sanitise_host(config["host"]) if config.get("host") else default_host()
+HOST = host_label(config.get("host"))
 #: SLURM node types by host label (config cluster.hosts; profiles/slurm): each label's points
 #: run on nodes its partition and constraint select. Empty: this machine, under HOST.
 CLUSTER = (config.get("cluster") or {}).get("hosts") or {}

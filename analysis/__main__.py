@@ -16,35 +16,39 @@ status 1 and a message naming file, row and column.
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import sys
 from pathlib import Path
 
 import pandas as pd
 
-from analysis.findings import findings
+from analysis.hooks import findings
 from analysis.load import load_experiment, load_sidecars, mark_other_nodes
 from analysis.stats import summarise
 from analysis.tables import DataError, read_table
 from lab import registry
 from lab.fileio import write_frame, write_json, write_text
+from lab.host import Host
 
 
 def cmd_summarise(args) -> int:
     out = Path(args.out_dir)
-    host = json.loads(Path(args.host_json).read_text()) if args.host_json else {}
+    # the host: its host.json, the user's shell (lab/userenv.py) and the interpreters the measured
+    # code ran under (lab/interpreters.py), where given
+    host = (
+        Host.load(out.parent, args.host_json, args.user_env, args.interpreters)
+        if args.host_json
+        else Host(out.parent.name)
+    )
+    if args.user_env and not args.host_json:
+        host = host.with_facts(user_environment=json.loads(Path(args.user_env).read_text()))
     reps = mark_other_nodes(load_experiment(args.metrics, args.experiment), host, args.allow_mixed_nodes)
-    module = registry.get(args.experiment).analysis()
-    summary = module.summarise(reps) if hasattr(module, "summarise") else summarise(reps, args.experiment)
+    own = registry.get(args.experiment).hooks().summarise
+    summary = own(reps) if own is not None else summarise(reps, args.experiment)
     jobs = [json.loads(p.read_text()) for p in (Path(m).with_name("job.json") for m in args.metrics) if p.exists()]
-    if args.user_env:  # the user's shell (lab/userenv.py), for findings about it
-        host["user_environment"] = json.loads(Path(args.user_env).read_text())
-    if args.interpreters:  # the interpreters the measured code ran under (lab/interpreters.py)
-        host["interpreters"] = json.loads(Path(args.interpreters).read_text())["interpreters"]
     if "available_cpus" not in host:  # no host.json: the CPUs the windows were measured against
         cpus = pd.to_numeric(reps.get("available_cpus", pd.Series(dtype=float)), errors="coerce").max()
-        host["available_cpus"] = int(cpus) if pd.notna(cpus) else None
+        host = host.with_facts(available_cpus=int(cpus) if pd.notna(cpus) else None)
     write_frame(out / "spans.csv", load_sidecars(args.metrics, "spans.csv", args.experiment, reps))
     write_frame(out / "samples.csv", load_sidecars(args.metrics, "samples.csv", args.experiment, reps))
     write_frame(out / "replicates.csv", reps)
@@ -56,34 +60,11 @@ def cmd_summarise(args) -> int:
     return 0
 
 
-def _figure_data(name: str, host_dir: Path) -> dict:
-    """Read what figure ``name``'s drawing function asks for by parameter name."""
-    from analysis.figures import drawing, figure_owner
-
-    experiment = figure_owner(name)
-    files = {"jobs": host_dir / "jobs.csv", "capacity": host_dir / "capacity.csv"}
-    if experiment:
-        files |= {k: host_dir / experiment / f"{k}.csv" for k in ("summary", "spans", "samples", "replicates")}
-    data = {}
-    for key in inspect.signature(drawing(name)).parameters:
-        if key == "host":
-            data["host"] = json.loads((host_dir / "host.json").read_text())
-            if (host_dir / "interpreters.json").exists():
-                data["host"]["interpreters"] = json.loads((host_dir / "interpreters.json").read_text())["interpreters"]
-        elif key == "findings" and experiment:
-            data["findings"] = json.loads((host_dir / experiment / "findings.json").read_text())
-        elif key in files:
-            data[key] = read_table(files[key], experiment)
-        else:
-            raise TypeError(f"figure {name}: no data called {key!r}")
-    return data
-
-
 def cmd_figure(args) -> int:
-    from analysis.figures import drawing
+    from analysis.figures import draw_figure
     from lab.fileio import write_figure
 
-    write_figure(Path(args.out), drawing(args.name)(**_figure_data(args.name, Path(args.host_dir))))
+    write_figure(Path(args.out), draw_figure(args.name, Path(args.host_dir)))
     return 0
 
 
@@ -176,7 +157,7 @@ def cmd_artefact(args) -> int:
     if args.name not in exp.spec.artefacts:
         raise ValueError(f"{args.experiment} declares no artefact {args.name!r}; it has {list(exp.spec.artefacts)}")
     found = json.loads(Path(args.findings).read_text())
-    write_text(Path(args.out), exp.analysis().ARTEFACTS[args.name](found.get("data") or {}))
+    write_text(Path(args.out), exp.hooks().artefacts[args.name](found.get("data") or {}))
     return 0
 
 
@@ -241,7 +222,8 @@ def cmd_compare_figure(args) -> int:
 
 
 def cmd_fidelity(args) -> int:
-    from analysis.fidelity import SELFCHECK_COLUMNS, checks
+    from analysis.fidelity import SELFCHECK_COLUMNS
+    from analysis.hooks import checks
 
     host = json.loads(Path(args.host_json).read_text())
     selfcheck = read_table(args.selfcheck) if args.selfcheck else None

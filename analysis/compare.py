@@ -289,7 +289,7 @@ def package_tables(hosts: list[HostResults], experiments: list[str]) -> dict[str
     has one): experiment -> ``[{"caption", "columns", "rows"}]`` of text."""
     out = {}
     for exp in experiments:
-        module = registry.get(exp).analysis()
-        if hasattr(module, "compare_tables"):
-            out[exp] = module.compare_tables([h for h in hosts if exp in h.findings])
+        tables = registry.get(exp).hooks().compare_tables
+        if tables is not None:
+            out[exp] = tables([h for h in hosts if exp in h.findings])
     return out

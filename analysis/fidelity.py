@@ -28,8 +28,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.capacity import causes, unread
-from analysis.findings import call, pick
-from lab import registry
+from analysis.findings import pick
 
 #: CPU time the sampler may spend per sample (ms): 1% of one CPU at 10 samples/s.
 SAMPLE_BUDGET_MS = 1.0
@@ -157,33 +156,3 @@ def sampler_checks(selfcheck: pd.DataFrame | None, ncpu: int, sample_hz: float, 
         )
     )
     return rows
-
-
-def checks(
-    summaries: dict[str, pd.DataFrame | None],
-    selfcheck: pd.DataFrame | None,
-    ncpu: int,
-    sample_hz: float,
-    host: dict | None = None,
-) -> pd.DataFrame:
-    """Run every check: each registered experiment's (its summary, or None if it was not run,
-    which gives ``n/a`` rows), then the sampler's. A package's ``fidelity`` hook takes
-    ``summary`` and ``ncpu`` and, if it names it, ``host`` (host.json: quota, SMT siblings).
-
-    Args:
-        summaries: experiment -> summary table (``analysis.stats.summarise``).
-        selfcheck: the self-check's metrics rows (``lab.selfcheck``) or None.
-        ncpu: available CPUs of the host.
-        sample_hz: the sampler's rate (samples/s).
-        host: host.json.
-
-    Returns:
-        One row per check with columns :data:`COLUMNS`.
-    """
-    rows = []
-    for name, exp in registry.experiments().items():
-        module = exp.analysis()
-        if hasattr(module, "fidelity"):
-            rows += call(module.fidelity, summary=summaries.get(name), ncpu=ncpu, host=host or {"available_cpus": ncpu})
-    rows += sampler_checks(selfcheck, ncpu, sample_hz, host)
-    return pd.DataFrame(rows, columns=COLUMNS)

@@ -1,43 +1,57 @@
 """Every figure by name, and the host comparison chart.
 
-A figure of an experiment is drawn by a function in that experiment package's
-``analysis.FIGURES`` (its declared ``figures``), or, for an experiment with a timeline, by
-:mod:`analysis.timelines` (``<name>_timeline``, ``<name>_cores``). Figures of the whole run
-are :data:`HOST_FIGURES`. A drawing function's parameter names say what it reads:
-``summary``, ``spans``, ``samples`` (the experiment's CSVs), ``jobs`` (``jobs.csv``), ``host``
-(host.json); it returns a matplotlib Figure.
+A figure of an experiment is drawn by a hook of that experiment package (``figures`` of its
+``analysis.ANALYSIS``, its declared figures), or, for an experiment with a timeline, by
+:mod:`analysis.timelines` (``<name>_timeline``, ``<name>_cores``); each takes one
+:class:`lab.contract.Context` and returns a matplotlib Figure. Figures of the whole run are
+:data:`HOST_FIGURES`, drawn from one table of the host directory.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
 
 import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis import schedule, timelines
+from analysis import hooks, schedule, timelines
 from analysis.plotting import PALETTE, cpus_text, plt, yerr
 from analysis.runinfo import RUN_FIGURES
+from analysis.tables import read_table
 from lab import registry
+from lab.contract import Context
+from lab.host import Host
 from lab.registry import RegistryError
 
-#: Figures of the whole run rather than of one experiment (drawn from ``jobs.csv``).
-HOST_FIGURES: dict[str, Callable[..., Figure]] = {name: getattr(schedule, name) for name in RUN_FIGURES}
+#: Figures of the whole run rather than of one experiment: name -> (drawing function, the
+#: table of ``results/<host>/`` it draws). Each is called ``draw(table, host)``.
+HOST_FIGURES: dict[str, tuple[Callable[[pd.DataFrame, Mapping], Figure], str]] = {
+    "job_schedule": (schedule.job_schedule, "jobs.csv"),
+    "run_capacity": (schedule.run_capacity, "capacity.csv"),
+}
+if set(HOST_FIGURES) != set(RUN_FIGURES):  # pragma: no cover - a figure added in one place only
+    raise RegistryError(
+        f"analysis/figures.py: HOST_FIGURES {sorted(HOST_FIGURES)} differ from RUN_FIGURES {RUN_FIGURES}"
+    )
 
 
-def _timeline(experiment: str):
-    def draw(spans: pd.DataFrame, samples: pd.DataFrame, summary: pd.DataFrame, host: dict) -> Figure:
-        return timelines.timeline(experiment, spans, samples, summary, host)
+def _timeline(experiment: str) -> Callable[[Context], Figure]:
+    def draw(ctx: Context) -> Figure:
+        points = hooks.timeline_points(experiment, ctx.summary)
+        return timelines.timeline(experiment, ctx.spans, ctx.samples, ctx.summary, ctx.host, points)
 
     draw.__doc__ = timelines.timeline.__doc__
     return draw
 
 
-def _cores(experiment: str):
-    def draw(spans: pd.DataFrame, samples: pd.DataFrame, summary: pd.DataFrame, host: dict) -> Figure:
-        return timelines.core_heatmap(experiment, samples, summary, host, spans)
+def _cores(experiment: str) -> Callable[[Context], Figure]:
+    def draw(ctx: Context) -> Figure:
+        points = hooks.timeline_points(experiment, ctx.summary)
+        return timelines.core_heatmap(experiment, ctx.samples, ctx.summary, ctx.host, points, ctx.spans)
 
     draw.__doc__ = timelines.core_heatmap.__doc__
     return draw
@@ -57,27 +71,51 @@ def figure_owner(name: str) -> str | None:
     return owners[name]
 
 
-def drawing(name: str) -> Callable[..., Figure]:
-    """The function that draws figure ``name``.
+def drawing(name: str) -> Callable[[Context], Figure]:
+    """The function that draws experiment figure ``name`` from a :class:`lab.contract.Context`.
 
     Raises:
-        ValueError: for an unknown figure.
-        RegistryError: if the experiment declares the figure but its ``analysis.FIGURES`` lacks it.
+        ValueError: for an unknown figure or a figure of the whole run (:data:`HOST_FIGURES`).
+        RegistryError: if the experiment declares the figure but its ``ANALYSIS`` lacks it.
     """
     experiment = figure_owner(name)
     if experiment is None:
-        return HOST_FIGURES[name]
+        raise ValueError(f"figure {name!r} is a figure of the whole run: draw it with host_figure()")
     if name == f"{experiment}_timeline":
         return _timeline(experiment)
     if name == f"{experiment}_cores":
         return _cores(experiment)
     exp = registry.get(experiment)
-    draw = getattr(exp.analysis(), "FIGURES", {}).get(name)
+    draw = exp.hooks().figures.get(name)
     if draw is None:
         raise RegistryError(
-            f"{exp.path / 'analysis.py'}: FIGURES has no {name!r}, declared in {exp.path / '__init__.py'}"
+            f"{exp.path / 'analysis.py'}: ANALYSIS has no figure {name!r}, declared in {exp.path / '__init__.py'}"
         )
     return draw
+
+
+def draw_figure(name: str, host_dir: Path) -> Figure:
+    """Figure ``name`` of ``results/<host>/`` (``host_dir``): an experiment's, drawn from a
+    :class:`lab.contract.Context` whose tables are read on first use, or one of the whole run.
+
+    Raises:
+        ValueError: for an unknown figure.
+        DataError: for a table the figure reads that is missing or malformed.
+    """
+    host = Host.load(host_dir)
+    experiment = figure_owner(name)
+    if experiment is None:
+        draw, table = HOST_FIGURES[name]
+        return draw(read_table(host_dir / table), host)
+
+    def load(what: str):
+        if what == "findings":
+            return json.loads((host_dir / experiment / "findings.json").read_text())
+        if what == "jobs":
+            return None
+        return read_table(host_dir / experiment / f"{what}.csv", experiment)
+
+    return drawing(name)(Context(host, loader=load))
 
 
 def all_figures() -> list[str]:

@@ -1,9 +1,9 @@
 """Findings: plain-language sentences whose every number is computed from a summary table.
 
-Each experiment's ``analysis.findings(summary, host)`` (in its package) takes the output of
-:func:`analysis.stats.summarise` and the host fingerprint (a dict from host.json) and returns
-its sentences; an optional ``analysis.tables(summary, host)`` returns extra tables for the
-report (``{"caption", "columns", "rows"}`` of text). :func:`findings` calls them through the
+Each experiment's ``findings`` hook (its package's ``analysis.ANALYSIS``) takes a
+:class:`lab.contract.Context` (the output of :func:`analysis.stats.summarise`, the host ...)
+and returns its sentences; an optional ``tables`` hook returns extra tables for the report
+(``{"caption", "columns", "rows"}`` of text). :func:`findings` calls them through the
 registry. The helpers here format numbers and pick rows the same way for every experiment.
 """
 
@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-
-from lab import registry
 
 
 def bound(v: float) -> str:
@@ -140,32 +138,3 @@ def in_order(values, order) -> list:
     """The members of ``order`` present in ``values``, in ``order``'s order."""
     present = set(values)
     return [v for v in order if v in present]
-
-
-def call(fn, **available):
-    """Call a package's hook with the arguments it names (``summary``, ``host``, ``replicates``,
-    ``jobs`` ...), as figures are called."""
-    import inspect
-
-    wanted = inspect.signature(fn).parameters
-    return fn(**{k: v for k, v in available.items() if k in wanted})
-
-
-def findings(
-    experiment: str, summary: pd.DataFrame, host: dict, replicates: pd.DataFrame | None = None, jobs=None
-) -> dict:
-    """``{"experiment", "findings": [sentences], "tables": [{"caption", "columns", "rows"}],
-    "headlines": [{"question", "answer"}], "data": {...}}``: the package's ``findings`` and, where
-    it has them, ``tables``, ``headlines`` (the report's first screen) and ``data`` (what its
-    artefacts and the comparison of hosts read). Hooks take any of ``summary``, ``host``,
-    ``replicates`` and ``jobs`` (the points' job.json) by name.
-
-    Raises:
-        ValueError: for an experiment that is not registered.
-    """
-    module = registry.get(experiment).analysis()
-    args = {"summary": summary, "host": host, "replicates": replicates, "jobs": jobs or []}
-    out = {"experiment": experiment, "findings": call(module.findings, **args)}
-    for name, empty in (("tables", []), ("headlines", []), ("data", {})):
-        out[name] = call(getattr(module, name), **args) if hasattr(module, name) else empty
-    return out

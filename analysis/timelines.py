@@ -10,7 +10,7 @@ roles its timeline declares): the round of median length (:func:`median_repeat`)
 picture is a typical round, not the first one, cut at
 :data:`MAX_WINDOW_S` so spans stay legible. What a timeline looks like for an experiment (its
 span kinds, title, threads per actor) is its declared :class:`lab.declare.Timeline`;
-which points it shows, its package's ``analysis.timeline_points(summary)``.
+which points it shows, its package's ``timeline_points`` hook (:mod:`analysis.hooks`).
 """
 
 from __future__ import annotations
@@ -42,30 +42,17 @@ def point_of(row: Mapping, keys: Iterable[str]) -> dict:
     return {k: row[k].item() if hasattr(row[k], "item") else row[k] for k in keys}
 
 
-def _spec_timeline(experiment: str) -> Timeline:
+def spec_timeline(experiment: str) -> Timeline:
+    """The declared :class:`lab.declare.Timeline` of ``experiment``.
+
+    Raises:
+        ValueError: for an experiment without a timeline, naming those with one.
+    """
     timeline = registry.get(experiment).spec.timeline
     if timeline is None:
         with_timelines = [n for n, e in registry.experiments().items() if e.spec.timeline]
         raise ValueError(f"experiment {experiment!r} has no timeline; timelines exist for {', '.join(with_timelines)}")
     return timeline
-
-
-def timeline_points(experiment: str, summary: pd.DataFrame) -> list[dict]:
-    """Configuration points a timeline draws, each ``{key: value}`` in the declared key order,
-    as the experiment's ``analysis.timeline_points`` chooses them (duplicates dropped).
-
-    Raises:
-        ValueError: for an experiment without a timeline.
-    """
-    _spec_timeline(experiment)
-    exp = registry.get(experiment)
-    points, seen = [], set()
-    for p in exp.analysis().timeline_points(summary):
-        p = point_of(p, exp.spec.keys)
-        if tuple(p.values()) not in seen:
-            seen.add(tuple(p.values()))
-            points.append(p)
-    return points
 
 
 def _nothing(experiment: str, what: str) -> Figure:
@@ -123,7 +110,7 @@ def window(spans: pd.DataFrame, samples: pd.DataFrame, point: dict, repeat: int 
 
 def _panels(experiment: str, points: list[dict]) -> list[tuple[dict, str, str]]:
     """``(point, role, label)`` of every window drawn: each point's declared roles."""
-    roles = _spec_timeline(experiment).roles
+    roles = spec_timeline(experiment).roles
     return [(p, role, label) for p in points for role, label in roles.items()]
 
 
@@ -232,9 +219,17 @@ def _legend(timeline: Timeline, kinds: set[str]) -> list:
     ]
 
 
-def timeline(experiment: str, spans: pd.DataFrame, samples: pd.DataFrame, summary: pd.DataFrame, host: dict) -> Figure:
+def timeline(
+    experiment: str,
+    spans: pd.DataFrame,
+    samples: pd.DataFrame,
+    summary: pd.DataFrame,
+    host: Mapping,
+    points: list[dict],
+) -> Figure:
     """Gantt chart of work spans per actor (thread, process or worker) with the CPU utilisation
-    of the same window below it, for each point of :func:`timeline_points`.
+    of the same window below it, for each of ``points`` (``{key: value}``, the experiment's
+    choice: :func:`analysis.hooks.timeline_points`).
 
     Bars are coloured by span kind; where the experiment records CPU time (``on_cpu_share``)
     the light bar is the span's wall time and the dark fill's height its on-CPU share
@@ -242,8 +237,7 @@ def timeline(experiment: str, spans: pd.DataFrame, samples: pd.DataFrame, summar
     rows' time axis: this job's process tree and the whole machine, % of the available CPUs.
     Points of one group (same work) share the time axis's scale.
     """
-    spec_timeline = _spec_timeline(experiment)
-    points = timeline_points(experiment, summary)
+    declared = spec_timeline(experiment)
     if not points:
         return _nothing(experiment, "timeline")
     ncpu = host.get("available_cpus", "?")
@@ -256,10 +250,10 @@ def timeline(experiment: str, spans: pd.DataFrame, samples: pd.DataFrame, summar
     ends = _group_ends(experiment, [p for p, _, _ in panels], [_t_end(sp, sa) for sp, sa in wins])
     kinds: set[str] = set()
     for (point, _, label), (sp, sa), end, sub, pick in zip(panels, wins, ends, subfigs[1:], picks):
-        kinds |= _window_panel(sub, point, label, sp, sa, end, spec_timeline, ncpu, pick[1])
+        kinds |= _window_panel(sub, point, label, sp, sa, end, declared, ncpu, pick[1])
     head = subfigs[0]
-    head.suptitle(f"{spec_timeline.title} ({cpus_text(ncpu)} available)", fontsize=11)
-    head.legend(handles=_legend(spec_timeline, kinds), loc="center", ncol=3, fontsize=8)
+    head.suptitle(f"{declared.title} ({cpus_text(ncpu)} available)", fontsize=11)
+    head.legend(handles=_legend(declared, kinds), loc="center", ncol=3, fontsize=8)
     return fig
 
 
@@ -287,13 +281,17 @@ def _heatmap_panel(ax, point: dict, label: str, sa: pd.DataFrame, cores: list[st
 
 
 def core_heatmap(
-    experiment: str, samples: pd.DataFrame, summary: pd.DataFrame, host: dict, spans: pd.DataFrame | None = None
+    experiment: str,
+    samples: pd.DataFrame,
+    summary: pd.DataFrame,
+    host: Mapping,
+    points: list[dict],
+    spans: pd.DataFrame | None = None,
 ) -> Figure:
-    """Per-core utilisation (logical CPU x time, colour = busy %) for the points of
-    :func:`timeline_points`, one panel each; sampled every 1/``sample_hz`` s by the job's
+    """Per-core utilisation (logical CPU x time, colour = busy %) for each of ``points`` (as
+    :func:`timeline`), one panel each; sampled every 1/``sample_hz`` s by the job's
     CPU sampler, so a cell is one sampling interval. The windows are the timeline's
     (:func:`median_repeat`, with ``spans`` saying which rounds have spans to draw)."""
-    points = timeline_points(experiment, summary)
     if not points:
         return _nothing(experiment, "per-core utilisation")
     panels = _panels(experiment, points)

@@ -39,15 +39,15 @@ from types import SimpleNamespace
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lab.capabilities import native_bf16  # noqa: E402
-from lab.fileio import write_text  # noqa: E402
-from lab.hostinfo import cpuinfo  # noqa: E402
-from lab.window import Meter  # noqa: E402
 from experiments.workload import measure  # noqa: E402
 from experiments.workload.bench import Bench, key  # noqa: E402
 from experiments.workload.candidates import defaults, invalid_reason  # noqa: E402
 from experiments.workload.loader import load  # noqa: E402
 from experiments.workload.search import geomean_ci  # noqa: E402
+from lab.capabilities import native_bf16  # noqa: E402
+from lab.fileio import write_text  # noqa: E402
+from lab.hostinfo import cpuinfo  # noqa: E402
+from lab.window import Meter  # noqa: E402
 
 #: The grid: 3 x 2 x 2 x 2 x 2 combinations of the built-in workload, of which 40 are valid
 #: (``persistent_workers`` applies with workers only).

@@ -1,6 +1,6 @@
 """The command line every experiment's measurement module shares, and the files a point writes.
 
-``python -m experiments.<name> --help`` lists one option per field of the experiment's frozen
+``python -m lab.point <name> --help`` lists one option per field of the experiment's frozen
 ``Params`` dataclass plus ``--out``, ``--host``, ``--lock``, ``--max-oversubscription`` and
 ``--baseline``. :func:`cli_main` parses them, holds the measurement lock while the experiment's
 pure ``run(params, baseline)`` measures, and writes ``metrics.csv``, ``samples.csv``,
@@ -14,20 +14,18 @@ import argparse
 import dataclasses
 import fcntl
 import functools
-import inspect
 import json
 import os
 import platform
 import sys
 import time
-import typing
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from lab import capacity, hostinfo
 from lab.fileio import write_csv, write_json
-from lab.host import OWNED_DIRS, affinity, available_cpus, default_host, sanitise_host
+from lab.host import OWNED_DIRS, affinity, available_cpus, host_label
 from lab.params import field_type, is_tuple, oversubscription_skip, parse_bool, parse_overrides, parse_value
 from lab.results import SAMPLE_COLUMNS, RunResult, metrics_rows, span_columns
 from lab.rounds import Rounds
@@ -244,51 +242,71 @@ def _log_rows(experiment: str, rows: list[dict]) -> None:
         )
 
 
-def cli_main(
+def cli_main(exp, argv: list[str] | None = None) -> int:
+    """Command-line entry point of every experiment: ``python -m lab.point <name> ...``.
+
+    Runs :func:`measure_point` with the experiment's ``Params`` and ``run`` and the keyword
+    arguments its declaration promises (:meth:`lab.declare.Experiment.run_options`).
+
+    Args:
+        exp: the experiment (:class:`lab.registry.Registered`).
+
+    Returns:
+        0; parameter errors exit with status 2 and a message naming the parameter.
+    """
+    module = exp.measurement()
+    description = (module.__doc__ or exp.name).strip().splitlines()[0]
+    return measure_point(exp.name, exp.params_cls, module.run, description, exp.run_options(), argv)
+
+
+def measure_point(
     experiment: str,
     params_cls,
-    run: Callable[[typing.Any, typing.Any], RunResult],
+    run: Callable[..., RunResult],
     description: str,
+    options: frozenset[str] = frozenset(),
     argv: list[str] | None = None,
+    prog: str | None = None,
 ) -> int:
-    """Command-line entry point shared by the experiments' measurement modules.
-
-    Parses ``argv`` into ``params_cls`` (and ``--baseline`` overrides into a second Params),
-    runs ``run(params, baseline)`` while holding the measurement lock (or, for a point above
-    ``--max-oversubscription``, records one row with status ``skipped`` and the reason; see
-    :func:`lab.params.oversubscription_skip`), and writes the point's files into ``--out``.
+    """Parse ``argv`` into ``params_cls`` (and ``--baseline`` overrides into a second Params),
+    run ``run(params, baseline, ...)`` with the keyword arguments named in ``options``
+    (``rounds``, ``after``, ``host_files``, ``max_oversubscription``) while holding the
+    measurement lock (or, for a point above ``--max-oversubscription``, record one row with
+    status ``skipped`` and the reason; see :func:`lab.params.oversubscription_skip`), and write
+    the point's files into ``--out``.
 
     Returns:
         0; parameter errors exit with status 2 and a message naming the parameter.
     """
     from lab import JOB_START_UNIX
 
-    parser = build_parser(params_cls, description, prog=f"python -m experiments.{experiment}")
+    parser = build_parser(params_cls, description, prog=prog or f"python -m lab.point {experiment}")
     args = parser.parse_args(argv)
     try:
         params = params_cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(params_cls)})
         overrides = parse_overrides(params_cls, args.baseline)
         baseline = dataclasses.replace(params, **overrides) if args.baseline else None
-        after = {"after": read_after(args.after)} if args.after else {}
-        if args.host_file:
-            after["host_files"] = {Path(f).name: read_json(f, "--host-file") for f in args.host_file}
+        given = {}
+        if "after" in options:
+            given["after"] = read_after(args.after)
+        if "host_files" in options:
+            given["host_files"] = {Path(f).name: read_json(f, "--host-file") for f in args.host_file}
+        if "max_oversubscription" in options:  # a job that chooses its own points
+            given["max_oversubscription"] = args.max_oversubscription
     except ValueError as exc:
         parser.error(str(exc))
-    host = sanitise_host(args.host) if args.host else default_host()
+    host = host_label(args.host)
     print(f"[{experiment}] {params}", file=sys.stderr, flush=True)
     skip = oversubscription_skip(params, args.max_oversubscription, available_cpus())
-    wanted = inspect.signature(run).parameters
-    if "max_oversubscription" in wanted:  # a job that chooses its own points
-        after["max_oversubscription"] = args.max_oversubscription
-    policy = rounds_policy(args, experiment, params, parser) if "rounds" in wanted else None
+    policy = rounds_policy(args, experiment, params, parser) if "rounds" in options else None
     with exclusive(args.lock) as waited:
         locked_at = time.time()
         if skip is not None:
             result = RunResult.skipped(skip)
         elif policy is not None:  # a job of interleaved rounds, in one or more worker processes
-            result = run_workers(lambda rounds: run(params, baseline, **after, rounds=rounds), policy)
+            result = run_workers(lambda rounds: run(params, baseline, **given, rounds=rounds), policy)
         else:
-            result = run(params, baseline, **after)
+            result = run(params, baseline, **given)
         released_at = time.time()
     times = {"job_start_unix": JOB_START_UNIX, "lock_wait_s": waited}
     times |= {"lock_acquired_unix": locked_at, "lock_released_unix": released_at}

@@ -3,10 +3,10 @@ one line: the key path, the bad value and what is allowed.
 
 The configuration has two kinds of keys. Those that belong to no experiment (``host``,
 ``experiments``, ``sample_hz`` ...) are described by ``schemas/config.schema.yaml``; every other
-top-level key is an experiment's section, described by that experiment package's own
-``experiments/<name>/schema.yaml``, which refers to shared definitions in ``schemas/defs.yaml``
-with a relative ``$ref``. :func:`validate_config` validates the base and then every section with
-``snakemake.utils.validate`` (which also fills in each schema's defaults), so adding an
+top-level key is an experiment's section, described by the JSON Schema generated from that
+experiment's ``Params`` declaration (:mod:`lab.schema`; the Snakefile writes it under
+``.snakemake/lab/schemas/``). :func:`validate_config` validates the base and then every section
+with ``snakemake.utils.validate`` (which also fills in each schema's defaults), so adding an
 experiment adds its schema without an edit elsewhere.
 
 Snakemake's own message prints the whole schema fragment over several lines; users need to know

@@ -150,6 +150,12 @@ class Experiment:
             ``keys``) sweeps their labels, and its jobs read ``interpreters.json`` (which must be
             in ``host_files``).
         timeline: set if the experiment records work spans.
+        adaptive_rounds: its ``run`` measures in interleaved rounds under a policy
+            (``run(..., rounds=Rounds)``, :mod:`lab.rounds`): config ``rounds`` adds rounds where
+            an interval is wide and splits them over worker processes. False for a job that
+            decides its own rounds (the workload's search).
+        chooses_points: its job chooses its own points (the workload's search) and gets
+            ``run(..., max_oversubscription=factor)`` to skip the ones that ask too much.
         check_config: checks the experiment's config section (defaults filled in) at parse time
             beyond what its JSON Schema can say, before any job runs (the workload's entry
             point must exist); raises ValueError with one line naming the key.
@@ -173,6 +179,8 @@ class Experiment:
     artefacts: tuple[str, ...] = ()
     timeline: Timeline | None = None
     interpreters: bool = False
+    adaptive_rounds: bool = True
+    chooses_points: bool = False
     check_config: Callable[[Mapping[str, Any]], None] | None = None
     order: int = 100
 
@@ -191,6 +199,18 @@ class Experiment:
                 f"experiment {self.name!r}: interpreters=True needs the key 'interpreter' in keys and"
                 " 'interpreters.json' in host_files"
             )
+
+    def run_options(self) -> frozenset[str]:
+        """The keyword arguments the package's ``run(params, baseline, ...)`` gets, as declared:
+        ``rounds`` (:attr:`adaptive_rounds`), ``after`` (:attr:`depends`), ``host_files``
+        (:attr:`host_files`) and ``max_oversubscription`` (:attr:`chooses_points`)."""
+        declared = {
+            "rounds": self.adaptive_rounds,
+            "after": self.depends is not None,
+            "host_files": bool(self.host_files),
+            "max_oversubscription": self.chooses_points,
+        }
+        return frozenset(k for k, on in declared.items() if on)
 
     def metric(self, point: Mapping[str, Any]) -> str:
         """The metric column of a point (``point`` maps keys to values)."""

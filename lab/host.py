@@ -14,12 +14,14 @@ Nothing here imports torch, pandas or matplotlib.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import re
 import signal
 import socket
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from lab.capacity import cgroup_quota
@@ -72,7 +74,7 @@ def prepare_environment(code_dir: str, owned_dir: str, short_dir: str | None = N
 
     Points each variable of :data:`OWNED_DIRS` at a subdirectory of ``owned_dir`` (created),
     sets ``MPLBACKEND=Agg`` (headless) and puts ``code_dir`` first on ``PYTHONPATH`` so that
-    ``python -m experiments.<name>`` works from any working directory.
+    ``python -m lab.point <name>`` works from any working directory.
 
     Args:
         short_dir: a directory the pipeline owns whose path has no whitespace (e.g.
@@ -132,6 +134,78 @@ def sanitise_host(name: str) -> str:
 def default_host() -> str:
     """The sanitised short hostname of this machine (up to its first dot), the default label."""
     return sanitise_host(socket.gethostname().split(".")[0])
+
+
+def host_label(name: str | None) -> str:
+    """The label of ``results/<host>/``: ``name`` sanitised (:func:`sanitise_host`), or this
+    machine's (:func:`default_host`) when ``name`` is empty or None. Every command line and the
+    workflow take their label from here.
+
+    Raises:
+        ValueError: if nothing usable is left of ``name``.
+    """
+    return sanitise_host(name) if name else default_host()
+
+
+class Host(Mapping):
+    """One machine of the lab: its label and its facts, built once and passed down.
+
+    It reads as the mapping of its facts: host.json (:mod:`lab.hostinfo`: ``available_cpus``,
+    ``cpu_model``, ``cpu_flags`` ...) and, where they were measured, ``user_environment`` (the
+    user's thread variables, :mod:`lab.userenv`) and ``interpreters`` (:mod:`lab.interpreters`).
+
+    Attributes:
+        label: the host label (the directory ``results/<label>/``), sanitised.
+    """
+
+    def __init__(self, label: str, facts: Mapping | None = None) -> None:
+        self.label = host_label(label)
+        self._facts = dict(facts or {})
+
+    @classmethod
+    def load(
+        cls,
+        host_dir: str | Path,
+        host_json: str | Path | None = None,
+        user_env: str | Path | None = None,
+        interpreters: str | Path | None = None,
+    ) -> Host:
+        """The host of ``results/<label>/``: its host.json, user_env.json and interpreters.json
+        (other paths where given; a missing optional file is left out).
+
+        Raises:
+            FileNotFoundError: for a host.json given by path that does not exist.
+            json.JSONDecodeError: for a file that is not JSON.
+        """
+        host_dir = Path(host_dir)
+        facts = json.loads(Path(host_json).read_text()) if host_json else _json_or(host_dir / "host.json", {})
+        env = _json_or(Path(user_env) if user_env else host_dir / "user_env.json", None)
+        if env is not None:
+            facts["user_environment"] = env
+        found = _json_or(Path(interpreters) if interpreters else host_dir / "interpreters.json", None)
+        if found is not None:
+            facts["interpreters"] = found["interpreters"]
+        return cls(facts.get("host") or host_dir.name, facts)
+
+    def __getitem__(self, key: str):
+        return self._facts[key]
+
+    def __iter__(self):
+        return iter(self._facts)
+
+    def __len__(self) -> int:
+        return len(self._facts)
+
+    def __repr__(self) -> str:
+        return f"Host({self.label!r}, {len(self._facts)} facts)"
+
+    def with_facts(self, **more) -> Host:
+        """The same host with facts added or replaced."""
+        return Host(self.label, {**self._facts, **more})
+
+
+def _json_or(path: Path, missing):
+    return json.loads(path.read_text()) if path.exists() else missing
 
 
 def set_parent_death_signal(signum: int) -> bool:

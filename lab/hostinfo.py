@@ -24,7 +24,7 @@ import psutil
 
 from lab import SCHEMA_VERSION, capacity
 from lab.fileio import write_json
-from lab.host import affinity, available_cpus, default_host, sanitise_host
+from lab.host import affinity, available_cpus, host_label
 
 #: ISA flags that decide which PyTorch CPU kernels run (oneDNN, FBGEMM, inductor).
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="path of host.json to write")
     p.add_argument("--host", default=None, help="host label (default: sanitised hostname)")
     args = p.parse_args(argv)
-    host = sanitise_host(args.host) if args.host else default_host()
+    host = host_label(args.host)
     out = Path(args.out)
     write_json(out, collect(host), sort_keys=True)
     return 0

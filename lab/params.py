@@ -246,7 +246,9 @@ def oversubscription_skip(params, limit: float | None, ncpu: int) -> str | None:
     )
 
 
-def repeats_field(default: int, help: str = "interleaved rounds a point measures at least (95% intervals need 6)") -> Any:
+def repeats_field(
+    default: int, help: str = "interleaved rounds a point measures at least (95% intervals need 6)"
+) -> Any:
     """The ``repeats`` field every ``Params`` has: rounds measured at least (``>= 1``)."""
     return param(default, min=1, help=help)
 
@@ -254,4 +256,6 @@ def repeats_field(default: int, help: str = "interleaved rounds a point measures
 def sample_hz_field() -> Any:
     """The ``sample_hz`` field every ``Params`` has: the CPU sampler's rate, set by the global
     config key ``sample_hz`` (not by a section)."""
-    return param(10.0, min=0.1, max=1000, unit="samples/s", help="CPU sampler rate in measured windows", in_config=False)
+    return param(
+        10.0, min=0.1, max=1000, unit="samples/s", help="CPU sampler rate in measured windows", in_config=False
+    )

@@ -214,7 +214,7 @@ def serve(stdin, stdout, handlers=None):
             continue
         try:
             request = json.loads(line)
-            (name, spec), = request.items()
+            ((name, spec),) = request.items()
             if name not in handlers:
                 raise ValueError(f"no task file answers {name!r}; loaded: {', '.join(handlers)}")
             reply = {"spans": handlers[name](spec)}

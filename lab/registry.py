@@ -2,7 +2,11 @@
 
 Every package ``experiments/<name>/`` (a directory with an ``__init__.py``) is an experiment.
 It must define ``EXPERIMENT`` (an :class:`lab.declare.Experiment` whose ``name`` is the
-directory's name) and hold the files of :data:`PACKAGE_FILES` (docs/adding-an-experiment.md).
+directory's name) and hold the files of :data:`PACKAGE_FILES` (docs/adding-an-experiment.md):
+the declaration, the measurement (``Params``, ``run``), the analysis (``ANALYSIS``, the
+typed hooks of :class:`lab.contract.Analysis`) and the report's prose. Its config section's
+schema, its command line and its parameter table are generated from ``Params``
+(:mod:`lab.schema`); ``python -m lab.point <name>`` measures one point.
 The workflow (``common.smk``), ``analysis/`` and ``report/`` loop over :func:`experiments` and
 import an experiment's modules only through :class:`Registered`; none of them names one.
 
@@ -24,8 +28,9 @@ from typing import Any
 
 import yaml
 
+from lab.contract import HOOKS, Analysis
 from lab.declare import Experiment
-from lab.params import parse_value
+from lab.params import Declared, parse_value
 
 #: Where the experiment packages live.
 ROOT = Path(__file__).resolve().parent.parent / "experiments"
@@ -33,11 +38,9 @@ ROOT = Path(__file__).resolve().parent.parent / "experiments"
 #: The files every experiment package holds, and what each is for.
 PACKAGE_FILES = {
     "__init__.py": "the declaration: EXPERIMENT = Experiment(...)",
-    "__main__.py": "python -m experiments.<name>: runs measure.main()",
-    "measure.py": "frozen Params, pure run(params, baseline), main(argv); no pandas, matplotlib or jinja2",
-    "analysis.py": "findings(summary, host), FIGURES; timeline_points(summary) with a timeline; optional fidelity",
+    "measure.py": "frozen Params(Declared), pure run(params, baseline, ...); no pandas, matplotlib or jinja2",
+    "analysis.py": "ANALYSIS = Analysis(findings=..., figures={...}, ...): hooks that take one Context",
     "report.yaml": "title, question, what, why; caption and alt per figure",
-    "schema.yaml": "JSON Schema of the experiment's config section",
 }
 
 #: Keys of report.yaml.
@@ -69,11 +72,6 @@ class Registered:
         """The package's module name, ``experiments.<name>``."""
         return f"experiments.{self.name}"
 
-    @property
-    def schema_path(self) -> Path:
-        """The JSON Schema of its config section."""
-        return self.path / "schema.yaml"
-
     def measurement(self) -> ModuleType:
         """Its measurement module (``Params``, ``run``, ``main``)."""
         return importlib.import_module(f"{self.package}.measure")
@@ -81,6 +79,22 @@ class Registered:
     def analysis(self) -> ModuleType:
         """Its analysis module (findings, figures, timeline points, theory checks)."""
         return importlib.import_module(f"{self.package}.analysis")
+
+    def hooks(self) -> Analysis:
+        """Its analysis hooks: ``analysis.ANALYSIS`` (imports pandas and matplotlib).
+
+        Raises:
+            RegistryError: naming the file, if ``ANALYSIS`` is not an :class:`Analysis`.
+        """
+        hooks = getattr(self.analysis(), "ANALYSIS", None)
+        if not isinstance(hooks, Analysis):
+            raise RegistryError(f"{self.path / 'analysis.py'}: needs ANALYSIS = Analysis(findings=..., ...)")
+        return hooks
+
+    def run_options(self) -> frozenset[str]:
+        """The keyword arguments its ``run`` gets besides ``params`` and ``baseline``, from its
+        declaration (:meth:`lab.declare.Experiment.run_options`)."""
+        return self.spec.run_options()
 
     @property
     def params_cls(self) -> type:
@@ -169,47 +183,74 @@ def _check_prose(exp: Registered) -> None:
 
 
 def _check_params(exp: Registered) -> None:
-    """``Params`` has the swept keys, ``repeats`` and ``sample_hz``; every key of ``schema.yaml``
-    is a ``Params`` field (it becomes a command-line option) and has a default."""
-    names = {f.name for f in fields(exp.params_cls)}
+    """``Params`` is a :class:`lab.params.Declared` dataclass with the swept keys, ``repeats``
+    and ``sample_hz``, and ``run`` takes the keyword arguments its declaration promises
+    (:meth:`lab.declare.Experiment.run_options`): a capability is declared, never guessed."""
+    where = exp.path / "measure.py"
+    module = exp.measurement()
+    params_cls, run = getattr(module, "Params", None), getattr(module, "run", None)
+    if not (isinstance(params_cls, type) and issubclass(params_cls, Declared)) or not callable(run):
+        raise RegistryError(f"{where}: needs a frozen dataclass Params(Declared) and a function run(params, baseline)")
+    names = {f.name for f in fields(params_cls)}
     missing = [k for k in exp.spec.keys if k not in names]
     if missing:
-        raise RegistryError(f"{exp.path / 'measure.py'}: Params has no fields {missing} (swept keys of {exp.name})")
+        raise RegistryError(f"{where}: Params has no fields {missing} (swept keys of {exp.name})")
     if "repeats" not in names or "sample_hz" not in names:
-        raise RegistryError(f"{exp.path / 'measure.py'}: Params needs the fields repeats and sample_hz")
-    schema = yaml.safe_load(exp.schema_path.read_text(encoding="utf-8")) or {}
-    keys = schema.get("properties") or {}
-    unknown = [k for k in keys if k not in names]
-    if unknown:
-        raise RegistryError(f"{exp.schema_path}: keys {unknown} are not fields of Params in {exp.path / 'measure.py'}")
-    no_default = [k for k, v in keys.items() if "default" not in v]
-    if no_default:
-        raise RegistryError(f"{exp.schema_path}: keys {no_default} need a default")
+        raise RegistryError(f"{where}: Params needs the fields repeats and sample_hz")
+    import inspect
+
+    takes = inspect.signature(run).parameters
+    lacking = sorted(o for o in exp.run_options() if o not in takes)
+    if lacking:
+        raise RegistryError(
+            f"{where}: run(...) lacks the keyword arguments {', '.join(lacking)} that {exp.path / '__init__.py'}"
+            " declares (adaptive_rounds, depends, host_files, chooses_points)"
+        )
 
 
 def _check_analysis(exp: Registered) -> None:
-    """What ``analysis.py`` must define, read from its source (importing it would load pandas and
-    matplotlib at parse time): ``findings``, ``timeline_points`` with a timeline, and a
-    ``FIGURES`` dict with exactly the declared figures (when it is written as a literal)."""
+    """``analysis.py`` ends with ``ANALYSIS = Analysis(...)`` (:class:`lab.contract.Analysis`),
+    read from its source (importing it would load pandas and matplotlib at parse time): every
+    keyword is a hook the lab knows, each names a function of the module, ``figures`` is a
+    literal dict of exactly the declared figures, ``timeline_points`` is there with a timeline
+    and ``artefacts`` names the declared artefacts."""
     where = exp.path / "analysis.py"
     tree = ast.parse(where.read_text(encoding="utf-8"))
-    defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
-    needed = ["findings"] + (["timeline_points"] if exp.spec.timeline else [])
-    missing = [f"def {n}(...)" for n in needed if n not in defined]
-    figures = [
+    calls = [
         n.value
         for n in tree.body
-        if isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "FIGURES" for t in n.targets)
+        if isinstance(n, ast.Assign)
+        and any(getattr(t, "id", "") == "ANALYSIS" for t in n.targets)
+        and isinstance(n.value, ast.Call)
+        and getattr(n.value.func, "id", "") == "Analysis"
     ]
-    if not figures:
-        missing.append("FIGURES = {...}")
+    if not calls:
+        raise RegistryError(f"{where}: needs ANALYSIS = Analysis(findings=..., figures={{...}}, ...) at module level")
+    given = {k.arg: k.value for k in calls[0].keywords if k.arg}
+    unknown = [k for k in given if k not in HOOKS]
+    if unknown:
+        raise RegistryError(f"{where}: Analysis(...) has no hook {unknown[0]!r}; the hooks are {', '.join(HOOKS)}")
+    needed = ["findings"] + (["timeline_points"] if exp.spec.timeline else [])
+    missing = [n for n in needed if n not in given]
     if missing:
-        raise RegistryError(f"{where}: needs {', '.join(missing)}")
-    if isinstance(figures[0], ast.Dict) and all(isinstance(k, ast.Constant) for k in figures[0].keys):
-        drawn = {k.value for k in figures[0].keys}
-        if drawn != set(exp.spec.figures):
-            declared = f"{exp.path / '__init__.py'} declares {sorted(exp.spec.figures)}"
-            raise RegistryError(f"{where}: FIGURES draws {sorted(drawn)} but {declared}")
+        raise RegistryError(f"{where}: Analysis(...) needs the hook {missing[0]!r}")
+    _check_named(where, tree, given, "figures", set(exp.spec.figures), exp.path / "__init__.py")
+    _check_named(where, tree, given, "artefacts", set(exp.spec.artefacts), exp.path / "__init__.py")
+
+
+def _check_named(where: Path, tree: ast.Module, given: dict, hook: str, declared: set, declaration: Path) -> None:
+    """The ``figures`` or ``artefacts`` of an ``Analysis(...)`` call: a literal dict whose keys
+    are exactly the ``declared`` names (an absent one: no names declared)."""
+    node = given.get(hook)
+    if node is None:
+        if declared:
+            raise RegistryError(f"{where}: Analysis(...) needs {hook}={{...}} for {sorted(declared)} ({declaration})")
+        return
+    if not (isinstance(node, ast.Dict) and all(isinstance(k, ast.Constant) for k in node.keys)):
+        raise RegistryError(f"{where}: Analysis(..., {hook}=...) must be a literal dict with names as keys")
+    drawn = {k.value for k in node.keys}
+    if drawn != declared:
+        raise RegistryError(f"{where}: {hook} has {sorted(drawn)} but {declaration} declares {sorted(declared)}")
 
 
 def discover(root: Path = ROOT) -> dict[str, Registered]:
@@ -245,19 +286,12 @@ def figures() -> dict[str, str]:
     return {fig: e.name for e in experiments().values() for fig in e.spec.all_figures}
 
 
-def schemas() -> dict[str, Path]:
-    """Every experiment's config section schema, by name."""
-    return {name: e.schema_path for name, e in experiments().items()}
-
-
 def config_checks() -> dict[str, object]:
     """Each experiment's parse-time check of its config section (``Experiment.check_config``), by name."""
     return {n: e.spec.check_config for n, e in experiments().items() if e.spec.check_config is not None}
 
 
 def rounds_users() -> list[str]:
-    """The experiments whose ``run`` takes a rounds policy (:mod:`lab.rounds`): their
-    ``repeats`` are a minimum and config ``rounds`` applies to them."""
-    import inspect
-
-    return [n for n, e in experiments().items() if "rounds" in inspect.signature(e.measurement().run).parameters]
+    """The experiments that declare ``adaptive_rounds`` (:mod:`lab.rounds`): their ``repeats``
+    are a minimum and config ``rounds`` applies to them."""
+    return [n for n, e in experiments().items() if e.spec.adaptive_rounds]

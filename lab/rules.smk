@@ -116,5 +116,5 @@ rule measure:
         "python -m lab.supervise --timeout-s {params.timeout} --log {log:q}"
         ' --host {wildcards.host:q} --experiment {wildcards.experiment:q} --out "$(dirname {output.metrics:q})"'
         " -- python -m lab.server run --"
-        " experiments.{wildcards.experiment} {params.args} --host {wildcards.host:q}"
+        " lab.point {wildcards.experiment:q} {params.args} --host {wildcards.host:q}"
         ' --lock {params.lock:q} --out "$(dirname {output.metrics:q})" > {log:q} 2>&1'

@@ -23,6 +23,7 @@ import json
 import typing
 from pathlib import Path
 
+from lab.fileio import write_text
 from lab.params import SAME, Param, declaration, field_type, is_tuple
 
 
@@ -98,9 +99,7 @@ def write_schemas(directory: str | Path, experiments) -> dict[str, Path]:
         path = directory / f"{name}.schema.json"
         text = json.dumps(section_schema(exp), indent=1) + "\n"
         if not path.exists() or path.read_text(encoding="utf-8") != text:
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(text, encoding="utf-8")
-            tmp.replace(path)
+            write_text(path, text)
         out[name] = path
     return out
 
@@ -127,24 +126,33 @@ def _allowed(one: dict) -> str:
 
 
 def docs(experiments) -> str:
-    """docs/parameters.md: one table per experiment, its config keys as declared."""
+    """docs/parameters.md: one table per experiment, every ``Params`` field as declared: its
+    config key (or why it has none), default, allowed values and meaning. The same fields are
+    the parameter columns of its ``metrics.csv`` (docs/csv-schema.md)."""
     lines = [
         "# Parameters of the experiments",
         "",
         "Generated from each experiment's `Params` declaration (lab/params.py, lab/schema.py) by",
         "`python -m lab.schema --docs docs/parameters.md`; a test fails when this file is stale.",
-        "A swept key (in **bold**) takes a list: one job per value. Each key is also a",
-        "`--option` of `python -m lab.point <experiment>` and a column of the experiment's CSVs",
-        "(docs/csv-schema.md).",
+        "Each row is a key of the experiment's config section, an `--option` of",
+        "`python -m lab.point <experiment>` and a parameter column of its `metrics.csv`, in this",
+        "order (docs/csv-schema.md). A swept key (in **bold**) takes a list: one job per value.",
+        "A field marked *not in config* keeps its default in a pipeline run (gil's `interpreter`",
+        "sweeps the labels of the config's `interpreters`).",
     ]
     for name, exp in experiments.items():
         lines += ["", f"## {name}", "", "| key | default | allowed | meaning |", "|---|---|---|---|"]
-        for f in config_fields(exp):
+        for f in dataclasses.fields(exp.params_cls):
             s = field_schema(exp, f)
             key = f"**{f.name}**" if f.name in exp.spec.keys else f.name
+            meaning = s.get("description", "")
+            if not declaration(f).in_config:
+                where = "the top-level `sample_hz`" if f.name == "sample_hz" else "*not in config*"
+                meaning = f"{meaning}; {where}" if meaning else where
             allowed = _allowed({k: v for k, v in s.items() if k not in ("default", "description")})
-            default = json.dumps(s["default"]).replace("|", "\\|")
-            lines.append(f"| {key} | `{default}` | {allowed} | {s.get('description', '')} |")
+            cells = (json.dumps(s["default"]), allowed, meaning)
+            default, allowed, meaning = (c.replace("|", "\\|") for c in cells)
+            lines.append(f"| {key} | `{default}` | {allowed} | {meaning} |")
     return "\n".join(lines) + "\n"
 
 
@@ -152,7 +160,6 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m lab.schema --docs PATH`` writes the parameter tables; ``--print NAME`` the
     schema of one section."""
     from lab import registry
-    from lab.fileio import write_text
 
     p = argparse.ArgumentParser(prog="python -m lab.schema", description=main.__doc__.splitlines()[0])
     p.add_argument("--docs", metavar="PATH", help="write the parameter tables (docs/parameters.md)")

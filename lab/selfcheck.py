@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Literal
 
-from lab.cli import cli_main
+from lab.cli import measure_point
 from lab.params import check_min
 from lab.results import Measured, RunResult, interleave
 from lab.window import Meter
@@ -93,7 +93,7 @@ def run(params: Params, baseline: Params | None = None) -> RunResult:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point: ``python -m lab.selfcheck --help``."""
-    return cli_main(EXPERIMENT, Params, run, __doc__.splitlines()[0], argv)
+    return measure_point(EXPERIMENT, Params, run, __doc__.splitlines()[0], argv=argv, prog="python -m lab.selfcheck")
 
 
 if __name__ == "__main__":

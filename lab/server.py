@@ -1,6 +1,6 @@
 """A job server: measurement jobs forked from one process that has already imported torch.
 
-Why: a measurement job is a fresh ``python -m experiments.<name>`` process, and importing torch
+Why: a measurement job is a fresh ``python -m lab.point <name>`` process, and importing torch
 takes about 2.5 s of every such job (5 s on a loaded 2-vCPU VM), longer than many jobs measure.
 The server imports torch, numpy, psutil and every experiment's measurement module once per run,
 then forks one child per job, so each job starts as a fresh process with those modules already

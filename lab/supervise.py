@@ -3,7 +3,7 @@
 Usage (the ``measure`` rule)::
 
     python -m lab.supervise --timeout-s 900 --log LOG --out DIR --host H --experiment E \\
-        -- python -m experiments.E ARGS...
+        -- python -m lab.point E ARGS...
 
 The experiment runs as a child process in its own session (process group), with
 ``PR_SET_PDEATHSIG`` so that it dies if the supervisor is killed; its worker processes

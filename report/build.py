@@ -24,6 +24,7 @@ from analysis.capacity import cpus_text
 from analysis.tables import read_table
 from lab import registry
 from lab.declare import point_label
+from lab.host import Host
 from lab.interpreters import describe
 from report.format import fmt as _fmt
 from report.trust import capacity_paragraph, capacity_rows, headlines, trust_context
@@ -256,7 +257,7 @@ def build_context(host_dir: str | Path, experiments: list[str]) -> dict:
         ValueError: for an experiment that is not registered.
     """
     host_dir = Path(host_dir)
-    host = json.loads((host_dir / "host.json").read_text())
+    host = Host.load(host_dir)  # host.json, user_env.json, interpreters.json
     exps = [experiment_context(host_dir, name) for name in experiments]
     fidelity = read_table(host_dir / "fidelity.csv")
     run = json.loads((host_dir / "run.json").read_text()) | {"available_cpus": host.get("available_cpus")}
@@ -265,10 +266,7 @@ def build_context(host_dir: str | Path, experiments: list[str]) -> dict:
     others = read_table(others_file) if others_file.exists() else None
     trust = trust_context(fidelity, run, exps, now.timestamp(), others)
     trust["capacity"] = capacity_rows(host, run)
-    user_env = host_dir / "user_env.json"
-    env = json.loads(user_env.read_text()) if user_env.exists() else {}
-    interp = host_dir / "interpreters.json"
-    interps = json.loads(interp.read_text())["interpreters"] if interp.exists() else []
+    env, interps = host.get("user_environment", {}), host.get("interpreters", [])
     schedule = host_dir / "figures" / "job_schedule.png"
     trust["schedule"] = (
         figure(host_dir, "job_schedule", SECTIONS["figures"]["job_schedule"]) if schedule.exists() else None
@@ -281,7 +279,7 @@ def build_context(host_dir: str | Path, experiments: list[str]) -> dict:
     trust["capacity_text"] = capacity_paragraph(run.get("capacity") or {})
     return {
         "trust": trust,
-        "host": host.get("host", host_dir.name),
+        "host": host.label,
         "cpu_model": host.get("cpu_model") or "unknown CPU",
         "available_cpus": host.get("available_cpus"),
         "available_cpus_text": cpus_text(host.get("available_cpus")),

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -165,10 +166,9 @@ IGNORE = shutil.ignore_patterns(
 #: The fixture experiment package the end-to-end run adds to its checkout (tests/fixtures/nap),
 #: and the config section it adds for it: one folder and a config section, nothing else.
 FIXTURE_EXPERIMENT = ROOT / "tests" / "fixtures" / "nap"
-FIXTURE_CONFIG = (
-    "experiments: [workload, gil, convoy, multiprocessing, dataloader, intraop, jit, nap]\n"
-    + "nap:\n  sleepers: [1, 2]\n"
-)
+#: The end-to-end run measures what a default run measures (config.yaml's list), and the fixture.
+DEFAULT_EXPERIMENTS = yaml.safe_load((ROOT / "config.yaml").read_text())["experiments"]
+FIXTURE_CONFIG = f"experiments: [{', '.join([*DEFAULT_EXPERIMENTS, 'nap'])}]\n" + "nap:\n  sleepers: [1, 2]\n"
 FIXTURE_FIGURES = ("nap_speedup",)
 
 

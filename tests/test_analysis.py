@@ -10,7 +10,7 @@ import pytest
 from helpers import gil_fixture, write_point
 
 from analysis.__main__ import main as analysis_main
-from analysis.findings import findings
+from analysis.hooks import findings
 from analysis.load import DataError, load_experiment
 from analysis.stats import median_ci, ratio_ci, summarise
 
@@ -95,6 +95,7 @@ def test_intraop_metric_per_workload(tmp_path):
 
 def test_bf16_findings_and_a_skipped_workload_panel(tmp_path):
     from experiments.intraop.analysis import intraop_scaling
+    from lab.contract import Context
 
     def point(workload, t, g, **extra):
         row = {"wall_s": 1, "gflop_per_s": g, "samples_per_s": "", **extra}
@@ -109,7 +110,7 @@ def test_bf16_findings_and_a_skipped_workload_panel(tmp_path):
     bf16 = s[s["workload"] == "matmul_bf16"]
     assert not bf16["best"].any() and (bf16["speedup_source"].fillna("") == "").all()  # nothing measured or claimed
     assert "bfloat16 over float32" not in text
-    fig = intraop_scaling(s, {"available_cpus": 2})
+    fig = intraop_scaling(Context({"available_cpus": 2}, summary=s))
     panel = fig.axes[1]
     assert panel.get_title() == "n x n matmul, bfloat16" and "not measured: skipped" in panel.texts[0].get_text()
     measured = [point("matmul_bf16", t, g) for t, g in ((1, 150.0), (2, 270.0))]
@@ -230,7 +231,7 @@ def test_interleaved_baseline_gives_the_speedup(tmp_path):
 
 
 def test_fidelity_verdicts(tmp_path):
-    from analysis.fidelity import checks
+    from analysis.hooks import checks
 
     gil = pd.DataFrame(
         [
@@ -365,7 +366,7 @@ def test_implausible_values_are_refused(tmp_path, row, expected):
 
 
 def test_fidelity_explains_a_capacity_shortfall_from_utilisation():
-    from analysis.fidelity import checks
+    from analysis.hooks import checks
 
     gil = pd.DataFrame(
         [

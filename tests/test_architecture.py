@@ -102,25 +102,17 @@ def test_measurement_modules_import_no_analysis_report_pandas_or_matplotlib(name
 
 
 def test_every_package_is_complete_and_consistent():
-    import inspect
+    from lab.contract import Analysis
 
     for name, exp in registry.experiments().items():
-        module = exp.analysis()
-        assert callable(module.findings), name
-        assert set(module.FIGURES) == set(exp.spec.figures), name
-        for fig, draw in module.FIGURES.items():  # what a drawing function may ask for, by name
-            assert set(inspect.signature(draw).parameters) <= {
-                "summary",
-                "spans",
-                "samples",
-                "replicates",
-                "findings",
-                "host",
-            }, fig
+        hooks = exp.hooks()
+        assert isinstance(hooks, Analysis) and callable(hooks.findings), name
+        assert set(hooks.figures) == set(exp.spec.figures), name
+        assert set(hooks.artefacts) == set(exp.spec.artefacts), name
         if exp.spec.timeline:
-            assert callable(module.timeline_points), name
-        main = (exp.path / "__main__.py").read_text()
-        assert f"from experiments.{name}.measure import main" in main, name
+            assert callable(hooks.timeline_points), name
+        # at most 4 files of its own are required; the rest is generated from Params
+        assert set(registry.PACKAGE_FILES) == {"__init__.py", "measure.py", "analysis.py", "report.yaml"}
 
 
 def test_one_atomic_writer():
@@ -190,12 +182,12 @@ def _replace(path: Path, old: str, new: str) -> None:
         (
             "nap_c",
             lambda p: _replace(p / "analysis.py", '{"nap_speedup": nap_speedup}', '{"speedup": nap_speedup}'),
-            "FIGURES draws ['speedup'] but",
+            "figures has ['speedup'] but",
         ),
         (
             "nap_d",
-            lambda p: _replace(p / "analysis.py", "def findings(", "def find("),
-            "analysis.py: needs def findings(...)",
+            lambda p: _replace(p / "analysis.py", "findings=findings", "finding=findings"),
+            "analysis.py: Analysis(...) has no hook 'finding'",
         ),
         (
             "nap_e",
@@ -214,7 +206,7 @@ def _replace(path: Path, old: str, new: str) -> None:
         ),
         (
             "nap_h",
-            lambda p: _replace(p / "__init__.py", "from experiments", "import pandas\nfrom experiments"),
+            lambda p: _replace(p / "__init__.py", "from lab.declare", "import pandas\nfrom lab.declare"),
             "imports pandas",
         ),
         (
@@ -224,13 +216,18 @@ def _replace(path: Path, old: str, new: str) -> None:
         ),
         (
             "nap_j",
-            lambda p: _replace(p / "schema.yaml", "  repeats:", "  salt: {type: integer, default: 0}\n  repeats:"),
-            "keys ['salt'] are not fields of Params",
+            lambda p: _replace(p / "measure.py", "class Params(Declared):", "class Params:"),
+            "needs a frozen dataclass Params(Declared)",
         ),
         (
             "nap_k",
-            lambda p: _replace(p / "schema.yaml", "minimum: 0, default: 0.01}", "minimum: 0}"),
-            "keys ['nap_s'] need a default",
+            lambda p: _replace(p / "__init__.py", "order=90,", 'order=90,\n    host_files=("user_env.json",),'),
+            "run(...) lacks the keyword arguments host_files",
+        ),
+        (
+            "nap_l",
+            lambda p: _replace(p / "analysis.py", "ANALYSIS = Analysis(", "HOOKS = Analysis("),
+            "needs ANALYSIS = Analysis(findings=...",
         ),
     ],
 )
@@ -254,3 +251,65 @@ def test_every_switch_that_lets_a_test_change_the_system_is_in_the_readme_list()
     script = (ROOT / "scripts" / "slurm-test-cluster.sh").read_text(encoding="utf-8")
     assert "/etc/slurm/slurm.conf" in script and "/etc/slurm/slurm.conf" in section
     assert "pkill" not in script and "killall" not in script  # stopped by the pids it started
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the first-party modules it imports (at any level, in functions too), plus the
+    run-time imports through the registry: a module that calls ``.hooks()`` or ``.analysis()``
+    reaches every package's ``analysis``, one that calls ``.measurement()`` every ``measure``,
+    and the registry every package's declaration."""
+    paths = [p for top in ("lab", "analysis", "report", "experiments") for p in (ROOT / top).rglob("*.py")]
+    modules = {_module_name(p): p for p in paths if "__pycache__" not in p.parts}
+    graph = {}
+    for name, path in modules.items():
+        text = path.read_text(encoding="utf-8")
+        found = set()
+        for m in _imports(path):
+            while m and m not in modules:
+                m = m.rpartition(".")[0]
+            if m and m != name and not name.startswith(m + "."):  # a module's own package: implicit
+                found.add(m)
+        if (".hooks()" in text or ".analysis()" in text) and name != "lab.registry":  # the registry: lazily
+            found |= {f"experiments.{n}.analysis" for n in NAMES}
+        if ".measurement()" in text:
+            found |= {f"experiments.{n}.measure" for n in NAMES}
+        if name == "lab.registry":
+            found |= {f"experiments.{n}" for n in NAMES}
+        graph[name] = found
+    return graph
+
+
+def test_the_import_graph_has_no_cycle_the_registry_included():
+    """Issue 22: the core and the packages import in one direction. A cycle (the findings
+    helpers calling back into a package that imports them) is listed with its modules."""
+    graph = _import_graph()
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                cycles.append(" -> ".join(stack[stack.index(nxt) :] + [nxt]))
+            elif nxt not in state:
+                visit(nxt, [*stack, nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert cycles == []
+    # the floors: lab imports neither analysis nor report, analysis no report
+    assert not [
+        m
+        for m, deps in graph.items()
+        if m.startswith("lab") and any(d.split(".")[0] in ("analysis", "report") for d in deps)
+    ]
+    assert not [
+        m for m, deps in graph.items() if m.startswith("analysis") and any(d.startswith("report") for d in deps)
+    ]

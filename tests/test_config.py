@@ -4,17 +4,33 @@ experiment package's section schema); bad configs are refused in one line."""
 from __future__ import annotations
 
 import copy
+import functools
+import tempfile
+from pathlib import Path
 
 import pytest
 import yaml
 
 from lab import registry
 from lab.configcheck import ConfigError, validate_config
+from lab.schema import write_schemas
+
+
+@functools.cache
+def tmp_schemas() -> Path:
+    """Where this module writes the generated section schemas (once per process)."""
+    return Path(tempfile.mkdtemp(prefix="lab-schemas-"))
 
 
 def _validate(root, cfg: dict) -> dict:
     base = root / "schemas" / "config.schema.yaml"
-    validate_config(cfg, base, registry.schemas(), registry.rounds_users(), registry.config_checks())
+    validate_config(
+        cfg,
+        base,
+        write_schemas(tmp_schemas(), registry.experiments()),
+        registry.rounds_users(),
+        registry.config_checks(),
+    )
     return cfg
 
 
@@ -41,7 +57,11 @@ def test_shipped_configs_are_valid(root, default_config):
 
 
 def _defaults_match(schema: dict, config: dict, where: str) -> None:
+    """Every key config.yaml states holds the declared default (config.yaml names only what a
+    user would change; the rest keeps its default)."""
     for key, sub in schema["properties"].items():
+        if key not in config:
+            continue
         if "properties" in sub and "default" not in sub:
             _defaults_match(sub, config[key], f"{where}{key}.")
         elif "default" in sub:
@@ -49,14 +69,17 @@ def _defaults_match(schema: dict, config: dict, where: str) -> None:
 
 
 def test_schema_defaults_match_config_yaml(root, default_config):
+    from lab.schema import config_fields
+
     base = yaml.safe_load((root / "schemas" / "config.schema.yaml").read_text())
     _defaults_match(base, default_config, "")
-    for name, path in registry.schemas().items():
+    for name, path in write_schemas(tmp_schemas(), registry.experiments()).items():
         if name in default_config:  # config.yaml's section states the schema's defaults
             _defaults_match(yaml.safe_load(path.read_text()), default_config[name], f"{name}.")
     # a missing section is filled with its schema's defaults
     cfg = _validate(root, {k: v for k, v in copy.deepcopy(default_config).items() if k != "jit"})
-    assert cfg["jit"] == default_config["jit"]
+    assert {k: cfg["jit"][k] for k in default_config["jit"]} == default_config["jit"]
+    assert set(cfg["jit"]) == {f.name for f in config_fields(registry.get("jit"))}
 
 
 def test_sweep_keys_match_experiment_params(default_config):
@@ -111,7 +134,7 @@ def test_bad_config_is_refused(root, default_config, patch, key):
         ({"gil": 5}, "config key gil: 5 is not allowed (a section is a mapping); allowed: object with keys workload,"),
         (
             {"experiments": ["gil", "nosuch"]},
-            "(no package experiments/nosuch/); allowed: one of workload, gil, singlethread, convoy, multiprocessing,",
+            "(no package experiments/nosuch/); allowed: one of " + ", ".join(registry.experiments()),
         ),
         (
             {"rounds": {"max_rounds": 3}},
@@ -200,9 +223,9 @@ def test_bad_config_stops_snakemake_before_any_job(root, tmp_path):
     ],
 )
 def test_auto_sweeps_double_up_to_the_available_cpus(ncpu, ladder):
-    from lab.declare import thread_ladder
     from experiments.intraop import resolve_threads as intraop_threads
     from experiments.workload import resolve_threads as workload_threads
+    from lab.declare import thread_ladder
 
     assert thread_ladder(ncpu) == ladder
     assert intraop_threads("auto", ncpu) == [*ladder, 2 * ncpu] and workload_threads("auto", ncpu) == ladder
@@ -220,8 +243,8 @@ def test_max_rounds_equal_to_repeats_passes_the_check_and_the_job(root, default_
     """The config check allows max_rounds == repeats; the job's command line must too."""
     import argparse
 
-    from lab.cli import rounds_policy
     from experiments.gil.measure import Params
+    from lab.cli import rounds_policy
 
     _validate(root, _merge(default_config, {"rounds": {"max_rounds": 6}, "gil": {"repeats": 6}}))
     args = argparse.Namespace(rounds_target_ci_pct=5.0, rounds_budget_s=10.0, rounds_max=6, rounds_workers=2)
@@ -242,3 +265,60 @@ def test_the_quick_runs_duration_is_stated_alike_everywhere(root):
     minutes = {name: re.findall(r"about (\d+(?:\.\d+)?) minutes", line) for name, line in said.items()}
     assert all(len(m) == 1 for m in minutes.values()), said
     assert len({m[0] for m in minutes.values()}) == 1, minutes
+
+
+def test_parameter_docs_are_generated_from_the_declarations(root):
+    """docs/parameters.md is what ``python -m lab.schema --docs`` writes from the Params."""
+    from lab.schema import docs
+
+    assert (root / "docs" / "parameters.md").read_text() == docs(registry.experiments())
+
+
+def _below(decl, value):
+    """A value just outside a declared lower bound (None where there is none)."""
+    if decl.min is not None:
+        return decl.min - 1 if isinstance(value, int) else decl.min - 0.5
+    if decl.above is not None:
+        return decl.above
+    return None
+
+
+def test_each_declared_bound_reaches_params_schema_and_command_line(tmp_path):
+    """One declaration, three readers: a value below a field's declared bound is refused by
+    ``Params``, by the generated section schema and by the command line, each naming the field;
+    the declared default passes all three."""
+    import subprocess
+    import sys
+
+    from jsonschema import Draft202012Validator
+
+    from lab.params import declaration
+    from lab.schema import config_fields, section_schema
+
+    checked = 0
+    for name, exp in registry.experiments().items():
+        schema = section_schema(exp)
+        validator = Draft202012Validator(schema)
+        assert list(validator.iter_errors({})) == [], name  # every key has a default
+        for f in config_fields(exp):
+            decl, default = declaration(f), f.default
+            bad = _below(decl, default[0] if isinstance(default, tuple) else default)
+            if bad is None or isinstance(default, bool) or decl.element is not None:
+                continue
+            value = (bad,) if isinstance(default, tuple) else bad
+            with pytest.raises(ValueError, match=f"{f.name}="):
+                exp.params_cls(**{f.name: value})
+            as_config = [bad] if isinstance(default, tuple) or f.name in exp.spec.keys else bad
+            assert list(validator.iter_errors({f.name: as_config})), f"{name}.{f.name}={bad} passes the schema"
+            checked += 1
+    assert checked >= 2 * len(registry.experiments())
+    # the command line, once: the option is generated from the same field
+    exp = next(iter(registry.experiments().values()))
+    f = next(f for f in config_fields(exp) if _below(declaration(f), 1) is not None and f.type in ("int", int))
+    option = "--" + f.name.replace("_", "-")
+    proc = subprocess.run(
+        [sys.executable, "-m", "lab.point", exp.name, option, str(_below(declaration(f), 1)), "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2 and f"{f.name}=" in proc.stderr, proc.stderr

@@ -15,10 +15,10 @@ import pytest
 
 from experiments.dataloader import measure as dataloader
 from experiments.gil import measure as gil
-from lab.host import available_cpus
 from experiments.intraop import measure as intraop
 from experiments.jit import measure as jit
 from experiments.multiprocessing import measure as mp_exp
+from lab.host import available_cpus
 from lab.threads import set_torch_threads
 from lab.window import Meter
 
@@ -131,7 +131,7 @@ def test_gil_params_reject_bad_values():
 def test_cli_reports_bad_parameter_and_writes_nothing(tmp_path):
     out = tmp_path / "point"
     proc = subprocess.run(
-        [sys.executable, "-m", "experiments.gil", "--workers", "-1", "--out", str(out)], capture_output=True, text=True
+        [sys.executable, "-m", "lab.point", "gil", "--workers", "-1", "--out", str(out)], capture_output=True, text=True
     )
     assert proc.returncode == 2
     assert "workers=-1" in proc.stderr
@@ -144,7 +144,8 @@ def test_cli_writes_point_files(tmp_path):
         [
             sys.executable,
             "-m",
-            "experiments.gil",
+            "lab.point",
+            "gil",
             "--workload",
             "io",
             "--mode",
@@ -287,7 +288,7 @@ def test_jit_compile_skipped_without_compiler(tmp_path):
     env = {**os.environ, "CXX": "/nonexistent/c++"}
     out = tmp_path / "point"
     subprocess.run(
-        [sys.executable, "-m", "experiments.jit", "--mode", "compile", "--iterations", "2", "--out", str(out)],
+        [sys.executable, "-m", "lab.point", "jit", "--mode", "compile", "--iterations", "2", "--out", str(out)],
         check=True,
         capture_output=True,
         env=env,
@@ -331,7 +332,8 @@ def test_cli_baseline_rows_carry_baseline_params(tmp_path):
         [
             sys.executable,
             "-m",
-            "experiments.intraop",
+            "lab.point",
+            "intraop",
             "--workload",
             "matmul",
             "--threads",
@@ -358,7 +360,7 @@ def test_cli_baseline_rows_carry_baseline_params(tmp_path):
         ("point", 2, 2),
     ]
     bad = subprocess.run(
-        [sys.executable, "-m", "experiments.intraop", "--baseline", "nosuch=1", "--out", str(tmp_path / "x")],
+        [sys.executable, "-m", "lab.point", "intraop", "--baseline", "nosuch=1", "--out", str(tmp_path / "x")],
         capture_output=True,
         text=True,
     )
@@ -417,7 +419,8 @@ def test_workers_die_with_their_parent(tmp_path):
         [
             sys.executable,
             "-m",
-            "experiments.multiprocessing",
+            "lab.point",
+            "multiprocessing",
             "--processes",
             "2",
             "--steps",
@@ -486,7 +489,7 @@ def test_points_far_above_the_cpus_are_skipped_with_the_reason(tmp_path):
     workers = 2 * NCPU + 1
     out = tmp_path / "p"
     proc = subprocess.run(
-        [sys.executable, "-m", "experiments.gil", "--mode", "threads", "--workers", str(workers)]
+        [sys.executable, "-m", "lab.point", "gil", "--mode", "threads", "--workers", str(workers)]
         + ["--max-oversubscription", "2", "--out", str(out), "--baseline", "mode=sequential"],
         capture_output=True,
         text=True,

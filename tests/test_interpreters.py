@@ -21,9 +21,9 @@ import physics
 import pytest
 import yaml
 
+from experiments.gil.measure import Params, run
 from lab import interpreters
 from lab.configcheck import ConfigError, validate_config
-from experiments.gil.measure import Params, run
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILT = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cpu-lab/python3.13t/bin/python3.13t"

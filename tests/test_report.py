@@ -285,13 +285,14 @@ def test_the_matmul_bf16_headline_names_its_operator():
     import pandas as pd
 
     from experiments.intraop.analysis import headlines
+    from lab.contract import Context
 
     rows = []
     for w, gflops in (("matmul", 90.0), ("matmul_bf16", 390.0)):
         rows.append({"workload": w, "threads": 1, "median": gflops, "speedup": 1.0, "best": True, "status": "ok"})
         rows[-1] |= {"speedup_ci_low": 1.0, "speedup_ci_high": 1.0, "reason": "", "speedup_source": "baseline"}
     summary = pd.DataFrame(rows)
-    out = headlines(summary, {}, pd.DataFrame({"matmul_size": [1024, 1024]}))
+    out = headlines(Context({}, summary=summary, replicates=pd.DataFrame({"matmul_size": [1024, 1024]})))
     (bf16,) = [h for h in out if h.get("topic") == "precision"]
     assert bf16["question"] == "Does bfloat16 pay on this CPU, for a 1024x1024 float matmul?"
     assert (

@@ -10,11 +10,12 @@ import pandas as pd
 import pytest
 from matplotlib.figure import Figure
 
-from analysis import schedule, timelines
+from analysis import hooks, schedule, timelines
 from analysis.__main__ import main as analysis_main
 from analysis.figures import all_figures, drawing
 from analysis.runinfo import job_intervals, job_label
 from analysis.trace import experiment_trace, jobs_trace, validate_trace
+from lab import registry
 
 
 def _summary(experiment: str, rows: list[dict]) -> pd.DataFrame:
@@ -77,7 +78,7 @@ def test_timeline_points_per_experiment():
             for n in (4, 2)
         ],
     )
-    assert timelines.timeline_points("gil", gil) == [
+    assert hooks.timeline_points("gil", gil) == [
         {"interpreter": "default", "workload": "cpu", "mode": "sequential", "workers": 2},
         {"interpreter": "default", "workload": "cpu", "mode": "processes", "workers": 2},
     ]
@@ -90,7 +91,7 @@ def test_timeline_points_per_experiment():
             {"processes": 4, "threads": 2, "status": "failed"},  # not ok: never chosen
         ],
     )
-    assert timelines.timeline_points("multiprocessing", mp) == [
+    assert hooks.timeline_points("multiprocessing", mp) == [
         {"processes": 1, "threads": 1},
         {"processes": 2, "threads": 1},
         {"processes": 2, "threads": 2},
@@ -106,14 +107,15 @@ def test_timeline_points_per_experiment():
             {"dataset": "tensor", "num_workers": 4, "speedup": 0.2},
         ],
     )
-    assert timelines.timeline_points("dataloader", dl) == [
+    assert hooks.timeline_points("dataloader", dl) == [
         {"dataset": "tensor", "num_workers": 0},
         {"dataset": "tensor", "num_workers": 2},
         {"dataset": "io", "num_workers": 0},
         {"dataset": "io", "num_workers": 4},
     ]
-    with pytest.raises(ValueError, match="intraop.*timelines exist for .*gil, convoy, multiprocessing, dataloader"):
-        timelines.timeline_points("intraop", dl)
+    with_timelines = ", ".join(n for n, e in registry.experiments().items() if e.spec.timeline)
+    with pytest.raises(ValueError, match=f"intraop.*timelines exist for {with_timelines}$"):
+        hooks.timeline_points("intraop", dl)
 
 
 def test_window_selects_repeat_zero_of_the_point_role():
@@ -125,7 +127,9 @@ def test_window_selects_repeat_zero_of_the_point_role():
 
 def test_timeline_and_heatmap_draw_the_chosen_windows():
     spans, samples, summary = _gil_data()
-    fig = timelines.timeline("gil", spans, samples, summary, {"available_cpus": 2})
+    fig = timelines.timeline(
+        "gil", spans, samples, summary, {"available_cpus": 2}, hooks.timeline_points("gil", summary)
+    )
     titles = [sf._suptitle.get_text() for sf in fig.subfigs[1:]]
     assert titles == [
         "interpreter=default workload=cpu mode=sequential workers=2: window of 0.4 s (median of 2 rounds),"
@@ -140,7 +144,7 @@ def test_timeline_and_heatmap_draw_the_chosen_windows():
     assert heights == {0.4}
     util = fig.subfigs[2].axes[1]
     assert util.get_xlim()[1] == pytest.approx(0.404)  # same time axis as the Gantt rows
-    heat = timelines.core_heatmap("gil", samples, summary, {"available_cpus": 2})
+    heat = timelines.core_heatmap("gil", samples, summary, {"available_cpus": 2}, hooks.timeline_points("gil", summary))
     mesh = heat.axes[0].collections[0]
     assert mesh.get_array().reshape(2, -1)[:, 0].tolist() == [100.0, 10.0]  # cpu0 row, cpu1 row
 
@@ -229,7 +233,10 @@ def test_validate_trace_rejects_bad_events(event, message):
 
 
 def test_every_figure_has_a_drawing_function():
-    assert all(callable(drawing(name)) for name in all_figures())
+    from analysis.figures import HOST_FIGURES
+
+    assert all(callable(drawing(name)) for name in all_figures() if name not in HOST_FIGURES)
+    assert all(callable(draw) for draw, _ in HOST_FIGURES.values())
     assert isinstance(schedule.job_schedule(pd.DataFrame(columns=["job"]), {}), Figure)
 
 
@@ -256,7 +263,9 @@ def test_cli_trace_and_stall_figure(tmp_path):
             for nw, v in ((0, 95.0), (2, 40.0))
         ],
     )
-    fig = drawing("dataloader_stall")(summary=dl, host={"available_cpus": 2})
+    from lab.contract import Context
+
+    fig = drawing("dataloader_stall")(Context({"available_cpus": 2}, summary=dl))
     line = fig.axes[0].lines[0]
     assert line.get_ydata().tolist() == [95.0, 40.0]
 
@@ -270,9 +279,10 @@ def test_charts_draw_a_placeholder_when_no_point_completed(experiment):
     }[experiment]
     summary = _summary(experiment, [{**keys, "status": "failed"}])
     empty = pd.DataFrame(columns=[*keys, "repeat", "role", "actor", "kind", "start_s", "end_s"])
+    points = hooks.timeline_points(experiment, summary)
     for fig in (
-        timelines.timeline(experiment, empty, empty, summary, {"available_cpus": 2}),
-        timelines.core_heatmap(experiment, empty, summary, {"available_cpus": 2}),
+        timelines.timeline(experiment, empty, empty, summary, {"available_cpus": 2}, points),
+        timelines.core_heatmap(experiment, empty, summary, {"available_cpus": 2}, points),
     ):
         assert "no point of" in fig.axes[0].texts[0].get_text()
 

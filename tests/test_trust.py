@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from analysis.capacity import causes
-from analysis.fidelity import checks
+from analysis.hooks import checks
 from analysis.runinfo import contention, interference_table
 
 HOST = {"available_cpus": 2, "capacity": {"smt_groups": [[0], [1]], "cores": 2}}
@@ -68,7 +68,7 @@ def test_busy_cpus_that_did_not_scale_are_reported_as_such_only_without_a_measur
 def test_one_available_cpu_is_the_stated_reason(tmp_path):
     from helpers import gil_fixture
 
-    from analysis.findings import findings
+    from analysis.hooks import findings
     from analysis.load import load_experiment
     from analysis.stats import summarise
 
@@ -119,7 +119,7 @@ def test_run_contention_and_the_processes_named():
 def test_no_clear_winner_when_no_interval_clears_one(tmp_path):
     from helpers import write_point
 
-    from analysis.findings import findings
+    from analysis.hooks import findings
     from analysis.load import load_experiment
     from analysis.stats import summarise
 
@@ -133,14 +133,16 @@ def test_no_clear_winner_when_no_interval_clears_one(tmp_path):
     assert f["headlines"][0]["answer"].endswith("no clear winner")
     # the chart agrees: no ring on the baseline, the panel says so
     from experiments.dataloader.analysis import dataloader_throughput
+    from lab.contract import Context
 
-    ax = dataloader_throughput(s, {"available_cpus": 2}).axes[0]
+    ax = dataloader_throughput(Context({"available_cpus": 2}, summary=s)).axes[0]
     assert [t.get_text() for t in ax.texts] == ["no clear winner"] and ax.get_legend() is None
 
 
 def test_a_winner_does_not_outrank_a_higher_but_uncertain_point():
     from analysis.findings import unranked, winner
     from experiments.intraop.analysis import findings, headlines
+    from lab.contract import Context
 
     base = {"workload": "matmul", "metric": "gflop_per_s", "status": "ok", "reason": "", "oversubscribed": False}
     rows = [
@@ -155,13 +157,16 @@ def test_a_winner_does_not_outrank_a_higher_but_uncertain_point():
     best = winner(s)
     assert int(best["threads"]) == 4 and list(unranked(s, best)["threads"]) == [2]
     host = {"available_cpus": 2}
-    answer = headlines(s, host)[0]["answer"]
+    answer = headlines(Context(host, summary=s))[0]["answer"]
     assert answer == "matmul: 4 (1.51x (95% CI 1.38-1.80)) (2 threads 1.81x (95% CI 0.34-2.09) too uncertain to rank)"
-    assert "2 threads 1.81x (95% CI 0.34-2.09): a higher median but an interval holding 1" in findings(s, host)[0]
+    assert (
+        "2 threads 1.81x (95% CI 0.34-2.09): a higher median but an interval holding 1"
+        in findings(Context(host, summary=s))[0]
+    )
     # once the higher point's interval clears 1 it is the winner and nothing is left unranked
     s.loc[1, "speedup_ci_low"], s["best"] = 1.2, [False, True, False]
     assert int(winner(s)["threads"]) == 2 and unranked(s, winner(s)).empty
-    assert "uncertain" not in headlines(s, host)[0]["answer"]
+    assert "uncertain" not in headlines(Context(host, summary=s))[0]["answer"]
 
 
 def test_jit_claims_a_payoff_only_when_the_gain_is_clear():
@@ -288,6 +293,7 @@ def test_threads_outside_the_gil_range_are_explained_by_what_was_measured():
 
 def test_gil_headline_says_no_clear_winner_where_no_interval_clears_one():
     from experiments.gil.analysis import headlines
+    from lab.contract import Context
 
     base = {"workload": "cpu", "workers": 2, "status": "ok", "reason": ""}
     rows = [
@@ -296,15 +302,16 @@ def test_gil_headline_says_no_clear_winner_where_no_interval_clears_one():
         {**base, "mode": "processes", "speedup": 0.99, "speedup_ci_low": 0.91, "speedup_ci_high": 1.05},
     ]
     s = pd.DataFrame(rows).assign(speedup_source=["baseline", "interleaved", "interleaved"], best=[True, False, False])
-    answer = headlines(s, {"available_cpus": 2})[0]["answer"]
+    answer = headlines(Context({"available_cpus": 2}, summary=s))[0]["answer"]
     assert answer.startswith("no clear winner: 2 processes 0.99x (95% CI 0.91-1.05); 2 threads"), answer
     s.loc[2, ["speedup", "speedup_ci_low", "speedup_ci_high"]] = [1.8, 1.4, 1.95]
     s["best"] = [False, False, True]
-    assert headlines(s, {"available_cpus": 2})[0]["answer"].startswith("processes: 2 processes 1.80x")
+    assert headlines(Context({"available_cpus": 2}, summary=s))[0]["answer"].startswith("processes: 2 processes 1.80x")
 
 
 def test_dataloader_explains_slower_workers_by_batch_passing_only_without_a_measured_cause():
     from experiments.dataloader.analysis import findings
+    from lab.contract import Context
 
     base = {"dataset": "tensor", "metric": "samples_per_s", "status": "ok", "reason": "", "data_stall_pct": 40.0}
     rows = [
@@ -312,7 +319,7 @@ def test_dataloader_explains_slower_workers_by_batch_passing_only_without_a_meas
         {**base, "num_workers": 2, "median": 20000.0, "speedup": 0.29, "speedup_ci_low": 0.26, "speedup_ci_high": 0.32},
     ]
     s = pd.DataFrame(rows).assign(speedup_source=["baseline", "interleaved"], best=[True, False])
-    quiet = findings(s.assign(interference_pct=1.0), {"available_cpus": 2})[0]
+    quiet = findings(Context({"available_cpus": 2}, summary=s.assign(interference_pct=1.0)))[0]
     assert quiet.endswith("passing batches between processes costs more than loading them."), quiet
-    busy = findings(s.assign(interference_pct=95.0), {"available_cpus": 2})[0]
+    busy = findings(Context({"available_cpus": 2}, summary=s.assign(interference_pct=95.0)))[0]
     assert "other processes used 0.95 CPU" in busy and "passing batches" not in busy, busy

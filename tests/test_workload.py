@@ -180,14 +180,25 @@ def test_a_good_workload_loads_with_its_current_settings(tmp_path, monkeypatch):
 
 def test_a_bad_workload_is_a_failed_point_and_its_verification_says_why(tmp_path):
     out = tmp_path / "stage~search"
-    cmd = [sys.executable, "-m", "experiments.workload", "--entry", "nosuch.pkg:build", "--out", str(out)]
+    cmd = [sys.executable, "-m", "lab.point", "workload", "--entry", "nosuch.pkg:build", "--out", str(out)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     m = pd.read_csv(out / "metrics.csv")
     assert list(m["status"]) == ["failed"]
     assert m["reason"][0].startswith("config key workload.entry: 'nosuch.pkg:build': cannot find module nosuch.pkg")
     verify = tmp_path / "stage~verify"
-    cmd = [sys.executable, "-m", "experiments.workload", "--stage", "verify", "--after", str(out), "--out", str(verify)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "lab.point",
+        "workload",
+        "--stage",
+        "verify",
+        "--after",
+        str(out),
+        "--out",
+        str(verify),
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     reason = pd.read_csv(verify / "metrics.csv")["reason"][0]
@@ -404,9 +415,9 @@ def test_the_verification_runs_an_epoch_each_then_its_rounds(tmp_path, monkeypat
 @pytest.mark.skipif(not __import__("lab.capabilities").capabilities.native_bf16()[0], reason="no native bf16")
 def test_bfloat16_is_searched_and_measured_where_the_cpu_has_it():
     """The native path (avx512_bf16 or AMX): searched by default, and autocast runs."""
-    from lab.window import Meter
     from experiments.workload import candidates
     from experiments.workload.measure import Params
+    from lab.window import Meter
 
     workload = load("", "train", 32)
     space, skipped = candidates.knob_space(Params(), workload)

@@ -10,6 +10,7 @@ from matplotlib.figure import Figure
 
 from analysis.fidelity import check_row
 from analysis.plotting import PALETTE, plt
+from lab.contract import Analysis, Context
 from lab.interpreters import named
 
 
@@ -17,9 +18,11 @@ def _ok(summary: pd.DataFrame) -> pd.DataFrame:
     return summary[summary["status"] == "ok"].sort_values(["interpreter", "switch_interval_ms"])
 
 
-def findings(summary: pd.DataFrame, host: dict) -> list[str]:
+def findings(ctx: Context) -> list[str]:
     """Per interpreter and switch interval: the sleeper's median and p99 delay next to a
-    CPU-bound thread, and its iteration rate against running alone."""
+    CPU-bound thread, and its iteration rate against running alone. Reads ``ctx.summary`` and
+    ``ctx.host`` (its interpreters' order and names)."""
+    summary, host = ctx.summary, ctx.host
     out = []
     rank = {e["label"]: i for i, e in enumerate(host.get("interpreters", []))}
     ok = _ok(summary)
@@ -35,9 +38,11 @@ def findings(summary: pd.DataFrame, host: dict) -> list[str]:
     return out
 
 
-def convoy_latency(summary: pd.DataFrame, spans: pd.DataFrame, host: dict) -> Figure:
+def convoy_latency(ctx: Context) -> Figure:
     """Histograms of the sleeper's per-iteration delay (ms, log scale): one panel per
-    interpreter and switch interval, next to the CPU-bound thread and alone."""
+    interpreter and switch interval, next to the CPU-bound thread and alone. Reads
+    ``ctx.summary`` (the points) and ``ctx.spans`` (the ``io`` spans' ``latency_ms``)."""
+    summary, spans = ctx.summary, ctx.spans
     io = spans[spans["kind"] == "io"] if "kind" in spans.columns else spans.iloc[0:0]
     points = _ok(summary)[["interpreter", "switch_interval_ms"]].drop_duplicates()
     n = max(1, len(points))
@@ -67,11 +72,10 @@ def convoy_latency(summary: pd.DataFrame, spans: pd.DataFrame, host: dict) -> Fi
     return fig
 
 
-FIGURES = {"convoy_latency": convoy_latency}
-
-
-def timeline_points(summary: pd.DataFrame) -> list[dict]:
-    """The default switch interval (5 ms, else the middle one) under every interpreter."""
+def timeline_points(ctx: Context) -> list[dict]:
+    """The default switch interval (5 ms, else the middle one) under every interpreter, from
+    ``ctx.summary``."""
+    summary = ctx.summary
     ok = summary[summary["status"] == "ok"]
     if ok.empty:
         return []
@@ -81,11 +85,13 @@ def timeline_points(summary: pd.DataFrame) -> list[dict]:
     return [{"interpreter": r["interpreter"], "switch_interval_ms": r["switch_interval_ms"]} for _, r in sub.iterrows()]
 
 
-def fidelity(summary: pd.DataFrame | None, ncpu: int) -> list[dict]:
+def fidelity(ctx: Context) -> list[dict]:
     """Under the GIL, the sleeper's median delay next to a CPU-bound thread is at least half
     the switch interval (the holder keeps the GIL until the interval has passed since the
     waiter asked: python/cpython#90204), at every interval of 1 ms and more; with the GIL off
-    and a second CPU, under half of it."""
+    and a second CPU (``ctx.ncpu``, the available CPUs), under half of it. Reads
+    ``ctx.summary`` (None when the experiment did not run: no checks)."""
+    summary, ncpu = ctx.summary, ctx.ncpu
     if summary is None:
         return []
     rows = []
@@ -109,3 +115,11 @@ def fidelity(summary: pd.DataFrame | None, ncpu: int) -> list[dict]:
             why = ("without the GIL the sleeper wakes on its own CPU", "the sleeper waited as if for a lock")
             rows.append(check_row(what, f"< {half:g} ms", r["latency_p50_ms"], ok, *why))
     return rows
+
+
+ANALYSIS = Analysis(
+    findings=findings,
+    figures={"convoy_latency": convoy_latency},
+    timeline_points=timeline_points,
+    fidelity=fidelity,
+)

@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from lab import interpreters
-from lab.cli import cli_main
-from experiments.convoy import EXPERIMENT
-from lab.params import check_min
+from lab.params import Declared, param, repeats_field, sample_hz_field
 from lab.results import Measured, RunResult, interleave
 from lab.rounds import Rounds
 from lab.window import Meter
@@ -33,34 +31,28 @@ CONVOY_TASKS = Path(__file__).with_name("tasks.py")
 
 
 @dataclass(frozen=True)
-class Params:
-    """One configuration point of the convoy experiment.
+class Params(Declared):
+    """One configuration point of the convoy experiment (declared once: :mod:`lab.params`).
 
     Raises:
-        ValueError: for a value below its minimum (the message names the field).
+        ValueError: for a value outside its bounds (the message names the field).
     """
 
-    interpreter: str = field(default="default", metadata={"help": "label of an entry of config interpreters"})
-    switch_interval_ms: float = field(default=5.0, metadata={"help": "sys.setswitchinterval, in ms (default 5)"})
-    io_iterations: int = field(default=50, metadata={"help": "sleeps per window"})
-    io_sleep_s: float = field(default=0.01, metadata={"help": "seconds per sleep"})
-    cpu_chunk: int = field(default=200_000, metadata={"help": "loop iterations per counting span"})
-    neighbour: bool = field(default=True, metadata={"help": "run the CPU-bound thread (False: the sleeper alone)"})
-    repeats: int = 6
-    warmup: int = field(default=1, metadata={"help": "untimed runs, a tenth of a window each, before the repeats"})
-    sample_hz: float = 10.0
+    interpreter: str = param("default", in_config=False, help="label of an entry of config interpreters")
+    switch_interval_ms: float = param(
+        5.0, above=0, config=[0.5, 5, 50], unit="ms", help="sys.setswitchinterval (CPython's default: 5)"
+    )
+    io_iterations: int = param(50, min=1, config=25, help="sleeps per window")
+    io_sleep_s: float = param(0.01, above=0, unit="s", help="sleep per iteration")
+    cpu_chunk: int = param(200_000, min=1, help="loop iterations per counting span")
+    neighbour: bool = param(True, in_config=False, help="run the CPU-bound thread (False: the sleeper alone)")
+    repeats: int = repeats_field(6)
+    warmup: int = param(1, min=0, help="untimed runs, a tenth of a window each, before the repeats")
+    sample_hz: float = sample_hz_field()
 
     def cpus_requested(self) -> int:
         """Two threads, one of them asleep most of the time: one CPU."""
         return 1
-
-    def __post_init__(self) -> None:
-        check_min("switch_interval_ms", self.switch_interval_ms, 0.001)
-        check_min("io_sleep_s", self.io_sleep_s, 0.0001)
-        for name in ("io_iterations", "cpu_chunk", "repeats"):
-            check_min(name, getattr(self, name), 1)
-        check_min("warmup", self.warmup, 0)
-        check_min("sample_hz", self.sample_hz, 0.1)
 
     def request(self) -> dict:
         """The request :func:`experiments.convoy.tasks.convoy` runs."""
@@ -123,8 +115,3 @@ def run(
     return interleave(
         lambda p, meter: Runner(p, meter, entry), dataclasses.replace(params, neighbour=True), alone, rounds=rounds
     )
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point: ``python -m experiments.convoy --help``."""
-    return cli_main(EXPERIMENT.name, Params, run, __doc__.splitlines()[0], argv)

@@ -32,6 +32,7 @@ from analysis.plotting import (
 )
 from analysis.timelines import point_of
 from experiments.dataloader import DATASETS
+from lab.contract import Analysis, Context
 
 KEYS = ("dataset", "num_workers")
 
@@ -64,8 +65,10 @@ def _dataset_finding(dataset: str, sub: pd.DataFrame, host: dict) -> str:
     return s
 
 
-def findings(summary: pd.DataFrame, host: dict) -> list[str]:
-    """Per dataset the best num_workers and the data stall there; PyTorch's worker warnings."""
+def findings(ctx: Context) -> list[str]:
+    """Per dataset the best num_workers and the data stall there; PyTorch's worker warnings.
+    Reads ``ctx.summary`` and ``ctx.host`` (what was measured while a point ran)."""
+    summary, host = ctx.summary, ctx.host
     out = []
     for dataset in in_order(summary["dataset"], DATASETS):
         sub = measured(summary[summary["dataset"] == dataset])
@@ -80,8 +83,9 @@ def findings(summary: pd.DataFrame, host: dict) -> list[str]:
     return out
 
 
-def headlines(summary: pd.DataFrame, host: dict) -> list[dict]:
-    """The best num_workers per kind of data."""
+def headlines(ctx: Context) -> list[dict]:
+    """The best num_workers per kind of data, from ``ctx.summary``."""
+    summary = ctx.summary
     parts = []
     for dataset in in_order(summary["dataset"], DATASETS):
         sub = measured(summary[summary["dataset"] == dataset])
@@ -96,9 +100,11 @@ def headlines(summary: pd.DataFrame, host: dict) -> list[dict]:
     )
 
 
-def dataloader_throughput(summary: pd.DataFrame, host: dict) -> Figure:
+def dataloader_throughput(ctx: Context) -> Figure:
     """Speedup over num_workers = 0 against num_workers, one panel per dataset, the clear winner
-    (:func:`analysis.findings.winner`) circled, else "no clear winner" written in the panel."""
+    (:func:`analysis.findings.winner`) circled, else "no clear winner" written in the panel.
+    Reads ``ctx.summary`` and ``ctx.host`` (its available CPUs, in the title)."""
+    summary, host = ctx.summary, ctx.host
     datasets = in_order(summary["dataset"], DATASETS)
     fig, axes = plt.subplots(1, len(datasets), figsize=(4.3 * len(datasets), 4.2), squeeze=False)
     for ax, ds, c in zip(axes[0], datasets, PALETTE):
@@ -123,9 +129,11 @@ def dataloader_throughput(summary: pd.DataFrame, host: dict) -> Figure:
     return fig
 
 
-def dataloader_stall(summary: pd.DataFrame, host: dict) -> Figure:
+def dataloader_stall(ctx: Context) -> Figure:
     """Data-stall share (time the training loop waited inside ``next(iterator)``, % of the
-    epoch's wall time) against num_workers, one line per dataset, with 95% CIs."""
+    epoch's wall time) against num_workers, one line per dataset, with 95% CIs. Reads
+    ``ctx.summary`` and ``ctx.host`` (its available CPUs, in the title)."""
+    summary, host = ctx.summary, ctx.host
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     for ds, c, marker in zip(DATASETS, PALETTE, ("o", "s", "^")):
         sub = summary[(summary["dataset"] == ds) & (summary["status"] == "ok")].sort_values("num_workers")
@@ -155,11 +163,10 @@ def dataloader_stall(summary: pd.DataFrame, host: dict) -> Figure:
     return fig
 
 
-FIGURES = {"dataloader_throughput": dataloader_throughput, "dataloader_stall": dataloader_stall}
-
-
-def timeline_points(summary: pd.DataFrame) -> list[dict]:
-    """Per dataset, num_workers = 0 and the best num_workers > 0 (by speedup, else the largest)."""
+def timeline_points(ctx: Context) -> list[dict]:
+    """Per dataset, num_workers = 0 and the best num_workers > 0 (by speedup, else the largest),
+    from ``ctx.summary``."""
+    summary = ctx.summary
     ok = summary[summary["status"] == "ok"]
     points = []
     for ds in in_order(ok["dataset"], DATASETS):
@@ -170,3 +177,11 @@ def timeline_points(summary: pd.DataFrame) -> list[dict]:
             pick_at = more["speedup"].idxmax() if more["speedup"].notna().any() else more["num_workers"].idxmax()
             points.append(point_of(more.loc[pick_at], KEYS))
     return points
+
+
+ANALYSIS = Analysis(
+    findings=findings,
+    headlines=headlines,
+    figures={"dataloader_throughput": dataloader_throughput, "dataloader_stall": dataloader_stall},
+    timeline_points=timeline_points,
+)

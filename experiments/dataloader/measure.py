@@ -37,8 +37,6 @@ import warnings
 from dataclasses import dataclass
 from typing import Literal
 
-from lab.cli import cli_main
-from experiments.dataloader import EXPERIMENT
 from lab.fetch import TimedFetch, loop_spans, timed_collate
 from lab.params import Declared, param, repeats_field, sample_hz_field
 from lab.results import Measured, RunResult, interleave
@@ -77,7 +75,9 @@ class Params(Declared):
     repeats: int = repeats_field(6, help="measured epochs")
     sample_hz: float = sample_hz_field()
     start_method: Literal["fork", "forkserver", "spawn"] = param(
-        "fork", in_config=False, help="multiprocessing start method of the workers (the startmethod experiment sweeps it)"
+        "fork",
+        in_config=False,
+        help="multiprocessing start method of the workers (the startmethod experiment sweeps it)",
     )
 
     def cpus_requested(self) -> int:
@@ -222,8 +222,3 @@ def run(params: Params, baseline: Params | None = None, rounds: Rounds | None = 
         where it was made (``worker-<i>``, or ``main`` with ``num_workers = 0``).
     """
     return interleave(Runner, params, baseline, rounds=rounds)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point: ``python -m experiments.dataloader --help``."""
-    return cli_main(EXPERIMENT.name, Params, run, __doc__.splitlines()[0], argv)

@@ -13,8 +13,9 @@ from matplotlib.figure import Figure
 from analysis.capacity import cpus_text, note, one_cpu_note
 from analysis.findings import fmt_transfer, fmt_x, in_order, pick, winner
 from analysis.plotting import SPEEDUP, noisy_mask, plt, yerr
-from experiments.gil import MODES, WORKLOADS
-from experiments.gil.checks import fidelity, gil_on, with_interpreter
+from experiments.gil import MODES, WORKLOADS, checks
+from experiments.gil.checks import gil_on, with_interpreter
+from lab.contract import Analysis, Context
 from lab.interpreters import DEFAULT, named
 
 #: The label of the pipeline's own Python in the default config: the timeline's reference.
@@ -111,10 +112,11 @@ def across(summary: pd.DataFrame, host: dict, workload: str = "cpu") -> str | No
     return f"{WORKLOADS[workload]}, {n} threads over sequential: " + "; ".join(parts) + "."
 
 
-def findings(summary: pd.DataFrame, host: dict) -> list[str]:
+def findings(ctx: Context) -> list[str]:
     """Per interpreter, workload and task count, what threads and processes gave over
-    sequential; what the CPU-bound threads say about the GIL; the interpreters side by side."""
-    summary = with_interpreter(summary)
+    sequential; what the CPU-bound threads say about the GIL; the interpreters side by side.
+    Reads ``ctx.summary`` and ``ctx.host`` (interpreters, available CPUs, what was measured)."""
+    summary, host = with_interpreter(ctx.summary), ctx.host
     out = []
     several = summary["interpreter"].nunique() > 1
     for label in labels(summary, host):
@@ -128,10 +130,11 @@ def findings(summary: pd.DataFrame, host: dict) -> list[str]:
     return out
 
 
-def headlines(summary: pd.DataFrame, host: dict) -> list[dict]:
+def headlines(ctx: Context) -> list[dict]:
     """Processes or threads for CPU-bound Python, at the fewest tasks swept, under the first
-    interpreter; where an interpreter ran with the GIL off, its threads too."""
-    summary = with_interpreter(summary)
+    interpreter; where an interpreter ran with the GIL off, its threads too. Reads
+    ``ctx.summary`` and ``ctx.host`` (the interpreters' config order)."""
+    summary, host = with_interpreter(ctx.summary), ctx.host
     cpu = summary[(summary["workload"] == "cpu") & summary["speedup"].notna()]
     if cpu.empty:
         return []
@@ -177,9 +180,10 @@ def seed_comparison(summary: pd.DataFrame, host: dict) -> list[dict]:
     return rows
 
 
-def tables(summary: pd.DataFrame, host: dict) -> list[dict]:
-    """The seed article's published timings beside this machine's ratio, as a report table."""
-    summary = with_interpreter(summary)
+def tables(ctx: Context) -> list[dict]:
+    """The seed article's published timings beside this machine's ratio, as a report table.
+    Reads ``ctx.summary`` and ``ctx.host`` (the interpreters' order and names)."""
+    summary, host = with_interpreter(ctx.summary), ctx.host
     rows = seed_comparison(summary, host)
     if not rows:
         return []
@@ -233,10 +237,11 @@ def _ideal(workload: str, workers: int, ncpu: int) -> float:
     return float(workers) if workload == "io" else float(min(workers, ncpu))
 
 
-def gil_speedup(summary: pd.DataFrame, host: dict) -> Figure:
+def gil_speedup(ctx: Context) -> Figure:
     """Speedup over sequential of threads and processes: one row of panels per interpreter,
-    one panel per workload, bars per task count and mode."""
-    summary = with_interpreter(summary)
+    one panel per workload, bars per task count and mode. Reads ``ctx.summary`` and
+    ``ctx.host`` (the interpreters' order; its available CPUs for the ideal lines)."""
+    summary, host = with_interpreter(ctx.summary), ctx.host
     workloads = in_order(summary["workload"], WORKLOADS)
     interps = labels(summary, host)
     ncpu = host.get("available_cpus") or 1
@@ -274,16 +279,11 @@ def gil_speedup(summary: pd.DataFrame, host: dict) -> Figure:
     return fig
 
 
-FIGURES = {"gil_speedup": gil_speedup}
-
-#: The theory checks (``fidelity``) live in :mod:`experiments.gil.checks`.
-__all__ = ["FIGURES", "fidelity", "findings", "headlines", "tables", "timeline_points"]
-
-
-def timeline_points(summary: pd.DataFrame) -> list[dict]:
+def timeline_points(ctx: Context) -> list[dict]:
     """The CPU-bound workload (else the first measured one), fewest tasks: every mode under the
-    first interpreter, then the threads under each other one (GIL against free-threaded)."""
-    summary = with_interpreter(summary)
+    first interpreter, then the threads under each other one (GIL against free-threaded), from
+    ``ctx.summary``."""
+    summary = with_interpreter(ctx.summary)
     ok = summary[summary["status"] == "ok"]
     if ok.empty:
         return []
@@ -298,3 +298,20 @@ def timeline_points(summary: pd.DataFrame) -> list[dict]:
     rest = sub[sub["interpreter"].isin(others) & (sub["mode"] == "threads")]
     keys = ("interpreter", "workload", "mode", "workers")
     return [{k: r[k] for k in keys} for _, r in pd.concat([mine, rest]).iterrows()]
+
+
+def fidelity(ctx: Context) -> list[dict]:
+    """The theory checks per interpreter (:func:`experiments.gil.checks.fidelity`, where they
+    live): reads ``ctx.summary`` (None when the experiment did not run), ``ctx.ncpu`` (the
+    available CPUs) and ``ctx.host`` (quota, SMT siblings, what was measured while it ran)."""
+    return checks.fidelity(ctx.summary, ctx.ncpu, ctx.host)
+
+
+ANALYSIS = Analysis(
+    findings=findings,
+    headlines=headlines,
+    tables=tables,
+    figures={"gil_speedup": gil_speedup},
+    timeline_points=timeline_points,
+    fidelity=fidelity,
+)

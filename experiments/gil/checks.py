@@ -1,6 +1,6 @@
 """GIL experiment, theory checks (the report's "Can these numbers be trusted?"): what the GIL
-and the available CPUs let each mode reach, per interpreter. Re-exported by
-:mod:`experiments.gil.analysis` as its ``fidelity`` hook."""
+and the available CPUs let each mode reach, per interpreter. Called by
+:mod:`experiments.gil.analysis` from its ``fidelity`` hook."""
 
 from __future__ import annotations
 

@@ -31,14 +31,12 @@ CPU-bound threads scale like processes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from lab import interpreters
-from lab.cli import cli_main
-from experiments.gil import EXPERIMENT
-from lab.params import check_min
+from lab.params import Declared, param, repeats_field, sample_hz_field
 from lab.results import Measured, RunResult, interleave
 from lab.rounds import Rounds
 from lab.window import Meter
@@ -48,46 +46,42 @@ PAYLOAD = Path(interpreters.__file__).with_name("pytasks.py")
 
 
 @dataclass(frozen=True)
-class Params:
-    """One configuration point of the gil experiment.
+class Params(Declared):
+    """One configuration point of the gil experiment (declared once: :mod:`lab.params`).
 
     Raises:
-        ValueError: for a count below its minimum (the message names the field).
+        ValueError: for a value outside its bounds (the message names the field).
     """
 
-    interpreter: str = field(default="default", metadata={"help": "label of an entry of config interpreters"})
-    workload: Literal["cpu", "io", "release", "shared"] = field(
-        default="cpu",
-        metadata={
-            "help": "cpu: counting loop; io: sleep loop; release: sha256 (releases the GIL); shared: one list and dict"
-        },
+    interpreter: str = param("default", in_config=False, help="label of an entry of config interpreters")
+    workload: Literal["cpu", "io", "release", "shared"] = param(
+        "cpu",
+        config=["cpu", "io", "release", "shared"],
+        help="cpu: pure-Python counting loop; io: loop with time.sleep; release: hashlib.sha256 "
+        "(C code that releases the GIL); shared: threads on one shared list and dict",
     )
-    mode: Literal["sequential", "threads", "processes"] = "sequential"
-    workers: int = field(default=2, metadata={"help": "number of tasks (and threads or processes)"})
-    cpu_iterations: int = field(default=12_000_000, metadata={"help": "loop iterations per CPU-bound task"})
-    io_iterations: int = field(default=100, metadata={"help": "sleeps per I/O-bound task"})
-    io_sleep_s: float = field(default=0.01, metadata={"help": "seconds slept per I/O iteration"})
-    release_iterations: int = field(default=400, metadata={"help": "sha256 digests per release task"})
-    release_kb: int = field(default=1024, metadata={"help": "KiB hashed per digest"})
-    shared_iterations: int = field(default=4_000_000, metadata={"help": "appends and dict updates per shared task"})
-    chunks: int = field(default=20, metadata={"help": "spans recorded per task"})
-    repeats: int = 6
-    warmup: int = field(default=1, metadata={"help": "untimed runs, a tenth of a task each, before the repeats"})
-    sample_hz: float = 10.0
+    mode: Literal["sequential", "threads", "processes"] = param(
+        "sequential",
+        config=["sequential", "threads", "processes"],
+        help="sequential: tasks one after another; threads: a thread per task; processes: a process per task",
+    )
+    workers: int = param(2, min=1, config=[2, 4], help="tasks per run (and threads or processes)")
+    cpu_iterations: int = param(12_000_000, min=1, config=3_000_000, help="loop iterations per CPU-bound task")
+    io_iterations: int = param(100, min=1, config=25, help="sleeps per I/O-bound task")
+    io_sleep_s: float = param(0.01, min=0, unit="s", help="sleep per I/O iteration")
+    release_iterations: int = param(400, min=1, config=100, help="sha256 digests per release task")
+    release_kb: int = param(1024, min=1, unit="KiB", help="data hashed per digest")
+    shared_iterations: int = param(
+        4_000_000, min=1, config=1_000_000, help="append, pop and dict update rounds per shared task"
+    )
+    chunks: int = param(20, min=1, help="spans recorded per task")
+    repeats: int = repeats_field(6)
+    warmup: int = param(1, min=0, help="untimed runs, a tenth of a task each, before the repeats")
+    sample_hz: float = sample_hz_field()
 
     def cpus_requested(self) -> int:
         """CPUs this point asks for at once: ``workers`` threads or processes (1 when sequential)."""
         return 1 if self.mode == "sequential" else self.workers
-
-    def __post_init__(self) -> None:
-        for name in ("workers", "cpu_iterations", "io_iterations", "release_iterations", "release_kb"):
-            check_min(name, getattr(self, name), 1)
-        check_min("shared_iterations", self.shared_iterations, 1)
-        check_min("io_sleep_s", self.io_sleep_s, 0)
-        check_min("chunks", self.chunks, 1)
-        check_min("repeats", self.repeats, 1)
-        check_min("warmup", self.warmup, 0)
-        check_min("sample_hz", self.sample_hz, 0.1)
 
     @property
     def iterations(self) -> int:
@@ -148,8 +142,3 @@ def run(
     if not probe["ok"]:
         return RunResult.skipped(probe["reason"])
     return interleave(lambda p, meter: Runner(p, meter, probe), params, baseline, rounds=rounds)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point: ``python -m experiments.gil --help``."""
-    return cli_main(EXPERIMENT.name, Params, run, __doc__.splitlines()[0], argv)

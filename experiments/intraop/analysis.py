@@ -12,6 +12,7 @@ from analysis.findings import best_row, fmt_transfer, fmt_x, measured, num, pick
 from analysis.plotting import PALETTE, baseline_text, cpus_text, not_measured_panel, plt, speedup_line, speedup_note
 from analysis.plotting import ymax as speedup_top
 from experiments.intraop import EXPERIMENT, WORKLOADS
+from lab.contract import Analysis, Context
 
 
 def _threads(row) -> str:
@@ -54,9 +55,11 @@ def _bf16_finding(summary: pd.DataFrame) -> list[str]:
     ]
 
 
-def findings(summary: pd.DataFrame, host: dict) -> list[str]:
+def findings(ctx: Context) -> list[str]:
     """Per workload the best thread count and the efficiency at all CPUs (or why it was not
-    measured); bfloat16 against float32 where both were measured."""
+    measured); bfloat16 against float32 where both were measured. Reads ``ctx.summary`` and
+    ``ctx.host`` (its available CPUs, what was measured while a point ran)."""
+    summary, host = ctx.summary, ctx.host
     out = []
     for workload in summary["workload"].unique():
         sub = measured(summary[summary["workload"] == workload])
@@ -69,11 +72,13 @@ def findings(summary: pd.DataFrame, host: dict) -> list[str]:
     return out + _bf16_finding(summary)
 
 
-def headlines(summary: pd.DataFrame, host: dict, replicates: pd.DataFrame | None = None) -> list[dict]:
+def headlines(ctx: Context) -> list[dict]:
     """The best intra-op thread count per workload, and whether bfloat16 pays for the one
     operator measured, a square matmul of the config's size: said in the question, since a
     matmul's gain is not a model's (``topic`` ``precision``, ``scope`` ``operator``: the report
-    puts a model's own figure first where the workload measured one)."""
+    puts a model's own figure first where the workload measured one). Reads ``ctx.summary`` and
+    ``ctx.replicates`` (its ``matmul_size`` column, where present; "one matmul" without it)."""
+    summary, replicates = ctx.summary, ctx.replicates
     parts = []
     for workload in summary["workload"].unique():
         sub = measured(summary[summary["workload"] == workload])
@@ -120,11 +125,13 @@ def _scaling_panel(ax, sub: pd.DataFrame, colour: str, title: str, ncpu) -> None
     ax.legend(loc="lower right", fontsize=8)
 
 
-def intraop_scaling(summary: pd.DataFrame, host: dict) -> Figure:
+def intraop_scaling(ctx: Context) -> Figure:
     """Speedup over 1 intra-op thread against threads per workload, with ideal linear scaling.
+    Reads ``ctx.summary`` and ``ctx.host`` (its available CPUs: the ideal line's end).
 
     A workload without any measured point (e.g. ``matmul_bf16`` skipped on a CPU without
     native bf16) gets a panel that says so and why, instead of an empty axis."""
+    summary, host = ctx.summary, ctx.host
     workloads = list(summary["workload"].unique())
     ncpu = host.get("available_cpus")
     fig, axes = plt.subplots(1, len(workloads), figsize=(4.5 * len(workloads), 4.2), squeeze=False)
@@ -140,14 +147,13 @@ def intraop_scaling(summary: pd.DataFrame, host: dict) -> Figure:
     return fig
 
 
-FIGURES = {"intraop_scaling": intraop_scaling}
-
-
-def fidelity(summary: pd.DataFrame | None, ncpu: int, host: dict) -> list[dict]:
-    """Theory check: 1024^2 matmul GFLOP/s with threads = available CPUs over 1 thread, at least
-    0.75 x the CPUs the machine delivered to them in the same rounds (the capacity probe; the
-    available CPUs where it did not run): dense matmul is compute-bound and splits evenly over
-    cores."""
+def fidelity(ctx: Context) -> list[dict]:
+    """Theory check: 1024^2 matmul GFLOP/s with threads = available CPUs (``ctx.ncpu``) over 1
+    thread, at least 0.75 x the CPUs the machine delivered to them in the same rounds (the
+    capacity probe; the available CPUs where it did not run): dense matmul is compute-bound and
+    splits evenly over cores. Reads ``ctx.summary`` (None when the experiment did not run) and
+    ``ctx.host`` (what was measured while it ran, for the reason of a warning)."""
+    summary, ncpu, host = ctx.summary, ctx.ncpu, ctx.host
     generic = (
         "no quota throttling, steal, other process or SMT sibling was measured; memory bandwidth is what "
         "remains (possibility, not measured)"
@@ -162,3 +168,11 @@ def fidelity(summary: pd.DataFrame | None, ncpu: int, host: dict) -> list[dict]:
         lambda r, s: capacity_reason(r, s, ncpu, generic, host, f"matmul on {plural(ncpu, 'thread')}"),
     )
     return [row]
+
+
+ANALYSIS = Analysis(
+    findings=findings,
+    headlines=headlines,
+    figures={"intraop_scaling": intraop_scaling},
+    fidelity=fidelity,
+)

@@ -22,13 +22,11 @@ inter-op threads are set to 1. Before every measured window the thread count is 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from lab.capabilities import native_bf16
-from lab.cli import cli_main
-from experiments.intraop import EXPERIMENT
-from lab.params import check_min
+from lab.params import Declared, param, repeats_field, sample_hz_field
 from lab.results import Measured, RunResult, interleave
 from lab.rounds import Rounds
 from lab.threads import set_torch_threads
@@ -36,34 +34,52 @@ from lab.window import Meter
 
 
 @dataclass(frozen=True)
-class Params:
-    """One configuration point of the intraop experiment.
+class Params(Declared):
+    """One configuration point of the intraop experiment (declared once: :mod:`lab.params`).
 
     Raises:
-        ValueError: for a value below its minimum (the message names the field).
+        ValueError: for a value outside its bounds (the message names the field).
     """
 
-    workload: Literal["matmul", "matmul_bf16", "mlp", "tiny"] = "matmul"
-    threads: int = field(default=1, metadata={"help": "intra-op threads (torch.set_num_threads)"})
-    matmul_size: int = 1024
-    batch_size: int = field(default=256, metadata={"help": "batch of the mlp workload"})
-    iterations: int = field(default=20, metadata={"help": "timed iterations per repeat"})
-    warmup: int = field(default=3, metadata={"help": "untimed iterations before the repeats"})
-    repeats: int = 6
-    sample_hz: float = 10.0
-    bf16: Literal["native", "any"] = field(
-        default="native", metadata={"help": "matmul_bf16: measure only with native bf16 (native) or always (any)"}
+    workload: Literal["matmul", "matmul_bf16", "mlp", "tiny"] = param(
+        "matmul",
+        config=["matmul", "matmul_bf16", "mlp", "tiny"],
+        help="matmul, matmul_bf16: a square matrix product; mlp: an MLP training step; "
+        "tiny: a step too small for threads",
+    )
+    threads: int = param(
+        1,
+        min=1,
+        config="auto",
+        symbols=("auto",),
+        help=(
+            "intra-op threads (torch.set_num_threads); auto: 1, 2, 4, ... up to the available CPUs"
+            " and their number, plus 2 x available CPUs"
+        ),
+    )
+    matmul_size: int = param(1024, min=1, help="side of the square matrices of the matmul workloads")
+    batch_size: int = param(256, min=1, unit="samples", help="batch of the mlp workload")
+    iterations: int = param(
+        20,
+        min=1,
+        per_key=True,
+        config={"matmul": 20, "matmul_bf16": 20, "mlp": 50, "tiny": 2000},
+        help="timed iterations per repeat, per workload",
+    )
+    warmup: int = param(3, min=0, help="untimed iterations before the repeats")
+    repeats: int = repeats_field(6)
+    sample_hz: float = sample_hz_field()
+    bf16: Literal["native", "any"] = param(
+        "native",
+        help=(
+            "matmul_bf16 points: measured only where the CPU has native bf16 (native; elsewhere"
+            " skipped with the reason) or always (any)"
+        ),
     )
 
     def cpus_requested(self) -> int:
         """CPUs this point asks for at once: the intra-op threads."""
         return self.threads
-
-    def __post_init__(self) -> None:
-        for name in ("threads", "matmul_size", "batch_size", "iterations", "repeats"):
-            check_min(name, getattr(self, name), 1)
-        check_min("warmup", self.warmup, 0)
-        check_min("sample_hz", self.sample_hz, 0.1)
 
 
 def make_workload(params: Params):
@@ -144,8 +160,3 @@ def run(params: Params, baseline: Params | None = None, rounds: Rounds | None = 
             info = set_torch_threads(params.threads, inter_op=1)
             return RunResult.skipped(reason, **info)
     return interleave(Runner, params, baseline, rounds=rounds)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point: ``python -m experiments.intraop --help``."""
-    return cli_main(EXPERIMENT.name, Params, run, __doc__.splitlines()[0], argv)

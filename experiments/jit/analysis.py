@@ -12,6 +12,7 @@ from matplotlib.figure import Figure
 from analysis.findings import fmt_x, in_order, pick
 from analysis.plotting import PALETTE, SPEEDUP, noisy_mask, plt, speedup_note, yerr
 from experiments.jit import MODES
+from lab.contract import Analysis, Context
 
 
 def _mode_part(r: pd.Series, eager: pd.Series | None) -> str:
@@ -38,8 +39,10 @@ def _mode_part(r: pd.Series, eager: pd.Series | None) -> str:
     return part
 
 
-def findings(summary: pd.DataFrame, host: dict) -> list[str]:
-    """Per model, eager's latency and every other mode's speedup and up-front cost."""
+def findings(ctx: Context) -> list[str]:
+    """Per model, eager's latency and every other mode's speedup and up-front cost, from
+    ``ctx.summary``."""
+    summary = ctx.summary
     out = []
     for model in summary["model"].unique():
         sub = summary[summary["model"] == model]
@@ -50,8 +53,10 @@ def findings(summary: pd.DataFrame, host: dict) -> list[str]:
     return out
 
 
-def headlines(summary: pd.DataFrame, host: dict) -> list[dict]:
-    """Per model, the mode that is clearly faster than eager at steady state, if any."""
+def headlines(ctx: Context) -> list[dict]:
+    """Per model, the mode that is clearly faster than eager at steady state, if any, from
+    ``ctx.summary``."""
+    summary = ctx.summary
     parts = []
     for model in summary["model"].unique():
         sub = summary[(summary["model"] == model) & summary["speedup"].notna() & (summary["mode"] != "eager")]
@@ -68,9 +73,10 @@ def headlines(summary: pd.DataFrame, host: dict) -> list[dict]:
     )
 
 
-def jit_latency(summary: pd.DataFrame, host: dict) -> Figure:
+def jit_latency(ctx: Context) -> Figure:
     """Steady-state speedup over eager per mode (left; eager measured interleaved in the same
-    job) and up-front cost, setup plus first call (right, log scale)."""
+    job) and up-front cost, setup plus first call (right, log scale), from ``ctx.summary``."""
+    summary = ctx.summary
     models = list(summary["model"].unique())
     modes = in_order(summary["mode"], MODES)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4.2))
@@ -108,4 +114,4 @@ def jit_latency(summary: pd.DataFrame, host: dict) -> Figure:
     return fig
 
 
-FIGURES = {"jit_latency": jit_latency}
+ANALYSIS = Analysis(findings=findings, headlines=headlines, figures={"jit_latency": jit_latency})

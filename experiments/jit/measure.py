@@ -23,13 +23,11 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from lab.capabilities import cxx_compiler
-from lab.cli import cli_main
-from experiments.jit import EXPERIMENT
-from lab.params import check_min
+from lab.params import Declared, param, repeats_field, sample_hz_field
 from lab.results import Measured, RunResult, interleave
 from lab.rounds import Rounds
 from lab.threads import set_torch_threads
@@ -37,30 +35,32 @@ from lab.window import Meter
 
 
 @dataclass(frozen=True)
-class Params:
-    """One configuration point of the jit experiment.
+class Params(Declared):
+    """One configuration point of the jit experiment (declared once: :mod:`lab.params`).
 
     Raises:
-        ValueError: for a value below its minimum (the message names the field).
+        ValueError: for a value outside its bounds (the message names the field).
     """
 
-    model: Literal["mlp", "cnn"] = "mlp"
-    mode: Literal["eager", "script", "trace", "compile"] = "eager"
-    threads: int = field(default=1, metadata={"help": "intra-op threads"})
-    iterations: int = field(default=200, metadata={"help": "timed calls per repeat"})
-    warmup_calls: int = 20
-    repeats: int = 6
-    sample_hz: float = 10.0
+    model: Literal["mlp", "cnn"] = param(
+        "mlp", config=["mlp", "cnn"], help="mlp: 256 -> 512 -> 512 -> 10 on a batch of 64; cnn: three conv layers"
+    )
+    mode: Literal["eager", "script", "trace", "compile"] = param(
+        "eager",
+        config=["eager", "script", "trace", "compile"],
+        help="eager: the nn.Module; script, trace: TorchScript; compile: torch.compile (inductor)",
+    )
+    threads: int = param(1, min=1, help="intra-op threads")
+    iterations: int = param(
+        200, min=1, per_key=True, config={"mlp": 200, "cnn": 50}, help="timed calls per repeat, per model"
+    )
+    warmup_calls: int = param(20, min=0, help="untimed calls before the repeats")
+    repeats: int = repeats_field(6)
+    sample_hz: float = sample_hz_field()
 
     def cpus_requested(self) -> int:
         """CPUs this point asks for at once: the intra-op threads."""
         return self.threads
-
-    def __post_init__(self) -> None:
-        for name in ("threads", "iterations", "repeats"):
-            check_min(name, getattr(self, name), 1)
-        check_min("warmup_calls", self.warmup_calls, 0)
-        check_min("sample_hz", self.sample_hz, 0.1)
 
 
 def make_model(name: str):
@@ -161,8 +161,3 @@ def run(params: Params, baseline: Params | None = None, rounds: Rounds | None = 
             reason = f"torch.compile needs a working C++ compiler; inductor found none ({why})"
             return RunResult.skipped(reason, **info)
     return interleave(Runner, params, baseline, rounds=rounds)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point: ``python -m experiments.jit --help``."""
-    return cli_main(EXPERIMENT.name, Params, run, __doc__.splitlines()[0], argv)

@@ -3,13 +3,13 @@ oversubscription cost, the throughput chart and the points the timeline shows.""
 
 from __future__ import annotations
 
-import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.capacity import note, one_cpu_note
 from analysis.findings import fmt_transfer, fmt_x, measured, num, plural, unranked_text, winner
 from analysis.plotting import PALETTE, baseline_text, cpus_text, plt, speedup_line, speedup_note
 from analysis.timelines import point_of
+from lab.contract import Analysis, Context
 
 KEYS = ("processes", "threads")
 
@@ -18,9 +18,11 @@ def _split(row) -> str:
     return f"{int(row['processes'])} x {int(row['threads'])}"
 
 
-def findings(summary: pd.DataFrame, host: dict) -> list[str]:
+def findings(ctx: Context) -> list[str]:
     """The best split (or that none is clearly faster than 1 x 1) and, if any point was
-    oversubscribed, the worst of those against it."""
+    oversubscribed, the worst of those against it. Reads ``ctx.summary`` and ``ctx.host`` (its
+    available CPUs, what was measured while a point ran)."""
+    summary, host = ctx.summary, ctx.host
     ok = measured(summary)
     if ok.empty:
         return []
@@ -51,8 +53,9 @@ def findings(summary: pd.DataFrame, host: dict) -> list[str]:
     return out
 
 
-def headlines(summary: pd.DataFrame, host: dict) -> list[dict]:
-    """The best processes x threads split for training."""
+def headlines(ctx: Context) -> list[dict]:
+    """The best processes x threads split for training, from ``ctx.summary``."""
+    summary = ctx.summary
     ok = measured(summary)
     if ok.empty:
         return []
@@ -67,9 +70,11 @@ def headlines(summary: pd.DataFrame, host: dict) -> list[dict]:
     return [{"question": "How many training processes x intra-op threads?", "answer": answer}]
 
 
-def multiprocessing_throughput(summary: pd.DataFrame, host: dict) -> Figure:
+def multiprocessing_throughput(ctx: Context) -> Figure:
     """Speedup of total training samples/s over 1 process x 1 thread, against processes, one
-    line per threads-per-process; oversubscribed points marked."""
+    line per threads-per-process; oversubscribed points marked. Reads ``ctx.summary`` and
+    ``ctx.host`` (its available CPUs: the ideal line)."""
+    summary, host = ctx.summary, ctx.host
     fig, ax = plt.subplots(figsize=(9.5, 4.4))
     ncpu = host.get("available_cpus")
     for j, (threads, sub) in enumerate(summary.groupby("threads")):
@@ -111,11 +116,10 @@ def multiprocessing_throughput(summary: pd.DataFrame, host: dict) -> Figure:
     return fig
 
 
-FIGURES = {"multiprocessing_throughput": multiprocessing_throughput}
-
-
-def timeline_points(summary: pd.DataFrame) -> list[dict]:
-    """1 x 1, the best point and the point with the most threads in all (P x T)."""
+def timeline_points(ctx: Context) -> list[dict]:
+    """1 x 1, the best point and the point with the most threads in all (P x T), from
+    ``ctx.summary``."""
+    summary = ctx.summary
     ok = summary[summary["status"] == "ok"]
     if ok.empty:
         return []
@@ -123,3 +127,11 @@ def timeline_points(summary: pd.DataFrame) -> list[dict]:
     best = ok[ok["best"]]
     most = ok.loc[[(ok["processes"] * ok["threads"]).idxmax()]]
     return [point_of(r, KEYS) for part in (base, best, most) for _, r in part.head(1).iterrows()]
+
+
+ANALYSIS = Analysis(
+    findings=findings,
+    headlines=headlines,
+    figures={"multiprocessing_throughput": multiprocessing_throughput},
+    timeline_points=timeline_points,
+)

@@ -22,46 +22,42 @@ from __future__ import annotations
 import queue as queue_mod
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
-from lab.cli import cli_main
-from experiments.multiprocessing import EXPERIMENT
-from lab.params import check_min
+from lab.params import Declared, param, repeats_field, sample_hz_field
 from lab.results import Measured, RunResult, interleave
 from lab.rounds import Rounds
 from lab.window import Meter
 
 
 @dataclass(frozen=True)
-class Params:
-    """One configuration point of the multiprocessing experiment.
+class Params(Declared):
+    """One configuration point of the multiprocessing experiment (declared once: :mod:`lab.params`).
 
     Raises:
-        ValueError: for a count below its minimum (the message names the field).
+        ValueError: for a value outside its bounds (the message names the field).
     """
 
-    processes: int = field(default=2, metadata={"help": "number of training processes (P)"})
-    threads: int = field(default=1, metadata={"help": "intra-op threads per process (T)"})
-    steps: int = field(default=200, metadata={"help": "SGD steps per process per repeat"})
-    batch_size: int = 64
-    in_features: int = 64
-    hidden: int = 256
-    warmup_steps: int = 10
-    repeats: int = 6
-    sample_hz: float = 10.0
-    start_method: Literal["fork", "forkserver", "spawn"] = "fork"
-    timeout_s: float = field(default=600.0, metadata={"help": "give up waiting for a worker after this"})
+    processes: int = param(2, min=1, config=[1, 2, 4], help="training processes (P)")
+    threads: int = param(1, min=1, config=[1, 2], help="intra-op threads per process (T)")
+    steps: int = param(200, min=1, config=100, help="SGD steps per process per repeat")
+    batch_size: int = param(64, min=1, unit="samples", help="batch of one SGD step")
+    in_features: int = param(64, min=1, in_config=False, help="input features of the MLP")
+    hidden: int = param(256, min=1, in_config=False, help="hidden units of the MLP")
+    warmup_steps: int = param(10, min=0, help="untimed SGD steps per process before the repeats")
+    repeats: int = repeats_field(6)
+    sample_hz: float = sample_hz_field()
+    start_method: Literal["fork", "forkserver", "spawn"] = param(
+        "fork", help="multiprocessing start method of the workers"
+    )
+    timeout_s: float = param(
+        600.0, above=0, in_config=False, unit="s", help="give up waiting for a worker after this long"
+    )
 
     def cpus_requested(self) -> int:
         """CPUs this point asks for at once: processes x intra-op threads per process."""
         return self.processes * self.threads
-
-    def __post_init__(self) -> None:
-        for name in ("processes", "threads", "steps", "batch_size", "in_features", "hidden", "repeats"):
-            check_min(name, getattr(self, name), 1)
-        check_min("warmup_steps", self.warmup_steps, 0)
-        check_min("sample_hz", self.sample_hz, 0.1)
 
     @property
     def steps_per_span(self) -> int:
@@ -205,8 +201,3 @@ def run(params: Params, baseline: Params | None = None, rounds: Rounds | None = 
         RuntimeError: if a worker fails or reports threads other than requested.
     """
     return interleave(Runner, params, baseline, rounds=rounds)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point: ``python -m experiments.multiprocessing --help``."""
-    return cli_main(EXPERIMENT.name, Params, run, __doc__.splitlines()[0], argv)

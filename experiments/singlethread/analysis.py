@@ -10,8 +10,9 @@ from matplotlib.patches import Patch
 
 from analysis.findings import fmt_x, in_order
 from analysis.plotting import PALETTE, noisy_mask, plt, yerr
-from lab.interpreters import named
 from experiments.singlethread import WORKLOADS
+from lab.contract import Analysis, Context
+from lab.interpreters import named
 
 
 def _reference(host: dict) -> str:
@@ -27,9 +28,11 @@ def _measured(summary: pd.DataFrame, host: dict) -> pd.DataFrame:
     return ok.sort_values("interpreter", key=lambda s: s.map(lambda x: rank.get(x, len(rank))), kind="stable")
 
 
-def findings(summary: pd.DataFrame, host: dict) -> list[str]:
+def findings(ctx: Context) -> list[str]:
     """Per interpreter and workload: one thread's speed over the reference's, and how much
-    slower or faster that is."""
+    slower or faster that is. Reads ``ctx.summary`` and ``ctx.host`` (its interpreters: the
+    reference is the first)."""
+    summary, host = ctx.summary, ctx.host
     ref = named(_reference(host), host)
     out = []
     for _, r in _measured(summary, host).iterrows():
@@ -48,8 +51,10 @@ def findings(summary: pd.DataFrame, host: dict) -> list[str]:
     return out
 
 
-def headlines(summary: pd.DataFrame, host: dict) -> list[dict]:
-    """What the free-threaded build costs one thread of CPU-bound Python."""
+def headlines(ctx: Context) -> list[dict]:
+    """What the free-threaded build costs one thread of CPU-bound Python. Reads ``ctx.summary``
+    and ``ctx.host`` (its interpreters: the reference is the first)."""
+    summary, host = ctx.summary, ctx.host
     ok = _measured(summary, host)
     cpu = ok[ok["workload"] == "cpu"]
     if cpu.empty:
@@ -66,8 +71,10 @@ def _tick(ok: pd.DataFrame, label: str) -> str:
     return f"{label}\n(GIL {'on' if bool(rows['gil_enabled'].dropna().iloc[0]) else 'off'})"
 
 
-def singlethread_ratio(summary: pd.DataFrame, host: dict) -> Figure:
-    """One bar per interpreter and workload: one thread's throughput over the reference's."""
+def singlethread_ratio(ctx: Context) -> Figure:
+    """One bar per interpreter and workload: one thread's throughput over the reference's.
+    Reads ``ctx.summary`` and ``ctx.host`` (its interpreters: the reference is the first)."""
+    summary, host = ctx.summary, ctx.host
     ok = _measured(summary, host)
     labels = list(dict.fromkeys(ok["interpreter"])) or ["(none measured)"]
     workloads = in_order(ok["workload"], WORKLOADS)
@@ -114,4 +121,4 @@ def singlethread_ratio(summary: pd.DataFrame, host: dict) -> Figure:
     return fig
 
 
-FIGURES = {"singlethread_ratio": singlethread_ratio}
+ANALYSIS = Analysis(findings=findings, headlines=headlines, figures={"singlethread_ratio": singlethread_ratio})

@@ -17,16 +17,14 @@ locking compiled in).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from lab import interpreters
-from lab.cli import cli_main
-from lab.params import check_min
+from lab.params import Declared, param, sample_hz_field
 from lab.results import Measured, RunResult, interleave
 from lab.rounds import Rounds
-from experiments.singlethread import EXPERIMENT
 from lab.window import Meter
 
 #: The measured code, started by path under the point's interpreter.
@@ -34,32 +32,32 @@ TASKS = Path(interpreters.__file__).with_name("pytasks.py")
 
 
 @dataclass(frozen=True)
-class Params:
-    """One configuration point of the singlethread experiment.
+class Params(Declared):
+    """One configuration point of the singlethread experiment (declared once: :mod:`lab.params`).
 
     Raises:
-        ValueError: for a count below its minimum (the message names the field).
+        ValueError: for a value outside its bounds (the message names the field).
     """
 
-    interpreter: str = field(default="default", metadata={"help": "label of an entry of config interpreters"})
-    workload: Literal["cpu", "release", "shared"] = "cpu"
-    cpu_iterations: int = field(default=12_000_000, metadata={"help": "loop iterations of the cpu task"})
-    release_iterations: int = field(default=400, metadata={"help": "sha256 digests of the release task"})
-    release_kb: int = field(default=1024, metadata={"help": "KiB hashed per digest"})
-    shared_iterations: int = field(default=4_000_000, metadata={"help": "append, pop and dict update rounds"})
-    repeats: int = 6
-    warmup: int = field(default=1, metadata={"help": "untimed runs, a tenth of a task each, before the repeats"})
-    sample_hz: float = 10.0
+    interpreter: str = param("default", in_config=False, help="label of an entry of config interpreters")
+    workload: Literal["cpu", "release", "shared"] = param(
+        "cpu",
+        config=["cpu", "shared"],
+        help="cpu: pure-Python counting loop; release: hashlib.sha256 (C code); "
+        "shared: list appends, pops and dict updates",
+    )
+    cpu_iterations: int = param(12_000_000, min=1, help="loop iterations of the cpu task")
+    release_iterations: int = param(400, min=1, help="sha256 digests of the release task")
+    release_kb: int = param(1024, min=1, unit="KiB", help="data hashed per digest")
+    shared_iterations: int = param(4_000_000, min=1, help="append, pop and dict update rounds of the shared task")
+    # repeats_field cannot take a config default: the section measures 7 rounds, a point 6
+    repeats: int = param(6, min=1, config=7, help="interleaved rounds a point measures at least (95% intervals need 6)")
+    warmup: int = param(1, min=0, help="untimed runs, a tenth of a task each, before the repeats")
+    sample_hz: float = sample_hz_field()
 
     def cpus_requested(self) -> int:
         """One thread at a time."""
         return 1
-
-    def __post_init__(self) -> None:
-        for name in ("cpu_iterations", "release_iterations", "release_kb", "shared_iterations", "repeats"):
-            check_min(name, getattr(self, name), 1)
-        check_min("warmup", self.warmup, 0)
-        check_min("sample_hz", self.sample_hz, 0.1)
 
     def task_spec(self) -> dict:
         """The request :mod:`lab.pytasks` runs: one sequential task, one span."""
@@ -116,8 +114,3 @@ def run(
             return RunResult.skipped(entry["reason"])
     ref = dataclasses.replace(params, interpreter=reference["label"])
     return interleave(lambda p, meter: Runner(p, meter, entries[p.interpreter]), params, ref, rounds=rounds)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point: ``python -m experiments.singlethread --help``."""
-    return cli_main(EXPERIMENT.name, Params, run, __doc__.splitlines()[0], argv)

@@ -74,6 +74,9 @@ EXPERIMENT = Experiment(
     free_params=frozenset({"budget_s", "max_rounds", "warmup"}),
     resolve={"threads": resolve_threads},
     depends=depends,
+    # the search decides its own rounds per comparison (max_rounds) and chooses its own points
+    adaptive_rounds=False,
+    chooses_points=True,
     check_config=check_config,
     host_files=("user_env.json",),
     artefacts=("recommended.json", "recommended.env", "recommended.py"),

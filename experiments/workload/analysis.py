@@ -33,6 +33,7 @@ from experiments.workload.recommend import (
     untried_knobs,
 )
 from experiments.workload.search import geomean_ci
+from lab.contract import Analysis, Context
 
 STAT_COLUMNS = ["median", "q1", "q3", "iqr", "iqr_pct", "ci_low", "ci_high", "baseline_median"]
 SPEEDUP_COLUMNS = ["speedup_ratio_of_medians", "speedup", "speedup_ci_low", "speedup_ci_high"]
@@ -55,9 +56,11 @@ def summarise(replicates: pd.DataFrame) -> pd.DataFrame:
     return summary
 
 
-def data(summary: pd.DataFrame, replicates: pd.DataFrame, jobs: list[dict], host: dict) -> dict:
+def data(ctx: Context) -> dict:
     """The recommendation (:func:`experiments.workload.recommend.recommendation`), with the
-    search's comparisons (:func:`search_trail`) and the user's shell."""
+    search's comparisons (:func:`search_trail`) and the user's shell: reads ``ctx.summary``,
+    ``ctx.replicates``, ``ctx.jobs`` (the search's trail) and ``ctx.host`` (``user_environment``)."""
+    summary, replicates, jobs, host = ctx.summary, ctx.replicates, ctx.jobs, ctx.host
     d = recommendation(summary, replicates, jobs)
     d["search"]["trail"] = search_trail(replicates, jobs).to_dict("records")
     d["search"]["untried"] = untried_knobs(jobs, d["search"]["trail"], d["search"].get("skipped_knobs") or {})
@@ -210,23 +213,24 @@ def environment_sentences(env: dict, ncpu) -> list[str]:
     return out
 
 
-def findings(summary: pd.DataFrame, host: dict, replicates: pd.DataFrame, jobs: list[dict]) -> list[str]:
+def findings(ctx: Context) -> list[str]:
     """The recommendation (or why there is none), the search, data stall, CPU and memory,
-    bfloat16's numerical cost, and the user's shell."""
-    d = data(summary, replicates, jobs, host)
+    bfloat16's numerical cost, and the user's shell: :func:`data` of ``ctx``, and ``ctx.host``'s CPUs."""
+    host = ctx.host
+    d = data(ctx)
     out = [_recommendation_sentence(d), _contention_sentence(d), _diagnosis_sentence(d), search_sentence(d)]
     out += [*_measured_sentences(d), *_numerics_sentences(d)]
     out += environment_sentences(d["user_environment"], host.get("available_cpus"))
     return [s for s in out if s]
 
 
-def headlines(summary: pd.DataFrame, host: dict, replicates: pd.DataFrame, jobs: list[dict]) -> list[dict]:
+def headlines(ctx: Context) -> list[dict]:
     """The first line of the report: one of three answers (verified faster; searched completely,
     nothing clearly faster; search incomplete, with what it did not try and the budget that
     would), and, where the search compared bfloat16 on the user's own model, that figure for
     the question of precision (``topic`` ``precision``, ``scope`` ``model``: the report puts it
-    before a figure measured on one operator)."""
-    d = data(summary, replicates, jobs, host)
+    before a figure measured on one operator). From :func:`data` of ``ctx``."""
+    d = data(ctx)
     kind, missing = outcome(d), incomplete_text(d)
     if kind == "failed":
         answer = f"no recommendation ({d['status']}: {d['reason']})"
@@ -264,9 +268,10 @@ def precision_headline(d: dict) -> dict | None:
     return {"question": question, "answer": answer, "topic": "precision", "scope": "model"}
 
 
-def tables(summary: pd.DataFrame, host: dict, replicates: pd.DataFrame, jobs: list[dict]) -> list[dict]:
-    """The knobs side by side (current, best found, recommended) and the search's comparisons."""
-    d = data(summary, replicates, jobs, host)
+def tables(ctx: Context) -> list[dict]:
+    """The knobs side by side (current, best found, recommended) and the search's comparisons,
+    from :func:`data` of ``ctx``."""
+    d = data(ctx)
     out = []
     if d["status"] == "ok":
         rows = [[k, str(d["current"][k]), str(d["best_found"][k]), str(d["recommended"][k])] for k in KNOBS]
@@ -338,20 +343,11 @@ def search_trail(replicates: pd.DataFrame, jobs: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-FIGURES = {"workload_search": workload_search, "workload_verify": workload_verify}
-
-
-def timeline_points(summary: pd.DataFrame) -> list[dict]:
-    """The verification, if it was measured."""
+def timeline_points(ctx: Context) -> list[dict]:
+    """The verification, if it was measured (from ``ctx.summary``)."""
+    summary = ctx.summary
     ok = summary[(summary["stage"] == "verify") & (summary["status"] == "ok")]
     return [{"stage": "verify"}] if len(ok) else []
-
-
-ARTEFACTS = {
-    "recommended.json": as_json,
-    "recommended.env": as_env,
-    "recommended.py": as_python,
-}
 
 
 def compare_tables(hosts: list) -> list[dict]:
@@ -387,3 +383,16 @@ def compare_tables(hosts: list) -> list[dict]:
             "rows": rows,
         }
     ]
+
+
+ANALYSIS = Analysis(
+    findings=findings,
+    headlines=headlines,
+    tables=tables,
+    data=data,
+    timeline_points=timeline_points,
+    summarise=summarise,
+    compare_tables=compare_tables,
+    figures={"workload_search": workload_search, "workload_verify": workload_verify},
+    artefacts={"recommended.json": as_json, "recommended.env": as_env, "recommended.py": as_python},
+)

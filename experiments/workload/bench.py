@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import psutil
 
-from lab.fetch import loop_spans
 from experiments.workload import KNOBS
 from experiments.workload.replicas import Replicas
 from experiments.workload.session import Session, label
+from lab.fetch import loop_spans
 
 #: A worker whose USS grows by more than this share and this many MB is flagged. Measured here
 #: over one epoch of a worker reading 1M floats: 31 MB from a list of Python floats, 0.7-0.9 MB

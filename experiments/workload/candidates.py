@@ -12,9 +12,9 @@ The inference ``mode`` is searched for ``task: infer`` only.
 
 from __future__ import annotations
 
+from experiments.workload import KNOBS
 from lab.capabilities import native_bf16
 from lab.host import available_cpus
-from experiments.workload import KNOBS
 
 
 def defaults(user_env: dict) -> dict:

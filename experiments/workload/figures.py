@@ -1,5 +1,6 @@
 """Workload experiment, charts: the search one comparison at a time, and the verification's
-current settings against the search's best (:data:`experiments.workload.analysis.FIGURES`)."""
+current settings against the search's best (the figures of
+:data:`experiments.workload.analysis.ANALYSIS`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from analysis.capacity import cpus_text
 from analysis.plotting import PALETTE, note, plt, yerr
 from analysis.stats import median_ci
 from experiments.workload.recommend import gain_windows
+from lab.contract import Context
 
 DECISION_COLOURS = {
     "better": "#009E73",
@@ -21,9 +23,11 @@ DECISION_COLOURS = {
 }
 
 
-def workload_search(findings: dict, host: dict) -> Figure:
+def workload_search(ctx: Context) -> Figure:
     """Each comparison of the search: the candidate's samples/s over the best of its moment
-    (median of the paired rounds, 95% CI), coloured by the search's decision."""
+    (median of the paired rounds, 95% CI), coloured by the search's decision. Reads
+    ``ctx.findings`` (findings.json: its ``data.search.trail``)."""
+    findings = ctx.findings
     trail = pd.DataFrame(((findings.get("data") or {}).get("search") or {}).get("trail") or [])
     measured = trail[trail["ratio"].notna()] if len(trail) else trail
     fig, ax = plt.subplots(figsize=(9, 1.4 + 0.38 * max(1, len(measured))))
@@ -56,10 +60,12 @@ def workload_search(findings: dict, host: dict) -> Figure:
     return fig
 
 
-def workload_verify(replicates: pd.DataFrame, host: dict) -> Figure:
+def workload_verify(ctx: Context) -> Figure:
     """The verification side by side: samples/s, data stall, CPU utilisation and peak PSS of
     the current settings and of the search's best (medians over its rounds, not the timeline's
-    epochs, with 95% CIs)."""
+    epochs, with 95% CIs). Reads ``ctx.replicates`` (the ``verify`` stage's windows) and
+    ``ctx.host`` (its available CPUs, in a panel's title)."""
+    replicates, host = ctx.replicates, ctx.host
     rows = (
         gain_windows(replicates[(replicates["stage"] == "verify") & (replicates["status"] == "ok")])
         if len(replicates)

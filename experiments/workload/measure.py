@@ -24,71 +24,108 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
-from lab.cli import cli_main
-from lab.params import check_min
-from lab.results import RunResult
-from lab.window import Meter
-from experiments.workload import EXPERIMENT, KNOBS
+from experiments.workload import KNOBS
 from experiments.workload.candidates import defaults, fit_threads, invalid_reason, knob_space
 from experiments.workload.loader import WorkloadError
 from experiments.workload.search import MIN_ROUNDS
+from lab.params import Declared, check_min, param, repeats_field, sample_hz_field
+from lab.results import RunResult
+from lab.window import Meter
 
 Precision = Literal["float32", "bfloat16"]
 Mode = Literal["eager", "script", "compile"]
 
+#: ``package.module:function``, or empty for the built-in workload.
+ENTRY_PATTERN = r"^$|^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$"
+
 
 @dataclass(frozen=True)
-class Params:
+class Params(Declared):
     """The workload experiment's settings (config section ``workload``); the tuple fields are the
-    search space, one value fixes a knob.
+    search space, one value fixes a knob (declared once: :mod:`lab.params`).
 
     Raises:
-        ValueError: for a value below its minimum or an empty knob (the message names the field).
+        ValueError: for a value outside its bounds, an empty knob or a bad ``budget_s`` (the
+            message names the field).
     """
 
-    stage: Literal["search", "verify"] = "search"
-    entry: str = field(default="", metadata={"help": "package.module:function returning the workload; empty: built-in"})
-    task: Literal["train", "infer"] = "train"
-    batch_size: int = 32
-    window_s: float = field(
-        default=0.5, metadata={"help": "window length (s): steps per window from the measured step time, at least 1"}
+    stage: Literal["search", "verify"] = param(
+        "search",
+        config=["search", "verify"],
+        help="search: find the best settings; verify: measure them against the current ones (needs search)",
     )
-    steps: int = field(default=0, metadata={"help": "steps per window; 0: from window_s and the step time"})
-    warmup: int = field(default=2, metadata={"help": "untimed steps before every window"})
-    diagnose_s: float = field(default=10.0, metadata={"help": "the diagnosis epoch stops after this long (s)"})
-    num_workers: tuple[int, ...] = (0, 1, 2, 4)
-    persistent_workers: tuple[bool, ...] = (False, True)
-    prefetch_factor: tuple[int, ...] = (2,)
-    threads: tuple[int, ...] = (1, 2)
-    processes: tuple[int, ...] = (1, 2)
-    precision: tuple[Precision, ...] = ("float32", "bfloat16")
-    channels_last: tuple[bool, ...] = (False, True)
-    mode: tuple[Mode, ...] = ("eager", "script")
-    bf16: Literal["native", "any"] = field(default="native", metadata={"help": "bfloat16 only with native bf16"})
-    budget_s: str = field(
-        default="auto", metadata={"help": "time budget of the search (s); auto: what a complete search needs"}
+    entry: str = param(
+        "",
+        element={"type": "string", "pattern": ENTRY_PATTERN},
+        help="package.module:function returning {model, dataset, loss, current}; "
+        "empty: the built-in CNN on synthetic images",
     )
-    budget_max_s: float = field(default=300.0, metadata={"help": "the most an auto budget may be (s)"})
-    max_rounds: int = field(default=10, metadata={"help": f"rounds per comparison at most (at least {MIN_ROUNDS})"})
-    repeats: int = field(default=10, metadata={"help": "verification rounds (current, recommended)"})
-    verify_epochs: bool = field(default=False, metadata={"help": "verification windows of a whole epoch"})
-    timeline_steps_max: int = field(
-        default=200, metadata={"help": "the timeline's epoch stops after this many steps; 0: the whole epoch"}
+    task: Literal["train", "infer"] = param("train", help="train: training steps; infer: inference calls")
+    batch_size: int = param(32, min=1, unit="samples", help="batch of the workload's DataLoader")
+    window_s: float = param(
+        0.5, above=0, unit="s", help="window length: the steps per window come from the measured step time (at least 1)"
     )
-    memory_budget_gb: float = field(default=0.0, metadata={"help": "exclude configurations above it; 0: none"})
-    numerics_steps: int = field(default=5, metadata={"help": "training steps compared in float32 and bfloat16"})
-    sample_hz: float = 10.0
+    steps: int = param(
+        0, min=0, help="training steps or inference calls per window; 0: from window_s and the step time"
+    )
+    warmup: int = param(2, min=0, help="untimed steps before every window")
+    diagnose_s: float = param(
+        10, min=0, unit="s", help="the diagnosis epoch of the start stops after this long; 0: the whole epoch"
+    )
+    num_workers: tuple[int, ...] = param((0, 1, 2, 4), min=0, help="DataLoader num_workers to try")
+    persistent_workers: tuple[bool, ...] = param((False, True), help="DataLoader persistent_workers to try")
+    prefetch_factor: tuple[int, ...] = param((2,), min=1, help="DataLoader prefetch_factor to try")
+    threads: tuple[int, ...] = param(
+        (1, 2),
+        min=1,
+        config="auto",
+        symbols=("auto",),
+        help="intra-op threads of the training process; auto: 1, 2, 4, ... up to the available CPUs and their number",
+    )
+    processes: tuple[int, ...] = param((1, 2), min=1, help="DDP replicas (train) or instances (infer)")
+    precision: tuple[Precision, ...] = param(
+        ("float32", "bfloat16"), help="bfloat16: torch.autocast('cpu', dtype=torch.bfloat16)"
+    )
+    channels_last: tuple[bool, ...] = param((False, True), help="channels_last memory format (for images) to try")
+    mode: tuple[Mode, ...] = param(
+        ("eager", "script"),
+        help="inference only: eager, TorchScript, torch.compile (compile: about 15-40 s first call, cold cache)",
+    )
+    bf16: Literal["native", "any"] = param(
+        "native", help="search bfloat16 only where the CPU has native bf16 (avx512_bf16 or AMX); any: always"
+    )
+    budget_s: str = param(
+        "auto",
+        symbols=("auto",),
+        element={"type": "number", "minimum": 0},
+        unit="s",
+        help="time budget of the search; auto: the time a complete search needs at the measured step time, "
+        "at most budget_max_s",
+    )
+    budget_max_s: float = param(300, min=0, unit="s", help="the most an auto budget may be")
+    max_rounds: int = param(
+        10,
+        min=MIN_ROUNDS,  # fewer could never decide
+        help=f"rounds per comparison at most (a comparison is decided from {MIN_ROUNDS} on)",
+    )
+    repeats: int = repeats_field(10, help="verification rounds (current, recommended)")
+    verify_epochs: bool = param(False, help="verification windows of a whole epoch instead of steps")
+    timeline_steps_max: int = param(
+        200,
+        min=0,
+        help="the timeline's epoch (one per side, in the verification) stops after this many steps; 0: the whole epoch",
+    )
+    memory_budget_gb: float = param(
+        0, min=0, unit="GB", help="exclude configurations whose peak PSS exceeds it; 0: no limit"
+    )
+    numerics_steps: int = param(5, min=1, help="training steps compared in float32 and bfloat16")
+    sample_hz: float = sample_hz_field()
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "repeats", "numerics_steps"):
-            check_min(name, getattr(self, name), 1)
-        check_min("steps", self.steps, 0)
-        check_min("window_s", self.window_s, 0.001)
-        check_min("diagnose_s", self.diagnose_s, 0)
-        check_min("budget_max_s", self.budget_max_s, 0)
+        super().__post_init__()
         budget = str(self.budget_s)
         if budget != "auto":
             try:
@@ -96,17 +133,9 @@ class Params:
             except ValueError as exc:
                 raise ValueError(f"budget_s={self.budget_s!r}; allowed: auto or a number >= 0 ({exc})") from None
         object.__setattr__(self, "budget_s", budget)
-        check_min("max_rounds", self.max_rounds, MIN_ROUNDS)  # fewer could never decide
-        check_min("warmup", self.warmup, 0)
-        check_min("timeline_steps_max", self.timeline_steps_max, 0)
-        check_min("memory_budget_gb", self.memory_budget_gb, 0)
-        check_min("sample_hz", self.sample_hz, 0.1)
         for knob in KNOBS:
             if not getattr(self, knob):
                 raise ValueError(f"{knob} needs at least one value")
-        for name in ("num_workers", "prefetch_factor", "threads", "processes"):
-            for v in getattr(self, name):
-                check_min(name, v, 0 if name == "num_workers" else 1)
 
     @property
     def job(self) -> dict:
@@ -329,8 +358,3 @@ def run(
     if params.stage == "search":
         return search(params, host_files, max_oversubscription)
     return verify(params, after, host_files)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point: ``python -m experiments.workload --help``."""
-    return cli_main(EXPERIMENT.name, Params, run, __doc__.splitlines()[0], argv)

@@ -24,9 +24,9 @@ import warnings
 
 import psutil
 
+from experiments.workload.loader import Workload, split
 from lab.capabilities import cxx_compiler
 from lab.fetch import TimedFetch, timed_collate
-from experiments.workload.loader import Workload, split
 
 #: Untimed steps after a setup is made (workers started, TorchScript profiled, inductor compiled).
 SETUP_STEPS = 2

@@ -1,0 +1,93 @@
+"""The one place the analysis calls an experiment package's analysis hooks.
+
+The packages' ``analysis.py`` modules import the analysis helpers (:mod:`analysis.findings`,
+:mod:`analysis.fidelity`, :mod:`analysis.timelines`, :mod:`analysis.stats` ...); those never
+call back into a package. Only this module, :mod:`analysis.figures`, :mod:`analysis.compare` and
+the command line reach the packages, through :meth:`lab.registry.Registered.hooks`, so the
+import graph has no cycle, the registry's run-time imports included
+(tests/test_architecture.py). Every hook gets one :class:`lab.contract.Context`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pandas as pd
+
+from analysis.fidelity import COLUMNS, sampler_checks
+from analysis.timelines import point_of, spec_timeline
+from lab import registry
+from lab.contract import Context
+
+
+def findings(
+    experiment: str, summary: pd.DataFrame, host: Mapping, replicates: pd.DataFrame | None = None, jobs=None
+) -> dict:
+    """``{"experiment", "findings": [sentences], "tables": [{"caption", "columns", "rows"}],
+    "headlines": [{"question", "answer"}], "data": {...}}``: the package's ``findings`` hook and,
+    where it declares them (:class:`lab.contract.Analysis`), ``tables``, ``headlines`` (the
+    report's first screen) and ``data`` (what its artefacts and the comparison of hosts read).
+    Every hook gets one :class:`lab.contract.Context` of the summary, ``host``, ``replicates``
+    and ``jobs`` (the points' job.json).
+
+    Raises:
+        ValueError: for an experiment that is not registered.
+        RegistryError: for a package without ``ANALYSIS``.
+    """
+    hooks = registry.get(experiment).hooks()
+    ctx = Context(host, summary=summary, replicates=replicates, jobs=jobs or [])
+    out = {"experiment": experiment, "findings": hooks.findings(ctx)}
+    out["tables"] = hooks.tables(ctx) if hooks.tables else []
+    out["headlines"] = hooks.headlines(ctx) if hooks.headlines else []
+    out["data"] = hooks.data(ctx) if hooks.data else {}
+    return out
+
+
+def checks(
+    summaries: dict[str, pd.DataFrame | None],
+    selfcheck: pd.DataFrame | None,
+    ncpu: int,
+    sample_hz: float,
+    host: dict | None = None,
+) -> pd.DataFrame:
+    """Run every check: each registered experiment's (its summary, or None if it was not run,
+    which gives ``n/a`` rows), then the sampler's. A package's ``fidelity`` hook gets a
+    :class:`lab.contract.Context`: ``ctx.summary`` (or None), ``ctx.ncpu`` (``ncpu``) and
+    ``ctx.host`` (host.json: quota, SMT siblings).
+
+    Args:
+        summaries: experiment -> summary table (``analysis.stats.summarise``).
+        selfcheck: the self-check's metrics rows (``lab.selfcheck``) or None.
+        ncpu: available CPUs of the host.
+        sample_hz: the sampler's rate (samples/s).
+        host: host.json.
+
+    Returns:
+        One row per check with columns :data:`COLUMNS`.
+    """
+    rows = []
+    facts = {**(host or {}), "available_cpus": ncpu}
+    for name, exp in registry.experiments().items():
+        check = exp.hooks().fidelity
+        if check is not None:
+            rows += check(Context(facts, summary=summaries.get(name)))
+    rows += sampler_checks(selfcheck, ncpu, sample_hz, host)
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def timeline_points(experiment: str, summary: pd.DataFrame) -> list[dict]:
+    """Configuration points a timeline draws, each ``{key: value}`` in the declared key order,
+    as the experiment's ``timeline_points`` hook chooses them (duplicates dropped).
+
+    Raises:
+        ValueError: for an experiment without a timeline.
+    """
+    spec_timeline(experiment)
+    exp = registry.get(experiment)
+    points, seen = [], set()
+    for p in exp.hooks().timeline_points(Context({}, summary=summary)):
+        p = point_of(p, exp.spec.keys)
+        if tuple(p.values()) not in seen:
+            seen.add(tuple(p.values()))
+            points.append(p)
+    return points
