@@ -1,0 +1,248 @@
+"""Start-method experiment, analysis: per start method the first batch's latency and the
+workers' shutdown against fork's, the steady state against fork's, and their chart.
+
+Ratios to fork are paired per round: every point's job measures fork interleaved (its
+``baseline`` rows), so ``x fork's`` is the median over rounds of point / baseline of the same
+round, with the distribution-free 95% interval of that median (:func:`analysis.stats.median_ci`);
+where the replicates are missing, the ratio of the summary's medians without an interval.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from analysis.findings import bound, fmt_transfer, fmt_x, in_order, measured, num, pick
+from analysis.plotting import PALETTE, cpus_text, not_measured_panel, note, plt, yerr
+from analysis.stats import median_ci
+from experiments.startmethod import METHODS
+from lab.contract import Analysis, Context
+
+FIRST, STEADY, SHUTDOWN = "first_batch_ms", "steady_batches_per_s", "shutdown_ms"
+
+
+def paired_ratio(ctx: Context, method: str, col: str) -> tuple[float, float, float]:
+    """``(median, ci_low, ci_high)`` of ``col``'s per-round ratio of ``method`` to the fork
+    baseline measured interleaved in the same job (NaN where there is none)."""
+    reps = ctx.replicates
+    nan = (np.nan, np.nan, np.nan)
+    if reps is None or col not in reps or "source" not in reps:
+        return nan
+    ok = reps[reps["status"] == "ok"]
+    pts = ok[(ok["role"] == "point") & (ok["start_method"] == method)]
+    base = ok[(ok["role"] == "baseline") & ok["source"].isin(pts["source"])]
+    both = pts[["source", "repeat", col]].merge(base[["source", "repeat", col]], on=["source", "repeat"])
+    ratios = (both[f"{col}_x"].astype(float) / both[f"{col}_y"].astype(float)).replace([np.inf, -np.inf], np.nan)
+    ratios = ratios.dropna().to_numpy()
+    if not len(ratios):
+        return nan
+    return (float(np.median(ratios)), *median_ci(ratios))
+
+
+def _ratio(ctx: Context, row: pd.Series, fork: pd.Series | None, col: str) -> tuple[float, float, float]:
+    """:func:`paired_ratio`, else the ratio of the summary's medians (no interval)."""
+    r = paired_ratio(ctx, row["start_method"], col)
+    if np.isfinite(r[0]) or fork is None or not np.isfinite(fork[col]) or not fork[col]:
+        return r
+    return row[col] / fork[col], np.nan, np.nan
+
+
+def _times(v: float) -> str:
+    """A ratio: ``58x``, ``3.41x``, ``0.97x`` (two decimals below 10, three where two read 1.00)."""
+    return f"{v:.0f}x" if v >= 10 else f"{bound(v)}x"
+
+
+def fmt_ratio(r: tuple[float, float, float]) -> str:
+    """``58x fork's (95% CI 52x-63x)``; without the interval when it is unknown."""
+    s = f"{_times(r[0])} fork's"
+    if np.isfinite(r[1]) and np.isfinite(r[2]):
+        s += f" (95% CI {_times(r[1])}-{_times(r[2])})"
+    return s
+
+
+def fmt_value(row: pd.Series, col: str, unit: str) -> str:
+    """``2,050 ms (95% CI 1,950-2,110)``: a summary column's median with its interval."""
+    lo, hi = row.get(f"{col}_ci_low"), row.get(f"{col}_ci_high")
+    s = num(row[col], unit)
+    if lo is not None and hi is not None and np.isfinite(lo) and np.isfinite(hi):
+        s += f" (95% CI {num(lo, '').strip()}-{num(hi, '').strip()})"
+    return s
+
+
+def steady_verdict(ctx: Context, row: pd.Series, fork: pd.Series | None) -> str:
+    """How the steady state compares with fork's: the paired ratio and whether its interval holds 1."""
+    r = _ratio(ctx, row, fork, STEADY)
+    if not np.isfinite(r[0]):
+        return ""
+    if np.isfinite(r[1]) and np.isfinite(r[2]):
+        verdict = (
+            "the same as fork's within the intervals"
+            if r[1] <= 1 <= r[2]
+            else ("faster than fork's" if r[1] > 1 else "slower than fork's")
+        )
+    else:  # separate jobs: whether the two medians' intervals overlap
+        bounds = [x[f"{STEADY}_ci_{e}"] for x in (row, fork) if x is not None for e in ("low", "high")]
+        if len(bounds) < 4 or not np.isfinite(bounds).all():
+            return fmt_ratio(r)
+        overlap = bounds[0] <= bounds[3] and bounds[2] <= bounds[1]
+        verdict = (
+            "the same as fork's within the intervals" if overlap else "unlike fork's (the intervals do not overlap)"
+        )
+    return f"{fmt_ratio(r)}: {verdict}"
+
+
+def _vs_fork(ctx: Context, row: pd.Series, fork: pd.Series | None, col: str) -> str:
+    """``, 31x fork's (95% CI 26x-44x)`` for a point other than fork; empty where unknown."""
+    r = _ratio(ctx, row, fork, col) if row["start_method"] != "fork" else (np.nan,) * 3
+    return f", {fmt_ratio(r)}" if np.isfinite(r[0]) else ""
+
+
+def _method_finding(ctx: Context, row: pd.Series, fork: pd.Series | None) -> str:
+    m = row["start_method"]
+    s = f"{METHODS[m]}: first batch after {fmt_value(row, FIRST, 'ms')}"
+    s += _vs_fork(ctx, row, fork, FIRST)
+    s += f"; steady state {fmt_value(row, STEADY, 'batches/s')}"
+    verdict = steady_verdict(ctx, row, fork) if m != "fork" else ""
+    s += f", {verdict}" if verdict else ""
+    s += f"; worker shutdown {fmt_value(row, SHUTDOWN, 'ms')}"
+    s += _vs_fork(ctx, row, fork, SHUTDOWN)
+    base = row.get("baseline_median")
+    s += f". An epoch{_epoch_size(ctx)} took {num(1 / row['median'], 's')}"
+    if m != "fork" and base is not None and np.isfinite(base) and base > 0 and np.isfinite(row["speedup"]):
+        s += f" against {num(1 / base, 's')} for fork measured beside it; epochs/s against fork's: {fmt_x(row)}"
+    return s + "."
+
+
+def findings(ctx: Context) -> list[str]:
+    """Per start method: the first batch's latency with its CI and x fork's, the steady state and
+    whether it differs from fork's, the workers' shutdown and the epoch's time; forkserver's cold
+    start. Reads ``ctx.summary`` and ``ctx.replicates`` (for the paired ratios)."""
+    ok = measured(ctx.summary)
+    fork = pick(ok, start_method="fork")
+    out = [
+        _method_finding(ctx, r, fork)
+        for m in in_order(ok["start_method"], METHODS)
+        for _, r in ok[ok["start_method"] == m].head(1).iterrows()
+    ]
+    server = pick(ok, start_method="forkserver")
+    cold = server.get("cold_first_batch_ms", np.nan) if server is not None else np.nan
+    if np.isfinite(cold):
+        lo, hi, warm = server[f"{FIRST}_ci_low"], server[f"{FIRST}_ci_high"], server[FIRST]
+        s = (
+            "forkserver starts its server once per process; the epoch that started it (the untimed warm-up) gave"
+            f" its first batch after {num(cold, 'ms')}"
+        )
+        if np.isfinite(lo) and lo <= cold <= hi:
+            s += f", within the interval of the measured epochs' {num(warm, 'ms')}: starting the server adds little"
+        else:
+            more = "more" if cold > warm else "less"
+            s += f", {num(abs(cold - warm), 'ms')} {more} than the measured epochs' {num(warm, 'ms')}"
+        out.append(s + ".")
+    return out
+
+
+def headlines(ctx: Context) -> list[dict]:
+    """Per start method but fork: its first batch's latency and x fork's, its epochs/s against
+    fork's and whether its steady state differs. Reads ``ctx.summary`` and ``ctx.replicates``."""
+    ok = measured(ctx.summary)
+    fork = pick(ok, start_method="fork")
+    parts = []
+    for m in in_order(ok["start_method"], METHODS):
+        row = pick(ok, start_method=m)
+        if m == "fork" or not np.isfinite(row["speedup"]):
+            continue
+        steady = steady_verdict(ctx, row, fork).split(": ")[-1]
+        parts.append(
+            f"{m}: first batch after {num(row[FIRST], 'ms')}{_vs_fork(ctx, row, fork, FIRST)}, epochs/s against"
+            f" fork's {fmt_transfer(row)}" + (f", steady state {steady}" if steady else "")
+        )
+    return [{"question": "What does each DataLoader start method cost?", "answer": "; ".join(parts)}] if parts else []
+
+
+def _setup(ctx: Context) -> str:
+    """``2 workers, 100 batches of 32`` from the replicates' parameter columns, or empty."""
+    reps = ctx.replicates
+    if reps is None or not {"num_workers", "batches", "batch_size"} <= set(reps):
+        return ""
+    r = reps.iloc[0]
+    return f"{int(r['num_workers'])} workers, {int(r['batches'])} batches of {int(r['batch_size'])}, "
+
+
+def _epoch_size(ctx: Context) -> str:
+    """`` of 100 batches`` from the replicates, or empty."""
+    reps = ctx.replicates
+    return f" of {int(reps['batches'].iloc[0])} batches" if reps is not None and "batches" in reps else ""
+
+
+def _bars(ax, x, sub: pd.DataFrame, col: str, colour: str, width: float, unit: str, **kw) -> None:
+    """Bars of a summary column with its 95% CI and the median written above each."""
+    ax.bar(x, sub[col], width, color=colour, yerr=yerr(sub, col, f"{col}_ci_low", f"{col}_ci_high"), capsize=3, **kw)
+    for xi, (_, r) in zip(x, sub.iterrows()):
+        top = r[f"{col}_ci_high"] if np.isfinite(r[f"{col}_ci_high"]) else r[col]
+        ax.annotate(
+            num(r[col], unit).strip(),
+            (xi, top),
+            xytext=(0, 4),
+            textcoords="offset points",
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
+
+
+def _steady_panel(ax, ctx: Context, sub: pd.DataFrame, x) -> None:
+    """Steady-state bars with their CIs; inside each bar but fork's, its paired ratio to fork
+    (:func:`paired_ratio`) with its 95% CI, the figure the findings judge by."""
+    _bars(ax, x, sub, STEADY, PALETTE[2], 0.55, "")
+    ax.set_ylim(0, np.nanmax(sub[[f"{STEADY}_ci_high", STEADY]].to_numpy(dtype=float)) * 1.2)
+    fork = pick(sub, start_method="fork")
+    for xi, (_, row) in zip(x, sub.iterrows()):
+        r = _ratio(ctx, row, fork, STEADY) if row["start_method"] != "fork" else (np.nan,) * 3
+        if np.isfinite(r[0]):
+            ci = f"\n95% CI\n{_times(r[1])}-{_times(r[2])}" if np.isfinite(r[1]) and np.isfinite(r[2]) else ""
+            text = f"{_times(r[0])}\nfork's{ci}"
+            y = min(row[STEADY], row[f"{STEADY}_ci_low"]) * 0.9  # below the error bar, inside the bar
+            ax.text(xi, y, text, ha="center", va="top", fontsize=8, color="white")
+    ax.set_ylabel("batches/s once the workers run")
+    ax.set_title("Steady state (higher is better)", fontsize=10)
+
+
+def startmethod_latency(ctx: Context) -> Figure:
+    """Two panels per start method: first-batch latency and worker shutdown (ms, log scale) with
+    95% CIs; steady-state batches/s with 95% CIs and each one's paired ratio to fork. Reads
+    ``ctx.summary``, ``ctx.replicates`` (the ratios, the setup in the title) and ``ctx.host`` (its CPUs)."""
+    ok = measured(ctx.summary)
+    if ok.empty:
+        fig, ax = plt.subplots(figsize=(6, 3))
+        not_measured_panel(ax, "DataLoader start methods: no start method measured", ctx.summary)
+        return fig
+    sub = pd.concat([ok[ok["start_method"] == m].head(1) for m in in_order(ok["start_method"], METHODS)])
+    x = np.arange(len(sub))
+    labels = [METHODS[m].replace(" (", "\n(") for m in sub["start_method"]]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10.5, 4.6))
+    left.set_yscale("log")
+    _bars(left, x - 0.2, sub, FIRST, PALETTE[0], 0.4, "ms", label="first batch (worker start-up)")
+    _bars(left, x + 0.2, sub, SHUTDOWN, PALETTE[1], 0.4, "ms", label="worker shutdown")
+    top = np.nanmax(sub[[f"{FIRST}_ci_high", f"{SHUTDOWN}_ci_high", FIRST, SHUTDOWN]].to_numpy(dtype=float))
+    left.set_ylim(top=top * 4)
+    left.set_ylabel("ms per epoch (log scale)")
+    left.set_title("Start and end of every epoch (lower is better)", fontsize=10)
+    left.legend(loc="upper left", fontsize=8)
+    _steady_panel(right, ctx, sub, x)
+    for ax in (left, right):
+        ax.set_xticks(x, labels, fontsize=9)
+        ax.grid(axis="x", visible=False)
+    fig.suptitle(
+        f"DataLoader start methods: {_setup(ctx)}{cpus_text(ctx.host.get('available_cpus'))} available", fontsize=11
+    )
+    note(
+        fig,
+        "Medians over epochs, each with a new DataLoader; error bars: 95% CI of the median. Steady state: "
+        "batches after the first num_workers x 2. forkserver's server was started in an untimed warm-up epoch.",
+    )
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    return fig
+
+
+ANALYSIS = Analysis(findings=findings, headlines=headlines, figures={"startmethod_latency": startmethod_latency})
