@@ -153,7 +153,19 @@ def docs(experiments) -> str:
             cells = (json.dumps(s["default"]), allowed, meaning)
             default, allowed, meaning = (c.replace("|", "\\|") for c in cells)
             lines.append(f"| {key} | `{default}` | {allowed} | {meaning} |")
+        lines += _declared_columns(exp)
     return "\n".join(lines) + "\n"
+
+
+def _declared_columns(exp) -> list[str]:
+    """The metrics columns an experiment declares (:class:`lab.declare.Experiment`): its
+    throughput metric(s), the columns summarised per point and the flags, with their units."""
+    rows = [(m, "metric: throughput, higher is better; speedups compare it", u) for m, u in exp.spec.metrics.items()]
+    rows += [(c.name, f"summarised per point (median, 95% CI): {c.label}", c.unit) for c in exp.spec.extra_columns]
+    rows += [(f.column, f"flags a point in the report: {f.label} ({f.aggregate})", "") for f in exp.spec.flags]
+    out = ["", "Declared columns of its `metrics.csv` (more in docs/csv-schema.md):", ""]
+    out += ["| column | what | unit |", "|---|---|---|"]
+    return out + [f"| {name} | {what} | {unit or '-'} |" for name, what, unit in rows]
 
 
 def main(argv: list[str] | None = None) -> int:
