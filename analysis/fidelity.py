@@ -2,7 +2,7 @@
 
 Each check compares a measured quantity with the range theory allows and gives a verdict,
 ``pass`` or ``warn`` (with the reason), or ``n/a`` when the data for it was not measured. An
-experiment contributes its own checks through ``fidelity(summary, ncpu)`` in its package's
+experiment contributes its own checks through the ``fidelity`` hook (one Context) in its package's
 ``analysis.py`` (for example the gil experiment: CPU-bound threads about 1x, sleeping threads
 about N x, processes scaling with the CPUs); :func:`speedup_check` builds one from a summary.
 The sampler's checks are the pipeline's own and live here:

@@ -26,7 +26,15 @@ from pathlib import Path
 from lab import capacity, hostinfo
 from lab.fileio import write_csv, write_json
 from lab.host import OWNED_DIRS, affinity, available_cpus, host_label
-from lab.params import field_type, is_tuple, oversubscription_skip, parse_bool, parse_overrides, parse_value
+from lab.params import (
+    declaration,
+    field_type,
+    is_tuple,
+    oversubscription_skip,
+    parse_bool,
+    parse_overrides,
+    parse_value,
+)
 from lab.results import SAMPLE_COLUMNS, RunResult, metrics_rows, span_columns
 from lab.rounds import Rounds
 from lab.workers import run_workers
@@ -81,6 +89,14 @@ def _rounds_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _help(decl) -> str:
+    """A field's ``--help`` line: its declared help and unit, and its bounds
+    (``%`` doubled for argparse's formatting)."""
+    bounds = [f"{sign} {v:g}" for sign, v in ((">=", decl.min), (">", decl.above), ("<=", decl.max)) if v is not None]
+    text = decl.describe() + (f" [{', '.join(bounds)}]" if bounds else "")
+    return text.replace("%", "%%")
+
+
 def build_parser(params_cls, description: str, prog: str | None = None) -> argparse.ArgumentParser:
     """An ``argparse`` parser with one ``--option`` per field of the ``Params`` dataclass.
 
@@ -104,10 +120,10 @@ def build_parser(params_cls, description: str, prog: str | None = None) -> argpa
             type=convert,
             choices=choices,
             default=f.default,
-            help=f.metadata.get("help", "") if f.metadata else "",
+            help=_help(declaration(f)),
         )
     p.add_argument("--out", required=True, help="output directory for metrics.csv, samples.csv, spans.csv")
-    p.add_argument("--host", default=None, help="host label (default: sanitised hostname)")
+    p.add_argument("--host", default=None, help="host label; default: this machine's sanitised hostname")
     p.add_argument("--lock", default=None, help="lock file serialising measurement jobs")
     p.add_argument(
         "--max-oversubscription",
@@ -232,6 +248,17 @@ def write_point(out: Path, result: RunResult, host: str, experiment: str, params
     return rows
 
 
+def _check_metric(experiment: str, result: RunResult, metric: str | None) -> None:
+    """Refuse ok rows without the declared metric column: the analysis could read nothing."""
+    lacking = [r for r in result.rows if r.get("status", "ok") == "ok" and metric and metric not in r]
+    if lacking:
+        have = ", ".join(sorted(k for k in lacking[0] if not k.startswith(("cpu", "system", "tree"))))
+        raise ValueError(
+            f"{experiment}: run() returned rows without the declared metric column {metric!r}"
+            f" (EXPERIMENT.metrics); its rows hold {have}"
+        )
+
+
 def _log_rows(experiment: str, rows: list[dict]) -> None:
     nan = float("nan")
     for r in rows:
@@ -256,7 +283,9 @@ def cli_main(exp, argv: list[str] | None = None) -> int:
     """
     module = exp.measurement()
     description = (module.__doc__ or exp.name).strip().splitlines()[0]
-    return measure_point(exp.name, exp.params_cls, module.run, description, exp.run_options(), argv)
+    return measure_point(
+        exp.name, exp.params_cls, module.run, description, exp.run_options(), argv, metric=exp.spec.metric
+    )
 
 
 def measure_point(
@@ -267,16 +296,21 @@ def measure_point(
     options: frozenset[str] = frozenset(),
     argv: list[str] | None = None,
     prog: str | None = None,
+    metric: Callable[[dict], str] | None = None,
 ) -> int:
     """Parse ``argv`` into ``params_cls`` (and ``--baseline`` overrides into a second Params),
     run ``run(params, baseline, ...)`` with the keyword arguments named in ``options``
     (``rounds``, ``after``, ``host_files``, ``max_oversubscription``) while holding the
     measurement lock (or, for a point above ``--max-oversubscription``, record one row with
     status ``skipped`` and the reason; see :func:`lab.params.oversubscription_skip`), and write
-    the point's files into ``--out``.
+    the point's files into ``--out``. ``metric(point)`` names the column every ok row must hold
+    (the experiment's declared metric).
 
     Returns:
         0; parameter errors exit with status 2 and a message naming the parameter.
+
+    Raises:
+        ValueError: before any file is written, for ok rows without the declared metric column.
     """
     from lab import JOB_START_UNIX
 
@@ -308,6 +342,7 @@ def measure_point(
         else:
             result = run(params, baseline, **given)
         released_at = time.time()
+    _check_metric(experiment, result, metric(dataclasses.asdict(params)) if metric else None)
     times = {"job_start_unix": JOB_START_UNIX, "lock_wait_s": waited}
     times |= {"lock_acquired_unix": locked_at, "lock_released_unix": released_at}
     job = job_record(experiment, host, params, baseline, times, result)

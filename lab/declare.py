@@ -6,7 +6,8 @@ scheme ``results/<host>/<name>/<key>~<value>/.../metrics.csv`` from it (keys in 
 :attr:`Experiment.keys`), and the analysis and the report read its metric, baseline, units,
 extra columns, flags and timeline from it. What needs pandas or matplotlib (findings, figures,
 timeline point choice, theory checks) lives in the package's ``analysis.py``; the report's
-prose in its ``report.yaml``; its config schema in ``schema.yaml`` (docs/adding-an-experiment.md).
+prose in its ``report.yaml``; its config schema is generated from its ``Params``
+(docs/adding-an-experiment.md).
 
 Speedup always compares a higher-is-better throughput metric with the baseline of the point's
 group, measured interleaved in the point's own job (:mod:`analysis.stats`). Parallel efficiency
@@ -21,6 +22,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+
+class RegistryError(ValueError):
+    """An experiment package that is incomplete or inconsistent; the message names the file."""
+
 
 #: Parameters that may differ between hosts for every experiment: the number of rounds and the
 #: sampler's rate change how precisely a point is known, not what it measures.
@@ -94,7 +100,7 @@ def one_thread(point: Mapping[str, Any]) -> int:
 class Timeline:
     """The experiment records work spans: it gets a Gantt timeline, a per-core heatmap and a
     Chrome trace (figures ``<name>_timeline``, ``<name>_cores``; ``traces/<name>.json``). Which
-    points the timeline shows is chosen by ``timeline_points(summary)`` in the package's
+    points the timeline shows is chosen by the ``timeline_points`` hook in the package's
     ``analysis.py``.
 
     Attributes:
@@ -128,7 +134,7 @@ class Experiment:
         group: keys whose points share a baseline (speedups are computed within a group).
         baseline: ``{key: value}`` picking the baseline point inside each group; ``{}``: no
             baseline point (each job measures what its points are compared with).
-        figures: names of the figures the package's ``analysis.FIGURES`` draws, in report
+        figures: names of the figures the ``figures`` of the package's ``ANALYSIS`` draw, in report
             order (timeline figures are added after them, see :attr:`all_figures`).
         metric_for: the metric column of a point (``{key: value}``); default: the one metric.
         parallel_units: ``p`` of a point for parallel efficiency; None where it has no meaning.
@@ -143,7 +149,7 @@ class Experiment:
             their ``job.json`` (with its ``outcome``) reaches ``run(..., after=[...])``.
         host_files: files of ``results/<host>/`` (JSON) the experiment's jobs read, e.g.
             ``user_env.json``; they reach ``run(..., host_files={name: content})``.
-        artefacts: files its ``analysis.ARTEFACTS`` writes into ``results/<host>/<name>/`` beside
+        artefacts: files its ``ANALYSIS.artefacts`` write into ``results/<host>/<name>/`` beside
             the summary (the workload's ``recommended.json``, ...).
         interpreters: its measured code runs under each interpreter of config ``interpreters``
             (:mod:`lab.interpreters`): the key ``interpreter`` (which must be in

@@ -14,13 +14,18 @@ def main(argv: list[str] | None = None) -> int:
     """Run :func:`lab.cli.cli_main` for the experiment named first in ``argv``.
 
     Returns:
-        0 on success; 2 (with the known experiments) for a missing or unknown name.
+        0 on success; 2 (with the known experiments) for a missing or unknown name, or (with
+        the file) for an invalid experiment package.
     """
     from lab import registry
     from lab.cli import cli_main
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    known = ", ".join(registry.experiments())
+    try:
+        known = ", ".join(registry.experiments())
+    except registry.RegistryError as exc:
+        print(f"python -m lab.point: invalid experiment package: {exc}", file=sys.stderr)
+        return 2
     if not argv or argv[0].startswith("-"):
         print(f"usage: python -m lab.point EXPERIMENT [options]; EXPERIMENT is one of {known}", file=sys.stderr)
         return 2

@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from lab.contract import HOOKS, Analysis
-from lab.declare import Experiment
+from lab.declare import Experiment, RegistryError
 from lab.params import Declared, parse_value
 
 #: Where the experiment packages live.
@@ -45,10 +45,6 @@ PACKAGE_FILES = {
 
 #: Keys of report.yaml.
 PROSE_KEYS = ("title", "question", "what", "why", "figures")
-
-
-class RegistryError(ValueError):
-    """An experiment package that is incomplete or inconsistent; the message names the file."""
 
 
 @dataclass(frozen=True)
@@ -136,11 +132,23 @@ def _imported(tree: ast.Module, top_level_only: bool) -> set[str]:
     return names
 
 
+def _parse(path: Path) -> ast.Module:
+    """The syntax tree of one of a package's files.
+
+    Raises:
+        RegistryError: naming the file and the line, for a syntax error.
+    """
+    try:
+        return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except SyntaxError as exc:
+        raise RegistryError(f"{path}, line {exc.lineno}: SyntaxError: {exc.msg}") from None
+
+
 def _check_imports(directory: Path) -> None:
     """The declaration imports no torch (at module level), pandas, matplotlib, jinja2, analysis
     or report; the measurement module none of these but torch (which it imports in functions)."""
     for name, forbidden in FORBIDDEN.items():
-        tree = ast.parse((directory / name).read_text(encoding="utf-8"))
+        tree = _parse(directory / name)
         found = sorted(set(forbidden) & _imported(tree, top_level_only=name == "__init__.py"))
         if name == "measure.py":
             found += sorted({"torch"} & _imported(tree, top_level_only=True))
@@ -182,15 +190,35 @@ def _check_prose(exp: Registered) -> None:
             raise RegistryError(f"{where}: figure {fig!r} needs a caption and an alt text")
 
 
+#: The declaration behind each keyword argument of ``run`` (:meth:`lab.declare.Experiment.run_options`).
+CAPABILITY = {
+    "rounds": "adaptive_rounds",
+    "after": "depends",
+    "host_files": "host_files",
+    "max_oversubscription": "chooses_points",
+}
+
+
+def _takes_any_keyword(takes) -> bool:
+    import inspect
+
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in takes.values())
+
+
 def _check_params(exp: Registered) -> None:
     """``Params`` is a :class:`lab.params.Declared` dataclass with the swept keys, ``repeats``
     and ``sample_hz``, and ``run`` takes the keyword arguments its declaration promises
     (:meth:`lab.declare.Experiment.run_options`): a capability is declared, never guessed."""
     where = exp.path / "measure.py"
-    module = exp.measurement()
+    try:
+        module = exp.measurement()
+    except (ImportError, ValueError, TypeError, SyntaxError) as exc:
+        raise RegistryError(f"{where}: {type(exc).__name__}: {exc}") from None
     params_cls, run = getattr(module, "Params", None), getattr(module, "run", None)
     if not (isinstance(params_cls, type) and issubclass(params_cls, Declared)) or not callable(run):
         raise RegistryError(f"{where}: needs a frozen dataclass Params(Declared) and a function run(params, baseline)")
+    if not getattr(getattr(params_cls, "__dataclass_params__", None), "frozen", False):
+        raise RegistryError(f"{where}: Params must be a frozen dataclass: @dataclass(frozen=True)")
     names = {f.name for f in fields(params_cls)}
     missing = [k for k in exp.spec.keys if k not in names]
     if missing:
@@ -200,11 +228,12 @@ def _check_params(exp: Registered) -> None:
     import inspect
 
     takes = inspect.signature(run).parameters
-    lacking = sorted(o for o in exp.run_options() if o not in takes)
+    lacking = sorted(o for o in exp.run_options() if o not in takes and not _takes_any_keyword(takes))
     if lacking:
+        why = ", ".join(f"{o} (Experiment {CAPABILITY[o]})" for o in lacking)
         raise RegistryError(
-            f"{where}: run(...) lacks the keyword arguments {', '.join(lacking)} that {exp.path / '__init__.py'}"
-            " declares (adaptive_rounds, depends, host_files, chooses_points)"
+            f"{where}: run(...) lacks the keyword arguments {why} that {exp.path / '__init__.py'} declares;"
+            " adaptive_rounds is True unless declared False (a job that decides its own rounds)"
         )
 
 
@@ -215,7 +244,7 @@ def _check_analysis(exp: Registered) -> None:
     literal dict of exactly the declared figures, ``timeline_points`` is there with a timeline
     and ``artefacts`` names the declared artefacts."""
     where = exp.path / "analysis.py"
-    tree = ast.parse(where.read_text(encoding="utf-8"))
+    tree = _parse(where)
     calls = [
         n.value
         for n in tree.body

@@ -23,6 +23,7 @@ import json
 import typing
 from pathlib import Path
 
+from lab.declare import RegistryError
 from lab.fileio import write_text
 from lab.params import SAME, Param, declaration, field_type, is_tuple
 
@@ -89,13 +90,53 @@ def section_schema(exp) -> dict:
     }
 
 
+def declaration_errors(exp) -> list[str]:
+    """What is wrong with experiment ``exp``'s ``Params`` declaration itself, each naming the
+    field: a field not declared with :func:`lab.params.param`, a number without bounds, point
+    defaults that fail their own checks, a config default its own schema refuses (a swept key's
+    values, a mapping by the first key). Empty when the declaration is sound."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import best_match
+
+    errors = []
+    for f in dataclasses.fields(exp.params_cls):
+        if "lab" not in (f.metadata or {}):
+            errors.append(f"field {f.name!r} is not declared with param(default, min=..., help=...)")
+            continue
+        decl, (tp, choices) = declaration(f), field_type(exp.params_cls, f.name)
+        bounded = any(b is not None for b in (decl.min, decl.above, decl.max)) or decl.element is not None
+        if tp in (int, float) and choices is None and not bounded:
+            errors.append(f"field {f.name!r} ({tp.__name__}) declares no bounds: param(..., min=...) or above=, max=")
+    if errors:
+        return errors
+    try:
+        exp.params_cls()
+    except (ValueError, TypeError) as exc:
+        return [f"the point defaults fail their own declaration: {exc}"]
+    validator = Draft202012Validator(section_schema(exp))
+    for f in config_fields(exp):
+        default = field_schema(exp, f)["default"]
+        err = best_match(validator.iter_errors({f.name: default}))
+        if err is not None:
+            errors.append(f"field {f.name!r}: its config default {default!r} fails its own declaration ({err.message})")
+    return errors
+
+
 def write_schemas(directory: str | Path, experiments) -> dict[str, Path]:
     """Write every experiment's section schema as ``<directory>/<name>.schema.json``; returns
-    name -> path. A file whose content is unchanged is not rewritten."""
+    name -> path. A file whose content is unchanged is not rewritten.
+
+    Raises:
+        RegistryError: naming the package's measure.py, for a declaration that is not sound
+            (:func:`declaration_errors`): the package's fault, not the config's.
+    """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     out = {}
     for name, exp in experiments.items():
+        errors = declaration_errors(exp)
+        if errors:
+            raise RegistryError(f"{exp.path / 'measure.py'}: Params: {errors[0]}")
         path = directory / f"{name}.schema.json"
         text = json.dumps(section_schema(exp), indent=1) + "\n"
         if not path.exists() or path.read_text(encoding="utf-8") != text:
@@ -177,10 +218,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--docs", metavar="PATH", help="write the parameter tables (docs/parameters.md)")
     p.add_argument("--print", metavar="NAME", dest="name", help="print one experiment's section schema")
     args = p.parse_args(argv)
-    if args.docs:
-        write_text(Path(args.docs), docs(registry.experiments()))
-    if args.name:
-        print(json.dumps(section_schema(registry.get(args.name)), indent=1))
+    try:
+        found = registry.experiments()
+        for exp in found.values():
+            errors = declaration_errors(exp)
+            if errors:
+                raise RegistryError(f"{exp.path / 'measure.py'}: Params: {errors[0]}")
+        if args.docs:
+            write_text(Path(args.docs), docs(found))
+        if args.name:
+            print(json.dumps(section_schema(registry.get(args.name)), indent=1))
+    except ValueError as exc:  # RegistryError, or an unknown name (with the known ones)
+        p.exit(2, f"python -m lab.schema: {exc}\n")
     return 0
 
 

@@ -229,6 +229,21 @@ def _replace(path: Path, old: str, new: str) -> None:
             lambda p: _replace(p / "analysis.py", "ANALYSIS = Analysis(", "HOOKS = Analysis("),
             "needs ANALYSIS = Analysis(findings=...",
         ),
+        (
+            "nap_m",
+            lambda p: _replace(p / "analysis.py", "def findings(", "def findings(:"),
+            "analysis.py, line",
+        ),
+        (
+            "nap_n",
+            lambda p: _replace(p / "measure.py", "@dataclass(frozen=True)", "@dataclass"),
+            "Params must be a frozen dataclass",
+        ),
+        (
+            "nap_o",
+            lambda p: _replace(p / "measure.py", ", rounds: Rounds | None = None) -> RunResult", ") -> RunResult"),
+            "lacks the keyword arguments rounds (Experiment adaptive_rounds)",
+        ),
     ],
 )
 def test_an_incomplete_package_is_refused_naming_the_file(tmp_path, monkeypatch, name, edit, message):

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from lab import registry
+from lab.params import param as param_field
 from lab.configcheck import ConfigError, validate_config
 from lab.schema import write_schemas
 
@@ -322,3 +323,46 @@ def test_each_declared_bound_reaches_params_schema_and_command_line(tmp_path):
         text=True,
     )
     assert proc.returncode == 2 and f"{f.name}=" in proc.stderr, proc.stderr
+
+
+def _declared(**fields):
+    """An experiment-like object (what lab.schema reads) whose Params has ``fields``, each
+    ``name=(type, field)``, plus repeats and sample_hz; swept key: the first field."""
+    from dataclasses import make_dataclass
+    from types import SimpleNamespace
+
+    from lab.params import Declared, repeats_field, sample_hz_field
+
+    cls = make_dataclass(
+        "Params",
+        [(n, t, f) for n, (t, f) in fields.items()]
+        + [("repeats", int, repeats_field(6)), ("sample_hz", float, sample_hz_field())],
+        bases=(Declared,),
+        frozen=True,
+    )
+    spec = SimpleNamespace(keys=(next(iter(fields)),))
+    return SimpleNamespace(name="x", params_cls=cls, spec=spec, prose={"title": "x"}, path=Path("experiments/x"))
+
+
+@pytest.mark.parametrize(
+    "fields, said",
+    [
+        ({"n": (int, param_field(1, min=1, config=[1])), "k": (int, param_field(2))}, "field 'k' (int) declares no bounds"),
+        ({"n": (int, param_field(0, min=1, config=[1]))}, "the point defaults fail their own declaration: n=0"),
+        (
+            {"n": (int, param_field(1, min=1, config=[1])), "k": (int, param_field(2, min=1, config=[1, 2]))},
+            "field 'k': its config default [1, 2] fails its own declaration",
+        ),
+        ({"n": (int, param_field(1, min=1, config=[0, 1]))}, "field 'n': its config default [0, 1] fails"),
+    ],
+)
+def test_a_declaration_at_fault_is_blamed_on_the_package_not_the_config(tmp_path, fields, said):
+    """A Params declaration that contradicts itself stops the run naming measure.py, before
+    the config is read against it."""
+    from lab.declare import RegistryError
+    from lab.schema import declaration_errors
+
+    exp = _declared(**fields)
+    assert said in declaration_errors(exp)[0]
+    with pytest.raises(RegistryError, match=r"experiments/x/measure.py: Params: "):
+        write_schemas(tmp_path, {"x": exp})

@@ -526,3 +526,16 @@ def test_sampler_is_unbiased_on_one_cpu(tmp_path):
     assert (m["available_cpus"] == 1).all() and len(m) == 3
     gap = (m["sampler_tree_pct"] - m["process_cpu_pct"]).abs()
     assert gap.median() <= 3, m[["sampler_tree_pct", "process_cpu_pct"]]
+
+
+def test_a_point_without_its_declared_metric_is_refused_before_any_file():
+    """A run() whose rows lack the declared metric column fails the job at once, naming the
+    column, instead of an analysis error after every point was measured."""
+    from lab.cli import _check_metric
+    from lab.results import RunResult
+
+    rows = [{"repeat": 0, "role": "point", "status": "ok", "wall_s": 0.1, "mb_per_sec": 5.0}]
+    with pytest.raises(ValueError, match="without the declared metric column 'mb_per_s'.*mb_per_sec"):
+        _check_metric("hashers", RunResult(rows=rows), "mb_per_s")
+    _check_metric("hashers", RunResult(rows=[{**rows[0], "mb_per_s": 5.0}]), "mb_per_s")
+    _check_metric("hashers", RunResult.skipped("asks for too many CPUs"), "mb_per_s")  # no metric: not measured

@@ -1,9 +1,11 @@
 """Convoy effect: how late does a thread that sleeps wake up next to a CPU-bound thread, under
 the GIL and without it, for each switch interval?
 
-The declaration; the measurement is in :mod:`experiments.convoy.measure`, findings, figures and
-theory checks in :mod:`experiments.convoy.analysis`, the report's prose in ``report.yaml`` and the
-config section's schema in ``schema.yaml``. The threads are :func:`experiments.convoy.tasks.convoy`.
+The declaration; the measurement is in
+:mod:`experiments.convoy.measure`, findings, figures and theory checks in
+:mod:`experiments.convoy.analysis`, the report's prose in ``report.yaml``. The config section's
+schema, the command line and the parameter table come from its ``Params``. The threads are
+:func:`experiments.convoy.tasks.convoy`.
 """
 
 from lab.declare import Column, Experiment, Flag, SpanKind, Timeline

@@ -1,8 +1,8 @@
 """DataLoader experiment: training throughput against ``num_workers`` for three kinds of data.
 
 The declaration; the measurement is in :mod:`experiments.dataloader.measure`, findings and
-figures in :mod:`experiments.dataloader.analysis`, the report's prose in ``report.yaml`` and
-the config section's schema in ``schema.yaml``.
+figures in :mod:`experiments.dataloader.analysis`, the report's prose in ``report.yaml``. The
+config section's schema, the command line and the parameter table come from its ``Params``.
 """
 
 from lab.declare import Column, Experiment, Flag, SpanKind, Timeline

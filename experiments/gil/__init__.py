@@ -1,8 +1,8 @@
 """GIL experiment: do threads speed up CPU-bound Python? I/O-bound Python? Do processes?
 
 The declaration; the measurement is in :mod:`experiments.gil.measure`, findings, figures and
-theory checks in :mod:`experiments.gil.analysis`, the report's prose in ``report.yaml`` and the
-config section's schema in ``schema.yaml``.
+theory checks in :mod:`experiments.gil.analysis`, the report's prose in ``report.yaml``. The
+config section's schema, the command line and the parameter table come from its ``Params``.
 """
 
 from lab.declare import Experiment, Flag, SpanKind, Timeline

@@ -1,8 +1,8 @@
 """Intra-op threads experiment: throughput against ``torch.set_num_threads``.
 
-The declaration; the measurement is in :mod:`experiments.intraop.measure`, findings, figures
-and theory checks in :mod:`experiments.intraop.analysis`, the report's prose in ``report.yaml``
-and the config section's schema in ``schema.yaml``.
+The declaration; the measurement is in :mod:`experiments.intraop.measure`, findings, figures and
+theory checks in :mod:`experiments.intraop.analysis`, the report's prose in ``report.yaml``. The
+config section's schema, the command line and the parameter table come from its ``Params``.
 """
 
 from lab.declare import Experiment, thread_ladder

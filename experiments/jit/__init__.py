@@ -1,8 +1,8 @@
 """JIT experiment: does TorchScript or torch.compile speed up CPU inference, and at what cost?
 
 The declaration; the measurement is in :mod:`experiments.jit.measure`, findings and figures in
-:mod:`experiments.jit.analysis`, the report's prose in ``report.yaml`` and the config section's
-schema in ``schema.yaml``.
+:mod:`experiments.jit.analysis`, the report's prose in ``report.yaml``. The config section's
+schema, the command line and the parameter table come from its ``Params``.
 """
 
 from lab.declare import Column, Experiment, Flag

@@ -1,8 +1,8 @@
 """Multiprocessing experiment: training throughput with P processes x T intra-op threads.
 
-The declaration; the measurement is in :mod:`experiments.multiprocessing.measure`, findings
-and figures in :mod:`experiments.multiprocessing.analysis`, the report's prose in
-``report.yaml`` and the config section's schema in ``schema.yaml``.
+The declaration; the measurement is in :mod:`experiments.multiprocessing.measure`, findings and
+figures in :mod:`experiments.multiprocessing.analysis`, the report's prose in ``report.yaml``.
+The config section's schema, the command line and the parameter table come from its ``Params``.
 """
 
 from lab.declare import Experiment, SpanKind, Timeline

@@ -1,10 +1,11 @@
 """Single-thread cost: how fast does one thread of pure Python run under each interpreter,
 against the first configured one (a GIL build)?
 
-The declaration; the measurement is in :mod:`experiments.singlethread.measure`, findings and the
-chart in :mod:`experiments.singlethread.analysis`, the report's prose in ``report.yaml`` and the
-config section's schema in ``schema.yaml``. The tasks are :mod:`lab.pytasks`' (the gil
-experiment's), run sequentially, one task.
+The declaration; the measurement is in
+:mod:`experiments.singlethread.measure`, findings and the chart in
+:mod:`experiments.singlethread.analysis`, the report's prose in ``report.yaml``. The config
+section's schema, the command line and the parameter table come from its ``Params``. The tasks
+are :mod:`lab.pytasks`' (the gil experiment's), run sequentially, one task.
 """
 
 from lab.declare import Experiment, Flag
