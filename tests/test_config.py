@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from lab import registry
-from lab.params import param as param_field
 from lab.configcheck import ConfigError, validate_config
+from lab.params import param as param_field
 from lab.schema import write_schemas
 
 
@@ -347,7 +347,10 @@ def _declared(**fields):
 @pytest.mark.parametrize(
     "fields, said",
     [
-        ({"n": (int, param_field(1, min=1, config=[1])), "k": (int, param_field(2))}, "field 'k' (int) declares no bounds"),
+        (
+            {"n": (int, param_field(1, min=1, config=[1])), "k": (int, param_field(2))},
+            "field 'k' (int) declares no bounds",
+        ),
         ({"n": (int, param_field(0, min=1, config=[1]))}, "the point defaults fail their own declaration: n=0"),
         (
             {"n": (int, param_field(1, min=1, config=[1])), "k": (int, param_field(2, min=1, config=[1, 2]))},
