@@ -2,7 +2,7 @@
 its rounds let on?
 
 Each of a few points is measured by ``--processes`` separate processes, one after the other
-(``python -m experiments.<name>``, ``--repeats`` interleaved rounds each, one worker). Per
+(``python -m lab.point <name>``, ``--repeats`` interleaved rounds each, one worker). Per
 point it reports the per-process median speedups, the standard deviation of their logs
 (between processes) and the mean standard error one process's rounds give for its median,
 ``sqrt(pi / 2) s / sqrt(n)`` (within). A ratio above 1 is variation that only separate
@@ -51,7 +51,7 @@ POINTS = (
 
 def measure(experiment: str, args: list[str], baseline: str, repeats: int, out: Path) -> pd.DataFrame:
     """One process's rounds of a point: its metrics.csv."""
-    cmd = [sys.executable, "-m", f"experiments.{experiment}", *args, "--repeats", str(repeats)]
+    cmd = [sys.executable, "-m", "lab.point", experiment, *args, "--repeats", str(repeats)]
     subprocess.run([*cmd, "--baseline", baseline, "--out", str(out)], cwd=ROOT, check=True, capture_output=True)
     return pd.read_csv(out / "metrics.csv")
 

@@ -11,7 +11,7 @@ Points, the same work for every tool:
   matmul at 1 and 2 threads (GFLOP/s = 2 n^3 / median time) and one SGD step of the lab's MLP
   (samples/s); its stated uncertainty is the interquartile range of its blocks;
 * the lab, by its own command line with interleaved baselines, 2 worker processes and the
-  capacity probe (``python -m experiments.gil``, ``experiments.intraop``): the same points with
+  capacity probe (``python -m lab.point gil``, ``lab.point intraop``): the same points with
   their 95% intervals, raw and on whole cores (``speedup_norm``, analysis/stats.py).
 
 Around every peer measurement the capacity probe (:mod:`lab.probe`) measures the CPUs
@@ -159,18 +159,17 @@ def run_tub() -> dict:
     return {"wall_s": time.perf_counter() - t, "delivered": statistics.mean([before, after]), "values": values}
 
 
-def _lab_point(work: Path, module: str, args: list[str], baseline: list[str], tag: str):
+def _lab_point(work: Path, experiment: str, args: list[str], baseline: list[str], tag: str):
     import pandas as pd
 
     from analysis.load import load_experiment
     from analysis.stats import summarise
 
     out = work / tag
-    cmd = [sys.executable, "-m", module, *args, "--out", str(out), "--rounds-workers", "2"]
+    cmd = [sys.executable, "-m", "lab.point", experiment, *args, "--out", str(out), "--rounds-workers", "2"]
     cmd += ["--rounds-probe-ms", "20", "--rounds-target-ci-pct", "5", "--rounds-budget-s", "6", "--rounds-max", "30"]
     cmd += ["--baseline", *baseline] if baseline else []
     subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
-    experiment = module.split(".")[1]
     reps = load_experiment([out / "metrics.csv"], experiment)
     s: pd.DataFrame = summarise(reps, experiment)
     return s.iloc[0], reps
@@ -182,13 +181,13 @@ def run_lab(work: Path) -> dict:
     values = {}
     gil = ["--workload", "cpu", "--workers", "2", "--cpu-iterations", str(CPU_ITERATIONS), "--repeats", "6"]
     for mode in ("threads", "processes"):
-        r, _ = _lab_point(work, "experiments.gil", [*gil, "--mode", mode], ["mode=sequential"], f"gil-{mode}")
+        r, _ = _lab_point(work, "gil", [*gil, "--mode", mode], ["mode=sequential"], f"gil-{mode}")
         values[f"gil cpu: 2 {mode} over sequential"] = _lab_value(r)
     io = ["--workload", "io", "--workers", "2", "--io-iterations", str(IO_ITERATIONS), "--repeats", "6"]
-    r, _ = _lab_point(work, "experiments.gil", [*io, "--mode", "threads"], ["mode=sequential"], "gil-io")
+    r, _ = _lab_point(work, "gil", [*io, "--mode", "threads"], ["mode=sequential"], "gil-io")
     values["gil io: 2 threads over sequential"] = _lab_value(r)
     mm = ["--workload", "matmul", "--matmul-size", str(MATMUL), "--iterations", "8", "--repeats", "6"]
-    r, reps = _lab_point(work, "experiments.intraop", [*mm, "--threads", "2"], ["threads=1"], "matmul")
+    r, reps = _lab_point(work, "intraop", [*mm, "--threads", "2"], ["threads=1"], "matmul")
     values["intraop matmul: 2 threads over 1"] = _lab_value(r)
     values["intraop matmul: GFLOP/s at 2 threads"] = {
         "value": r["median"],
@@ -199,7 +198,7 @@ def run_lab(work: Path) -> dict:
     base = reps[(reps["role"] == "baseline") & (reps["status"] == "ok")]["gflop_per_s"]
     values["intraop matmul: GFLOP/s at 1 thread"] = _median_value(base.to_numpy())
     mlp = ["--workload", "mlp", "--threads", "1", "--iterations", "20", "--repeats", "6"]
-    r, _ = _lab_point(work, "experiments.intraop", mlp, [], "mlp")
+    r, _ = _lab_point(work, "intraop", mlp, [], "mlp")
     values["intraop mlp: samples/s at 1 thread"] = {
         "value": r["median"],
         "low": r["ci_low"],

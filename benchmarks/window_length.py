@@ -39,10 +39,10 @@ from lab.fileio import write_text  # noqa: E402
 Z = 1.96
 
 
-def _calibrate(module: str, args: list[str], work: Path) -> float:
+def _calibrate(experiment: str, args: list[str], work: Path) -> float:
     """Seconds one window of ``args`` takes (one quick round)."""
     out = work / "calibrate"
-    cmd = [sys.executable, "-m", module, *args, "--repeats", "2", "--out", str(out)]
+    cmd = [sys.executable, "-m", "lab.point", experiment, *args, "--repeats", "2", "--out", str(out)]
     subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)
     import pandas as pd
 
@@ -55,20 +55,30 @@ def measure(kind: str, length: float, rounds: int, probe_ms: float, work: Path) 
     import pandas as pd
 
     if kind == "gil processes / sequential":
-        module, metric = "experiments.gil", "tasks_per_s"
+        experiment, metric = "gil", "tasks_per_s"
         base = ["--workload", "cpu", "--mode", "processes", "--workers", "2", "--warmup", "1"]
-        per = _calibrate(module, [*base, "--cpu-iterations", "1000000", "--mode", "sequential"], work)
+        per = _calibrate(experiment, [*base, "--cpu-iterations", "1000000", "--mode", "sequential"], work)
         # a sequential window runs 2 tasks: iterations so that the point's window lasts `length`
         iterations = max(10_000, int(1_000_000 * 2 * length / per))
         args, baseline = [*base, "--cpu-iterations", str(iterations)], ["mode=sequential"]
     else:
-        module, metric = "experiments.intraop", "gflop_per_s"
+        experiment, metric = "intraop", "gflop_per_s"
         base = ["--workload", "matmul", "--threads", "2", "--warmup", "1"]
-        per = _calibrate(module, [*base, "--iterations", "4", "--threads", "1"], work)
+        per = _calibrate(experiment, [*base, "--iterations", "4", "--threads", "1"], work)
         iterations = max(1, int(4 * 2 * length / per))
         args, baseline = [*base, "--iterations", str(iterations)], ["threads=1"]
     out = work / f"{kind.split()[0]}-{length}"
-    cmd = [sys.executable, "-m", module, *args, "--repeats", str(rounds), "--rounds-probe-ms", str(probe_ms)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "lab.point",
+        experiment,
+        *args,
+        "--repeats",
+        str(rounds),
+        "--rounds-probe-ms",
+        str(probe_ms),
+    ]
     cmd += ["--baseline", *baseline, "--out", str(out)]
     t = time.perf_counter()
     subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True)

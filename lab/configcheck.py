@@ -31,6 +31,8 @@ def _allowed(schema: dict, resolve) -> str:
     """What a schema fragment allows, in words (``resolve(ref)`` returns a referenced fragment)."""
     if "$ref" in schema:
         schema = {**resolve(schema["$ref"]), **{k: v for k, v in schema.items() if k != "$ref"}}
+    if "oneOf" in schema:
+        return " or ".join(_allowed(o, resolve) for o in schema["oneOf"])
     if "enum" in schema:
         return "one of " + ", ".join(map(str, schema["enum"]))
     if "const" in schema:
@@ -159,6 +161,29 @@ def _snakemake_validate(data: dict, schema_path: Path, prefix: str = "") -> None
         raise ConfigError(explain(data, schema_path, prefix) or f"config does not match {schema_path}") from None
 
 
+def whole_numbers(data, schema: dict):
+    """Turn floats that JSON Schema accepted as integers (``32.0``: a whole number) into ints, in
+    place, where ``schema`` asks for an integer: a job's command line, its path (``workers~2``)
+    and its ``Params`` then read ``32``, not ``32.0``. Returns ``data``."""
+
+    def fix(value, sub: dict):
+        for branch in sub.get("oneOf", []):
+            value = fix(value, branch)
+        if sub.get("type") == "integer" and isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, list) and isinstance(sub.get("items"), dict):
+            return [fix(v, sub["items"]) for v in value]
+        if isinstance(value, dict):
+            props, extra = sub.get("properties", {}), sub.get("additionalProperties")
+            for k, v in value.items():
+                inner = props.get(k, extra if isinstance(extra, dict) else None)
+                if inner is not None:
+                    value[k] = fix(v, inner)
+        return value
+
+    return fix(data, schema)
+
+
 def _check_labels(entries: list) -> None:
     """Interpreter labels name paths: each must be unique."""
     seen: set[str] = set()
@@ -254,6 +279,7 @@ def validate_config(
             )
     for name, section_schema in sections.items():
         _snakemake_validate(config.setdefault(name, {}), Path(section_schema), prefix=name)
+        whole_numbers(config[name], _load_schema(Path(section_schema)))
     check_rounds(config, rounds_users)
     for name, check in (checks or {}).items():
         if name in config["experiments"]:

@@ -27,8 +27,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m lab.point: invalid experiment package: {exc}", file=sys.stderr)
         return 2
     if not argv or argv[0].startswith("-"):
-        print(f"usage: python -m lab.point EXPERIMENT [options]; EXPERIMENT is one of {known}", file=sys.stderr)
-        return 2
+        asked = bool(argv) and argv[0] in ("-h", "--help")
+        usage = f"usage: python -m lab.point EXPERIMENT [options]; EXPERIMENT is one of {known}"
+        print(usage + ("; python -m lab.point EXPERIMENT --help lists its options" if asked else ""))
+        return 0 if asked else 2
     try:
         exp = registry.get(argv[0])
     except ValueError as exc:

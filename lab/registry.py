@@ -228,6 +228,20 @@ def _check_params(exp: Registered) -> None:
     import inspect
 
     takes = inspect.signature(run).parameters
+    positional = [p for p in takes.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) < 2 or positional[1].name != "baseline":
+        raise RegistryError(f"{where}: run must take (params, baseline=None, ...): the lab passes both by position")
+    required = [
+        p.name
+        for p in list(takes.values())[2:]
+        if p.default is p.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+    extra = [n for n in required if n not in exp.run_options()]
+    if extra:
+        raise RegistryError(
+            f"{where}: run(...) requires {', '.join(extra)}, which no declaration in"
+            f" {exp.path / '__init__.py'} provides"
+        )
     lacking = sorted(o for o in exp.run_options() if o not in takes and not _takes_any_keyword(takes))
     if lacking:
         why = ", ".join(f"{o} (Experiment {CAPABILITY[o]})" for o in lacking)
@@ -245,17 +259,21 @@ def _check_analysis(exp: Registered) -> None:
     and ``artefacts`` names the declared artefacts."""
     where = exp.path / "analysis.py"
     tree = _parse(where)
-    calls = [
+    assigned = [
         n.value
         for n in tree.body
-        if isinstance(n, ast.Assign)
-        and any(getattr(t, "id", "") == "ANALYSIS" for t in n.targets)
-        and isinstance(n.value, ast.Call)
-        and getattr(n.value.func, "id", "") == "Analysis"
+        if isinstance(n, ast.Assign | ast.AnnAssign)
+        and any(getattr(t, "id", "") == "ANALYSIS" for t in (n.targets if isinstance(n, ast.Assign) else [n.target]))
     ]
-    if not calls:
-        raise RegistryError(f"{where}: needs ANALYSIS = Analysis(findings=..., figures={{...}}, ...) at module level")
-    given = {k.arg: k.value for k in calls[0].keywords if k.arg}
+    if len(assigned) != 1 or not (
+        isinstance(assigned[0], ast.Call) and getattr(assigned[0].func, "id", "") == "Analysis"
+    ):
+        times = f" (assigned {len(assigned)} times)" if len(assigned) > 1 else ""
+        raise RegistryError(
+            f"{where}: needs one ANALYSIS = Analysis(findings=..., figures={{...}}, ...) at module level{times}"
+        )
+    given = {k.arg: k.value for k in assigned[0].keywords if k.arg}
+    _check_hook_values(where, tree, given)
     unknown = [k for k in given if k not in HOOKS]
     if unknown:
         raise RegistryError(f"{where}: Analysis(...) has no hook {unknown[0]!r}; the hooks are {', '.join(HOOKS)}")
@@ -265,6 +283,19 @@ def _check_analysis(exp: Registered) -> None:
         raise RegistryError(f"{where}: Analysis(...) needs the hook {missing[0]!r}")
     _check_named(where, tree, given, "figures", set(exp.spec.figures), exp.path / "__init__.py")
     _check_named(where, tree, given, "artefacts", set(exp.spec.artefacts), exp.path / "__init__.py")
+
+
+def _check_hook_values(where: Path, tree: ast.Module, given: dict) -> None:
+    """Every hook of an ``Analysis(...)`` call (and every value of its ``figures`` and
+    ``artefacts``) names a function the module defines or imports, or is a lambda."""
+    known = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    known |= {a.asname or a.name for n in tree.body if isinstance(n, ast.ImportFrom) for a in n.names}
+    for hook, node in given.items():
+        values = node.values if isinstance(node, ast.Dict) and hook in ("figures", "artefacts") else [node]
+        for value in values:
+            if not (isinstance(value, ast.Lambda) or (isinstance(value, ast.Name) and value.id in known)):
+                text = ast.unparse(value)
+                raise RegistryError(f"{where}: Analysis(..., {hook}=...): {text} is not a function of the module")
 
 
 def _check_named(where: Path, tree: ast.Module, given: dict, hook: str, declared: set, declaration: Path) -> None:

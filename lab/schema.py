@@ -26,6 +26,7 @@ from pathlib import Path
 from lab.declare import RegistryError
 from lab.fileio import write_text
 from lab.params import SAME, Param, declaration, field_type, is_tuple
+from lab.results import COMMON_COLUMNS
 
 
 def _element(params_cls, name: str, decl: Param) -> dict:
@@ -57,7 +58,12 @@ def field_schema(exp, f: dataclasses.Field) -> dict:
         _, choices = field_type(params_cls, first)
         per = {"type": "object", "additionalProperties": one}
         if choices is not None:
-            per = {"type": "object", "additionalProperties": False, "properties": dict.fromkeys(choices, one)}
+            per = {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": dict.fromkeys(choices, one),
+                "required": list(choices),
+            }
         shape = {"oneOf": [one, per]}
     else:
         shape = one
@@ -90,6 +96,15 @@ def section_schema(exp) -> dict:
     }
 
 
+#: Names a ``Params`` field cannot take: the command line's common options (:func:`lab.cli.build_parser`)
+#: and the columns every metrics row carries (:data:`lab.results.COMMON_COLUMNS`).
+RESERVED = frozenset(
+    {"out", "host", "lock", "max_oversubscription", "baseline", "host_file", "after", "help"}
+    | {"rounds_target_ci_pct", "rounds_budget_s", "rounds_max", "rounds_workers", "rounds_probe_ms"}
+    | set(COMMON_COLUMNS)
+)
+
+
 def declaration_errors(exp) -> list[str]:
     """What is wrong with experiment ``exp``'s ``Params`` declaration itself, each naming the
     field: a field not declared with :func:`lab.params.param`, a number without bounds, point
@@ -104,6 +119,16 @@ def declaration_errors(exp) -> list[str]:
             errors.append(f"field {f.name!r} is not declared with param(default, min=..., help=...)")
             continue
         decl, (tp, choices) = declaration(f), field_type(exp.params_cls, f.name)
+        if f.name in RESERVED:
+            errors.append(f"field {f.name!r} is a name the lab uses (a common option or metrics column); rename it")
+            continue
+        if tp not in (int, float, str, bool):
+            allowed = "int, float, str, bool, Literal[...] or a tuple of one"
+            errors.append(f"field {f.name!r} is of type {tp}: allowed are {allowed}")
+            continue
+        if decl.symbols and tp is not str and f.name not in getattr(exp.spec, "resolve", {}):
+            words = list(decl.symbols)
+            errors.append(f"field {f.name!r} accepts {words} but EXPERIMENT.resolve has no {f.name!r} to resolve them")
         bounded = any(b is not None for b in (decl.min, decl.above, decl.max)) or decl.element is not None
         if tp in (int, float) and choices is None and not bounded:
             errors.append(f"field {f.name!r} ({tp.__name__}) declares no bounds: param(..., min=...) or above=, max=")

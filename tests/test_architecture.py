@@ -227,7 +227,21 @@ def _replace(path: Path, old: str, new: str) -> None:
         (
             "nap_l",
             lambda p: _replace(p / "analysis.py", "ANALYSIS = Analysis(", "HOOKS = Analysis("),
-            "needs ANALYSIS = Analysis(findings=...",
+            "needs one ANALYSIS = Analysis(findings=...",
+        ),
+        (
+            "nap_p",
+            lambda p: _replace(p / "analysis.py", "findings=findings", 'findings="findings"'),
+            "Analysis(..., findings=...): 'findings' is not a function of the module",
+        ),
+        (
+            "nap_q",
+            lambda p: _replace(
+                p / "analysis.py",
+                "ANALYSIS = Analysis(",
+                "ANALYSIS = Analysis(findings=findings)\nANALYSIS = Analysis(",
+            ),
+            "(assigned 2 times)",
         ),
         (
             "nap_m",

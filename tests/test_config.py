@@ -369,3 +369,28 @@ def test_a_declaration_at_fault_is_blamed_on_the_package_not_the_config(tmp_path
     assert said in declaration_errors(exp)[0]
     with pytest.raises(RegistryError, match=r"experiments/x/measure.py: Params: "):
         write_schemas(tmp_path, {"x": exp})
+
+
+def test_whole_number_floats_become_ints_for_integer_keys(root, default_config):
+    """JSON Schema counts 32.0 as an integer; the job's command line and path must read 32."""
+    cfg = copy.deepcopy(default_config)
+    cfg["dataloader"] = {
+        **cfg["dataloader"],
+        "batch_size": 32.0,
+        "num_workers": [0, 1.0],
+        "items": {"tensor": 5e3, "cpu": 1000, "io": 500},
+    }
+    _validate(root, cfg)
+    d = cfg["dataloader"]
+    assert (d["batch_size"], d["num_workers"], d["items"]["tensor"]) == (32, [0, 1], 5000)
+    assert all(type(v) is int for v in (d["batch_size"], *d["num_workers"], d["items"]["tensor"]))
+    assert type(d["io_latency_s"]) is float  # a number key keeps its float
+
+
+def test_a_field_name_the_lab_uses_or_an_odd_type_is_refused():
+    from lab.schema import declaration_errors
+
+    said = declaration_errors(_declared(n=(int, param_field(1, min=1, config=[1])), role=(str, param_field("a"))))
+    assert said == ["field 'role' is a name the lab uses (a common option or metrics column); rename it"]
+    said = declaration_errors(_declared(n=(int, param_field(1, min=1, config=[1])), k=(int | None, param_field(None))))
+    assert said[0].startswith("field 'k' is of type")

@@ -9,6 +9,23 @@ Every point is compared with ``fork`` (the Linux default), measured interleaved 
 
 from lab.declare import Column, Experiment
 
+
+def check_config(section) -> None:
+    """``batches`` must exceed the batches requested at start-up (``num_workers`` x 2, the
+    DataLoader's prefetch), else no batch is left for the steady state: refused at parse time,
+    one line naming the key, rather than in every job.
+
+    Raises:
+        ValueError: naming ``startmethod.batches``.
+    """
+    least = int(section["num_workers"]) * 2 + 1
+    if int(section["batches"]) < least:
+        raise ValueError(
+            f"config key startmethod.batches: {section['batches']} is not allowed (the first num_workers x 2 ="
+            f" {least - 1} batches are the start-up round); allowed: integer >= {least}"
+        )
+
+
 EXPERIMENT = Experiment(
     name="startmethod",
     keys=("start_method",),
@@ -23,6 +40,7 @@ EXPERIMENT = Experiment(
         Column("cold_first_batch_ms", "first batch of the process", "ms", in_table=False),
     ),
     free_params=frozenset({"warmup_epochs"}),
+    check_config=check_config,
     order=35,
 )
 
