@@ -199,7 +199,7 @@ def cmd_compare(args) -> int:
     meta = {
         "baseline": baseline,
         "experiments": args.experiments,
-        "hosts": [{"name": h.name, "path": str(h.path), "available_cpus": h.cpus, "host": h.host} for h in hosts],
+        "hosts": [{"name": h.name, "path": str(h.path), "available_cpus": h.cpus, "host": dict(h.host)} for h in hosts],
         "not_comparable": broken,
     }
     write_json(out / "hosts.json", meta)

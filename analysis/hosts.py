@@ -17,6 +17,7 @@ import pandas as pd
 from analysis.tables import DataError, read_table
 from lab import registry
 from lab.declare import point_label
+from lab.host import Host
 
 
 @dataclass
@@ -26,7 +27,7 @@ class HostResults:
     Attributes:
         name: the host label (directory name).
         path: the directory.
-        host: parsed host.json.
+        host: its host.json as a :class:`lab.host.Host` (labelled by the directory name).
         replicates: experiment -> replicates.csv (only experiments whose files exist).
         summaries: experiment -> summary.csv.
         findings: experiment -> findings.json (where it exists).
@@ -35,7 +36,7 @@ class HostResults:
 
     name: str
     path: Path
-    host: dict
+    host: Host
     replicates: dict[str, pd.DataFrame] = field(default_factory=dict)
     summaries: dict[str, pd.DataFrame] = field(default_factory=dict)
     findings: dict[str, dict] = field(default_factory=dict)
@@ -52,7 +53,7 @@ def point_key(values) -> tuple:
     return tuple(str(v) for v in values)
 
 
-def _read_host_json(path: Path) -> dict:
+def _read_host_json(path: Path) -> Host:
     hj = path / "host.json"
     if not hj.exists():
         raise DataError(hj, "missing: every host directory needs its host.json (machine fingerprint)")
@@ -65,7 +66,10 @@ def _read_host_json(path: Path) -> dict:
     cpus = host["available_cpus"]
     if not isinstance(cpus, int) or isinstance(cpus, bool) or cpus < 1:
         raise DataError(hj, f"'available_cpus' is {cpus!r}: a count of CPUs (integer >= 1) was expected")
-    return host
+    try:  # the host as every other reader sees it (lab.host.Host), labelled by its directory
+        return Host(path.name, host)
+    except ValueError as exc:
+        raise DataError(hj, f"the directory name is no host label: {exc}") from None
 
 
 def load_host(path: str | Path, experiments: list[str]) -> HostResults:

@@ -20,7 +20,7 @@ import csv
 import json
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -99,8 +99,9 @@ def write_frame(path: str | Path, frame) -> Path:
 
 def finite(obj: Any) -> Any:
     """``obj`` with NaN and infinities replaced by None (JSON has no NaN) and numpy scalars
-    turned into Python numbers, recursively through dicts, lists and tuples."""
-    if isinstance(obj, dict):
+    turned into Python numbers, recursively through mappings (a :class:`lab.host.Host` too),
+    lists and tuples."""
+    if isinstance(obj, Mapping):
         return {k: finite(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [finite(v) for v in obj]
