@@ -35,13 +35,7 @@ def cmd_summarise(args) -> int:
     out = Path(args.out_dir)
     # the host: its host.json, the user's shell (lab/userenv.py) and the interpreters the measured
     # code ran under (lab/interpreters.py), where given
-    host = (
-        Host.load(out.parent, args.host_json, args.user_env, args.interpreters)
-        if args.host_json
-        else Host(out.parent.name)
-    )
-    if args.user_env and not args.host_json:
-        host = host.with_facts(user_environment=json.loads(Path(args.user_env).read_text()))
+    host = Host.from_files(out.parent.name, args.host_json, args.user_env, args.interpreters)
     reps = mark_other_nodes(load_experiment(args.metrics, args.experiment), host, args.allow_mixed_nodes)
     own = registry.get(args.experiment).hooks().summarise
     summary = own(reps) if own is not None else summarise(reps, args.experiment)

@@ -62,10 +62,6 @@ class Context:
         cpus = self.host.get("available_cpus")
         return int(cpus) if cpus is not None else None
 
-    def with_summary(self, summary) -> Context:
-        """The same context over another summary (a subset of points, say)."""
-        return Context(self.host, self._loader, **{**self._given, "summary": summary})
-
 
 Hook = Callable[[Context], Any]
 

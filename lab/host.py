@@ -163,29 +163,38 @@ class Host(Mapping):
         self._facts = dict(facts or {})
 
     @classmethod
-    def load(
+    def load(cls, host_dir: str | Path) -> Host:
+        """The host of ``results/<label>/``: its host.json, user_env.json and interpreters.json
+        (a missing file is left out).
+
+        Raises:
+            json.JSONDecodeError: for a file that is not JSON.
+        """
+        host_dir = Path(host_dir)
+        found = [host_dir / n for n in ("host.json", "user_env.json", "interpreters.json")]
+        return cls.from_files(host_dir.name, *(p if p.exists() else None for p in found))
+
+    @classmethod
+    def from_files(
         cls,
-        host_dir: str | Path,
+        label: str,
         host_json: str | Path | None = None,
         user_env: str | Path | None = None,
         interpreters: str | Path | None = None,
     ) -> Host:
-        """The host of ``results/<label>/``: its host.json, user_env.json and interpreters.json
-        (other paths where given; a missing optional file is left out).
+        """A host from exactly the files given (None: that file's facts are absent), labelled
+        by host.json's ``host`` or else ``label``.
 
         Raises:
-            FileNotFoundError: for a host.json given by path that does not exist.
+            FileNotFoundError: for a file given that does not exist.
             json.JSONDecodeError: for a file that is not JSON.
         """
-        host_dir = Path(host_dir)
-        facts = json.loads(Path(host_json).read_text()) if host_json else _json_or(host_dir / "host.json", {})
-        env = _json_or(Path(user_env) if user_env else host_dir / "user_env.json", None)
-        if env is not None:
-            facts["user_environment"] = env
-        found = _json_or(Path(interpreters) if interpreters else host_dir / "interpreters.json", None)
-        if found is not None:
-            facts["interpreters"] = found["interpreters"]
-        return cls(facts.get("host") or host_dir.name, facts)
+        facts = json.loads(Path(host_json).read_text()) if host_json else {}
+        if user_env:
+            facts["user_environment"] = json.loads(Path(user_env).read_text())
+        if interpreters:
+            facts["interpreters"] = json.loads(Path(interpreters).read_text())["interpreters"]
+        return cls(facts.get("host") or label, facts)
 
     def __getitem__(self, key: str):
         return self._facts[key]
@@ -202,10 +211,6 @@ class Host(Mapping):
     def with_facts(self, **more) -> Host:
         """The same host with facts added or replaced."""
         return Host(self.label, {**self._facts, **more})
-
-
-def _json_or(path: Path, missing):
-    return json.loads(path.read_text()) if path.exists() else missing
 
 
 def set_parent_death_signal(signum: int) -> bool:
