@@ -277,21 +277,27 @@ def launch(path: str | None, module: str, args: list[str]) -> int:
             conn = None
     if conn is None:
         os.execv(sys.executable, [sys.executable, "-m", module, *args])
+    # The relay is in place before the job can start: a signal that arrives before the server
+    # has named the job's pid (the job may already be running and printing) is relayed once it has.
+    job: dict[str, int] = {}
+    received: list[int] = []
+
+    def relay(signum, _frame):
+        received.append(signum)
+        if "pid" in job:
+            _kill_group(job["pid"], signal.SIGTERM)
+
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, relay)
     request = {"module": module, "args": args, "cwd": os.getcwd(), "env": dict(os.environ)}
     socket.send_fds(conn, [(json.dumps(request) + "\n").encode()], [0, 1, 2])
     reply = _recv_line(conn)
     if reply is None or "pid" not in reply:
         print(f"[server] the job server at {path} did not start the job", file=sys.stderr)
         return 1
-    pid = reply["pid"]
-    received: list[int] = []
-
-    def relay(signum, _frame):
-        received.append(signum)
+    pid = job["pid"] = reply["pid"]
+    if received:
         _kill_group(pid, signal.SIGTERM)
-
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, relay)
     done = _recv_line(conn)
     if done is None:
         print(f"[server] the job server at {path} ended before job {pid}", file=sys.stderr)
