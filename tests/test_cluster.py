@@ -152,6 +152,9 @@ def test_the_slurm_profile_without_cluster_hosts_is_refused_before_any_submissio
     work = tmp_path / "repo"
     shutil.copytree(root, work, ignore=IGNORE)
     cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", "--configfile", "config.quick.yaml"]
+    # the executor plugin waits --slurm-init-seconds-before-status-checks (40 s by default) before
+    # it lets a run that stopped at DAG building exit: 1 s here, the refusal is the same
+    cmd += ["--slurm-init-seconds-before-status-checks", "1"]
     cmd += ["--config", "experiments=[gil]", "host=noclu"]
     proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=300, env=venv_env())
     assert proc.returncode != 0

@@ -43,7 +43,7 @@ cluster:
 experiments: [gil, intraop]
 selfcheck: {duration_s: 0.3, repeats: 2}
 rounds: {target_ci_pct: 0, workers: 1}
-gil: {workload: [cpu, io], mode: [sequential, processes], workers: [2]}
+gil: {workload: [cpu], mode: [sequential, processes], workers: [2]}
 intraop: {workload: [matmul], threads: [1, 2]}
 """
 
