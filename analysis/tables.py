@@ -7,8 +7,8 @@ pandas' nullable type (``boolean``, ``Int64``). The types come from
 
 * the columns every experiment writes (:data:`KNOWN`: docs/csv-schema.md);
 * the experiment's ``Params`` dataclass for its parameter columns (an ``int`` field is an
-  integer column, a ``Literal`` of strings a text column), its metric and extra columns
-  (floats) and its flags (text or boolean), through :mod:`lab.registry`;
+  integer column, a ``Literal`` of strings a text column) and its declared columns
+  (``EXPERIMENT.columns``, :class:`lab.declare.Col`), through :mod:`lab.registry`;
 * for any other column, its content: only ``True``/``False`` is boolean, only whole numbers is
   integer, numbers (``nan`` and empty cells allowed) is float, anything else text.
 
@@ -93,8 +93,9 @@ class DataError(ValueError):
 
 
 def experiment_types(experiment: str) -> dict[str, str]:
-    """Column types an experiment adds to :data:`KNOWN`: its parameters, metrics, extra columns
-    (with their ``_ci_low``/``_ci_high``) and flags.
+    """Column types an experiment adds to :data:`KNOWN`: its parameters and its declared
+    columns (``EXPERIMENT.columns``: metrics, flags and the rest), the summarised ones with
+    their ``_ci_low``/``_ci_high`` (floats).
 
     Raises:
         ValueError: for an experiment that is not registered.
@@ -103,7 +104,7 @@ def experiment_types(experiment: str) -> dict[str, str]:
 
     exp = registry.get(experiment)
     types = {name: _PY_TYPES.get(tp, STR) for name, tp in field_types(exp.params_cls).items()}
-    types |= dict.fromkeys(exp.spec.metrics, FLOAT)
+    types |= {name: col.type for name, col in exp.spec.columns.items()}
     for col in exp.spec.summarised_columns:
         types |= dict.fromkeys((col, f"{col}_ci_low", f"{col}_ci_high"), FLOAT)
     types |= {f.column: STR if f.aggregate == "text" else BOOL for f in exp.spec.flags}

@@ -19,7 +19,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -35,7 +35,7 @@ from lab.params import (
     parse_overrides,
     parse_value,
 )
-from lab.results import SAMPLE_COLUMNS, RunResult, metrics_rows, span_columns
+from lab.results import COMMON_COLUMNS, SAMPLE_COLUMNS, RunResult, metrics_rows, span_columns
 from lab.rounds import Rounds
 from lab.workers import run_workers
 
@@ -248,14 +248,36 @@ def write_point(out: Path, result: RunResult, host: str, experiment: str, params
     return rows
 
 
-def _check_metric(experiment: str, result: RunResult, metric: str | None) -> None:
-    """Refuse ok rows without the declared metric column: the analysis could read nothing."""
+#: Keys the lab itself adds to a metrics row besides :data:`lab.results.COMMON_COLUMNS` and the
+#: capacity probe's (:data:`lab.probe.COLUMNS`): the worker process of a round, and a baseline
+#: row's own parameters (``_params``, spread into the parameter columns when written).
+LAB_COLUMNS = ("worker", "_params")
+
+
+def check_rows(experiment: str, result: RunResult, params_cls, metric: str | None, columns) -> None:
+    """Refuse, before any file is written, rows the analysis could not read as declared: ok rows
+    without the declared metric column, and any row with a column that is neither a parameter
+    (``params_cls``), nor the lab's own, nor among ``columns`` (``EXPERIMENT.columns``).
+
+    Raises:
+        ValueError: naming the experiment, the columns and where to declare them.
+    """
+    from lab import probe
+
     lacking = [r for r in result.rows if r.get("status", "ok") == "ok" and metric and metric not in r]
     if lacking:
         have = ", ".join(sorted(k for k in lacking[0] if not k.startswith(("cpu", "system", "tree"))))
         raise ValueError(
             f"{experiment}: run() returned rows without the declared metric column {metric!r}"
             f" (EXPERIMENT.metrics); its rows hold {have}"
+        )
+    known = {*COMMON_COLUMNS, *probe.COLUMNS, *LAB_COLUMNS, *(f.name for f in dataclasses.fields(params_cls))}
+    known |= set(columns)
+    undeclared = sorted({k for r in result.rows for k in r} - known)
+    if undeclared:
+        raise ValueError(
+            f"{experiment}: run() returned rows with undeclared columns ({', '.join(undeclared)}); declare each"
+            " in EXPERIMENT.columns with Col(type, meaning, unit) (lab/declare.py), or drop it"
         )
 
 
@@ -284,8 +306,30 @@ def cli_main(exp, argv: list[str] | None = None) -> int:
     module = exp.measurement()
     description = (module.__doc__ or exp.name).strip().splitlines()[0]
     return measure_point(
-        exp.name, exp.params_cls, module.run, description, exp.run_options(), argv, metric=exp.spec.metric
+        exp.name,
+        exp.params_cls,
+        module.run,
+        description,
+        exp.run_options(),
+        argv,
+        metric=exp.spec.metric,
+        columns=exp.spec.columns,
     )
+
+
+def _given(args, options: frozenset[str]) -> dict:
+    """The keyword arguments of ``run`` besides ``rounds``, from the command line.
+
+    Raises:
+        ValueError: for an unreadable ``--after`` or ``--host-file``."""
+    given = {}
+    if "after" in options:
+        given["after"] = read_after(args.after)
+    if "host_files" in options:
+        given["host_files"] = {Path(f).name: read_json(f, "--host-file") for f in args.host_file}
+    if "max_oversubscription" in options:  # a job that chooses its own points
+        given["max_oversubscription"] = args.max_oversubscription
+    return given
 
 
 def measure_point(
@@ -297,6 +341,7 @@ def measure_point(
     argv: list[str] | None = None,
     prog: str | None = None,
     metric: Callable[[dict], str] | None = None,
+    columns: Collection[str] = (),
 ) -> int:
     """Parse ``argv`` into ``params_cls`` (and ``--baseline`` overrides into a second Params),
     run ``run(params, baseline, ...)`` with the keyword arguments named in ``options``
@@ -304,13 +349,15 @@ def measure_point(
     measurement lock (or, for a point above ``--max-oversubscription``, record one row with
     status ``skipped`` and the reason; see :func:`lab.params.oversubscription_skip`), and write
     the point's files into ``--out``. ``metric(point)`` names the column every ok row must hold
-    (the experiment's declared metric).
+    (the experiment's declared metric); ``columns`` names the columns its rows may hold
+    besides its parameters and the lab's own (:func:`check_rows`).
 
     Returns:
         0; parameter errors exit with status 2 and a message naming the parameter.
 
     Raises:
-        ValueError: before any file is written, for ok rows without the declared metric column.
+        ValueError: before any file is written, for ok rows without the declared metric column
+            or rows with an undeclared column.
     """
     from lab import JOB_START_UNIX
 
@@ -320,13 +367,7 @@ def measure_point(
         params = params_cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(params_cls)})
         overrides = parse_overrides(params_cls, args.baseline)
         baseline = dataclasses.replace(params, **overrides) if args.baseline else None
-        given = {}
-        if "after" in options:
-            given["after"] = read_after(args.after)
-        if "host_files" in options:
-            given["host_files"] = {Path(f).name: read_json(f, "--host-file") for f in args.host_file}
-        if "max_oversubscription" in options:  # a job that chooses its own points
-            given["max_oversubscription"] = args.max_oversubscription
+        given = _given(args, options)
     except ValueError as exc:
         parser.error(str(exc))
     host = host_label(args.host)
@@ -342,7 +383,7 @@ def measure_point(
         else:
             result = run(params, baseline, **given)
         released_at = time.time()
-    _check_metric(experiment, result, metric(dataclasses.asdict(params)) if metric else None)
+    check_rows(experiment, result, params_cls, metric(dataclasses.asdict(params)) if metric else None, columns)
     times = {"job_start_unix": JOB_START_UNIX, "lock_wait_s": waited}
     times |= {"lock_acquired_unix": locked_at, "lock_released_unix": released_at}
     job = job_record(experiment, host, params, baseline, times, result)

@@ -56,6 +56,30 @@ class Column:
         return f"{self.label} {self.unit}".strip()
 
 
+#: The types a metrics column may have (:class:`Col`): how ``analysis.tables`` reads it back.
+COLUMN_TYPES = ("float", "int", "bool", "str")
+
+
+@dataclass(frozen=True)
+class Col:
+    """A column of ``metrics.csv`` that an experiment's ``run`` writes besides its parameter
+    columns (its ``Params``) and the lab's own (:data:`lab.results.COMMON_COLUMNS`, the capacity
+    probe's). Declared once, in :attr:`Experiment.columns`: the job refuses rows with an
+    undeclared column, the CSV loader types it, and docs/parameters.md lists it.
+
+    Attributes:
+        type: ``float``, ``int``, ``bool`` or ``str`` (text; empty cells stay ``""``).
+        meaning: what the value is and how it is computed, in one or two sentences (Markdown).
+        unit: its unit (``samples/s``, ``ms``, ``%``); empty for a metric or summarised column,
+            whose unit :attr:`Experiment.metrics` or its :class:`Column` gives, and ``-`` for
+            none.
+    """
+
+    type: Literal["float", "int", "bool", "str"]
+    meaning: str
+    unit: str = ""
+
+
 @dataclass(frozen=True)
 class Flag:
     """A metrics column that flags a point in the report's ``flags`` column.
@@ -140,6 +164,10 @@ class Experiment:
         parallel_units: ``p`` of a point for parallel efficiency; None where it has no meaning.
         extra_columns: other columns summarised per point (median and CI).
         flags: columns that flag a point in the report.
+        columns: every column its ``run`` writes beyond its parameters and the lab's own, with
+            type, unit and meaning (:class:`Col`); the metrics, :attr:`extra_columns` and
+            :attr:`flags` among them. A job whose rows hold an undeclared column fails before it
+            writes a file.
         free_params: parameters besides :data:`FREE_PARAMS` that may differ between hosts
             without making their results incomparable (warm-up counts, time-outs).
         resolve: per config key, a function ``(config value, available CPUs) -> list of values``
@@ -178,6 +206,7 @@ class Experiment:
     parallel_units: Callable[[Mapping[str, Any]], float] | None = None
     extra_columns: tuple[Column, ...] = ()
     flags: tuple[Flag, ...] = ()
+    columns: Mapping[str, Col] = field(default_factory=dict)
     free_params: frozenset[str] = frozenset()
     resolve: Mapping[str, Callable[[Any, int], list]] = field(default_factory=dict)
     depends: Callable[[Mapping[str, Any]], list[dict]] | None = None
@@ -200,11 +229,41 @@ class Experiment:
         unknown = [k for k in (*self.group, *self.baseline) if k not in self.keys]
         if unknown:
             raise ValueError(f"experiment {self.name!r}: group and baseline keys {unknown} are not in keys {self.keys}")
+        self._check_columns()
         if self.interpreters and ("interpreter" not in self.keys or "interpreters.json" not in self.host_files):
             raise ValueError(
                 f"experiment {self.name!r}: interpreters=True needs the key 'interpreter' in keys and"
                 " 'interpreters.json' in host_files"
             )
+
+    def _check_columns(self) -> None:
+        """Every metric, summarised column and flag is among :attr:`columns`, each of a known
+        type, and a unit given twice is the same unit."""
+        named = {**dict.fromkeys(self.metrics, "metrics"), **dict.fromkeys(self.summarised_columns, "extra_columns")}
+        named |= {f.column: "flags" for f in self.flags}
+        missing = [f"{c} ({where})" for c, where in named.items() if c not in self.columns]
+        if missing:
+            raise ValueError(
+                f"experiment {self.name!r}: columns lacks {', '.join(missing)}: declare each with Col(...)"
+            )
+        for name, col in self.columns.items():
+            if col.type not in COLUMN_TYPES:
+                raise ValueError(
+                    f"experiment {self.name!r}: column {name!r} has type {col.type!r}; allowed: {COLUMN_TYPES}"
+                )
+            unit = self.metrics.get(name) or next((c.unit for c in self.extra_columns if c.name == name), "")
+            if unit and col.unit and col.unit != unit:
+                raise ValueError(
+                    f"experiment {self.name!r}: column {name!r} has unit {col.unit!r} but is declared {unit!r}"
+                    " in metrics or extra_columns: give it once"
+                )
+
+    def column_unit(self, name: str) -> str:
+        """The unit of one of :attr:`columns`: its own, else its metric's or summarised column's,
+        else ``-``."""
+        col = self.columns.get(name)
+        unit = self.metrics.get(name) or next((c.unit for c in self.extra_columns if c.name == name), "")
+        return (col.unit if col is not None and col.unit else unit) or "-"
 
     def run_options(self) -> frozenset[str]:
         """The keyword arguments the package's ``run(params, baseline, ...)`` gets, as declared:

@@ -64,6 +64,10 @@ class Param:
             a number written as text); replaces the generated one.
         in_config: False for a field that no config section sets (the global ``sample_hz``, a
             value only a job or a test passes).
+        quick: the value of the quick config (config.quick.yaml, generated from these
+            declarations by ``python -m lab.schema --quick``) where it differs from the section's
+            default; a list for a swept key, a mapping for a ``per_key`` field.
+        quick_why: why the quick value is what it is, a comment beside it in config.quick.yaml.
     """
 
     help: str = ""
@@ -76,6 +80,8 @@ class Param:
     symbols: tuple[str, ...] = ()
     element: dict | None = None
     in_config: bool = True
+    quick: Any = SAME
+    quick_why: str = ""
 
     def describe(self) -> str:
         """The help text with the unit, e.g. ``sleep per item (s)``."""
@@ -247,10 +253,11 @@ def oversubscription_skip(params, limit: float | None, ncpu: int) -> str | None:
 
 
 def repeats_field(
-    default: int, help: str = "interleaved rounds a point measures at least (95% intervals need 6)"
+    default: int, help: str = "interleaved rounds a point measures at least (95% intervals need 6)", **declared
 ) -> Any:
-    """The ``repeats`` field every ``Params`` has: rounds measured at least (``>= 1``)."""
-    return param(default, min=1, help=help)
+    """The ``repeats`` field every ``Params`` has: rounds measured at least (``>= 1``);
+    ``declared``: more of its :class:`Param` (``config=``, ``quick=``)."""
+    return param(default, min=1, help=help, **declared)
 
 
 def sample_hz_field() -> Any:

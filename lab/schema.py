@@ -144,6 +144,10 @@ def declaration_errors(exp) -> list[str]:
         err = best_match(validator.iter_errors({f.name: default}))
         if err is not None:
             errors.append(f"field {f.name!r}: its config default {default!r} fails its own declaration ({err.message})")
+        quick = declaration(f).quick
+        err = None if quick is SAME else best_match(validator.iter_errors({f.name: quick}))
+        if err is not None:
+            errors.append(f"field {f.name!r}: its quick value {quick!r} fails its own declaration ({err.message})")
     return errors
 
 
@@ -192,19 +196,23 @@ def _allowed(one: dict) -> str:
 
 
 def docs(experiments) -> str:
-    """docs/parameters.md: one table per experiment, every ``Params`` field as declared: its
-    config key (or why it has none), default, allowed values and meaning. The same fields are
-    the parameter columns of its ``metrics.csv`` (docs/csv-schema.md)."""
+    """docs/parameters.md: two tables per experiment. Every ``Params`` field as declared: its
+    config key (or why it has none), default, allowed values and meaning (the same fields are
+    the parameter columns of its ``metrics.csv``); then its declared columns (``Col``)."""
     lines = [
-        "# Parameters of the experiments",
+        "# Parameters and columns of the experiments",
         "",
-        "Generated from each experiment's `Params` declaration (lab/params.py, lab/schema.py) by",
-        "`python -m lab.schema --docs docs/parameters.md`; a test fails when this file is stale.",
-        "Each row is a key of the experiment's config section, an `--option` of",
-        "`python -m lab.point <experiment>` and a parameter column of its `metrics.csv`, in this",
-        "order (docs/csv-schema.md). A swept key (in **bold**) takes a list: one job per value.",
-        "A field marked *not in config* keeps its default in a pipeline run (gil's `interpreter`",
-        "sweeps the labels of the config's `interpreters`).",
+        "Generated from each experiment's declarations, its `Params` (lab/params.py) and its",
+        "`EXPERIMENT.columns` (lab/declare.py), by `python -m lab.schema --docs docs/parameters.md`;",
+        "a test fails when this file is stale. In the first table of each experiment, each row is a",
+        "key of its config section, an `--option` of `python -m lab.point <experiment>` and a",
+        "parameter column of its `metrics.csv`, in this order (docs/csv-schema.md). A swept key (in",
+        "**bold**) takes a list: one job per value; *quick* is its value in config.quick.yaml (generated",
+        "by `python -m lab.schema --quick config.quick.yaml`). A field marked *not in config* keeps its default",
+        "in a pipeline run (gil's `interpreter` sweeps the labels of the config's `interpreters`).",
+        "The second table lists the columns its rows hold besides the parameters and the lab's own",
+        "(docs/csv-schema.md, section 2.1): a job whose rows hold any other column fails before it",
+        "writes a file.",
     ]
     for name, exp in experiments.items():
         lines += ["", f"## {name}", "", "| key | default | allowed | meaning |", "|---|---|---|---|"]
@@ -216,22 +224,106 @@ def docs(experiments) -> str:
                 where = "the top-level `sample_hz`" if f.name == "sample_hz" else "*not in config*"
                 meaning = f"{meaning}; {where}" if meaning else where
             allowed = _allowed({k: v for k, v in s.items() if k not in ("default", "description")})
+            quick = declaration(f).quick
             cells = (json.dumps(s["default"]), allowed, meaning)
             default, allowed, meaning = (c.replace("|", "\\|") for c in cells)
-            lines.append(f"| {key} | `{default}` | {allowed} | {meaning} |")
+            default = f"`{default}`" + ("" if quick is SAME else f" (quick: `{json.dumps(quick)}`)")
+            lines.append(f"| {key} | {default} | {allowed} | {meaning} |")
         lines += _declared_columns(exp)
+    lines += ["", "## selfcheck (the sampler's self-check, lab/selfcheck.py)"]
+    own = selfcheck_columns()
+    lines += _column_table(
+        "Its own columns of `metrics.csv`, declared in `COLUMNS`:", own, {}, lambda n: own[n].unit or "-"
+    )
     return "\n".join(lines) + "\n"
 
 
+def selfcheck_columns() -> dict:
+    """The self-check's declared columns (``lab.selfcheck.COLUMNS``)."""
+    from lab.selfcheck import COLUMNS
+
+    return COLUMNS
+
+
+def _column_table(title: str, columns, role: dict, unit) -> list[str]:
+    """A Markdown table of declared columns (:class:`lab.declare.Col`): name, type, ``unit(name)``
+    and meaning, followed by ``role[name]`` in italics where given."""
+    out = ["", title, "", "| column | type | unit | meaning |", "|---|---|---|---|"]
+    for name, col in columns.items():
+        meaning = f"{col.meaning}. *{role[name]}*" if name in role else col.meaning
+        cells = (name, col.type, unit(name), meaning)
+        out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return out
+
+
 def _declared_columns(exp) -> list[str]:
-    """The metrics columns an experiment declares (:class:`lab.declare.Experiment`): its
-    throughput metric(s), the columns summarised per point and the flags, with their units."""
-    rows = [(m, "metric: throughput, higher is better; speedups compare it", u) for m, u in exp.spec.metrics.items()]
-    rows += [(c.name, f"summarised per point (median, 95% CI): {c.label}", c.unit) for c in exp.spec.extra_columns]
-    rows += [(f.column, f"flags a point in the report: {f.label} ({f.aggregate})", "") for f in exp.spec.flags]
-    out = ["", "Declared columns of its `metrics.csv` (more in docs/csv-schema.md):", ""]
-    out += ["| column | what | unit |", "|---|---|---|"]
-    return out + [f"| {name} | {what} | {unit or '-'} |" for name, what, unit in rows]
+    """The columns an experiment's rows hold besides its parameters and the lab's own
+    (``EXPERIMENT.columns``): type, unit, meaning, and what the lab does with each (the
+    metric, the columns summarised per point, the flags)."""
+    spec = exp.spec
+    role = dict.fromkeys(spec.metrics, "metric (throughput, higher is better; speedups compare it)")
+    role |= {c.name: f"summarised per point (median, 95% CI): {c.label}" for c in spec.extra_columns}
+    role |= {f.column: f"flags a point in the report: {f.label} ({f.aggregate})" for f in spec.flags}
+    title = "Its other columns of `metrics.csv`, declared in `EXPERIMENT.columns`:"
+    return _column_table(title, spec.columns, role, spec.column_unit)
+
+
+#: The top-level config schema, whose ``quick`` annotations give the quick config's values of
+#: the keys that belong to no experiment (``sample_hz``, ``rounds``, ``selfcheck``).
+#: What the quick run takes on a 2-CPU machine, in minutes (docs/benchmarks.md), for its header.
+QUICK_MINUTES = 4
+
+CONFIG_SCHEMA = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yaml"
+
+QUICK_HEADER = """\
+# Reduced settings: the whole pipeline in about {minutes} minutes on a 2-CPU machine.
+#   snakemake --cores 4 --configfile config.quick.yaml
+# Values here override config.yaml key by key; anything not named keeps its default.
+# Generated from the declarations (the `quick` of each Params field and of
+# schemas/config.schema.yaml) by `python -m lab.schema --quick config.quick.yaml`: edit those,
+# not this file; a test fails when it is stale. To change a value for yourself, pass one more
+# --configfile after this one.
+"""
+
+
+def _flow(value) -> str:
+    """``value`` as one line of YAML (a list or mapping in flow style, keys in their order)."""
+    import yaml
+
+    return yaml.safe_dump(value, default_flow_style=True, sort_keys=False, width=10**6).splitlines()[0]
+
+
+def _quick_lines(key: str, node: dict, indent: str) -> list[str]:
+    """The quick config's lines for one key of the top-level schema (nested for an object)."""
+    if "quick" in node:
+        why = f"  # {node['quick_why']}" if node.get("quick_why") else ""
+        return [f"{indent}{key}: {_flow(node['quick'])}{why}"]
+    inner = [ln for k, sub in node.get("properties", {}).items() for ln in _quick_lines(k, sub, indent + "  ")]
+    return [f"{indent}{key}:", *inner] if inner else []
+
+
+def quick_config(experiments, minutes: int) -> str:
+    """config.quick.yaml: the quick value of every top-level key that declares one (``quick:``
+    in schemas/config.schema.yaml) and of every ``Params`` field (``param(quick=...)``), by
+    section in report order, each with its ``quick_why`` as a comment."""
+    import yaml
+
+    top = yaml.safe_load(CONFIG_SCHEMA.read_text(encoding="utf-8"))
+    lines = [QUICK_HEADER.format(minutes=minutes).rstrip("\n")]
+    for key, node in top["properties"].items():
+        found = _quick_lines(key, node, "")
+        lines += ["", *found] if found else []
+    lines.append("")
+    for name, exp in experiments.items():
+        section = []
+        for f in config_fields(exp):
+            decl = declaration(f)
+            if decl.quick is not SAME:
+                why = f"  # {decl.quick_why}" if decl.quick_why else ""
+                section.append(f"  {f.name}: {_flow(decl.quick)}{why}")
+        if section:
+            lines += [f"{name}:", *section]
+    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -242,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m lab.schema", description=main.__doc__.splitlines()[0])
     p.add_argument("--docs", metavar="PATH", help="write the parameter tables (docs/parameters.md)")
     p.add_argument("--print", metavar="NAME", dest="name", help="print one experiment's section schema")
+    p.add_argument("--quick", metavar="PATH", help="write the quick config (config.quick.yaml)")
     args = p.parse_args(argv)
     try:
         found = registry.experiments()
@@ -251,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
                 raise RegistryError(f"{exp.path / 'measure.py'}: Params: {errors[0]}")
         if args.docs:
             write_text(Path(args.docs), docs(found))
+        if args.quick:
+            write_text(Path(args.quick), quick_config(found, QUICK_MINUTES))
         if args.name:
             print(json.dumps(section_schema(registry.get(args.name)), indent=1))
     except ValueError as exc:  # RegistryError, or an unknown name (with the known ones)

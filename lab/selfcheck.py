@@ -21,11 +21,34 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from lab.cli import measure_point
+from lab.declare import Col
 from lab.params import check_min
 from lab.results import Measured, RunResult, interleave
 from lab.window import Meter
 
 EXPERIMENT = "selfcheck"
+
+#: The columns its rows hold besides the parameters and the lab's own (docs/csv-schema.md).
+COLUMNS = {
+    "sampler_tree_pct": Col(
+        "float",
+        "mean of the window's `tree` samples (docs/csv-schema.md, section 2.2); `nan` if none",
+        "% (0-100) of the available CPUs",
+    ),
+    "expected_tree_pct": Col(
+        "float",
+        "the ideal: `100 / available_cpus` for `busy` (one busy-looping thread on a whole CPU), 0.0 for `idle`",
+        "% (0-100)",
+    ),
+    "process_cpu_pct": Col(
+        "float",
+        "CPU time the kernel accounted to the process over the window (`time.process_time`, CLOCK_PROCESS_CPUTIME_ID)"
+        " / (`wall_s` x `available_cpus`); what the sampler must read. Below `expected_tree_pct` when the host did "
+        "not give the loop a whole CPU",
+        "% (0-100) of the available CPUs",
+    ),
+    "samples": Col("int", "number of `tree` samples in the window", "samples"),
+}
 
 
 @dataclass(frozen=True)
@@ -93,7 +116,9 @@ def run(params: Params, baseline: Params | None = None) -> RunResult:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point: ``python -m lab.selfcheck --help``."""
-    return measure_point(EXPERIMENT, Params, run, __doc__.splitlines()[0], argv=argv, prog="python -m lab.selfcheck")
+    return measure_point(
+        EXPERIMENT, Params, run, __doc__.splitlines()[0], argv=argv, prog="python -m lab.selfcheck", columns=COLUMNS
+    )
 
 
 if __name__ == "__main__":

@@ -357,6 +357,7 @@ def _declared(**fields):
             "field 'k': its config default [1, 2] fails its own declaration",
         ),
         ({"n": (int, param_field(1, min=1, config=[0, 1]))}, "field 'n': its config default [0, 1] fails"),
+        ({"n": (int, param_field(1, min=1, config=[1], quick=[0]))}, "field 'n': its quick value [0] fails"),
     ],
 )
 def test_a_declaration_at_fault_is_blamed_on_the_package_not_the_config(tmp_path, fields, said):
@@ -394,3 +395,47 @@ def test_a_field_name_the_lab_uses_or_an_odd_type_is_refused():
     assert said == ["field 'role' is a name the lab uses (a common option or metrics column); rename it"]
     said = declaration_errors(_declared(n=(int, param_field(1, min=1, config=[1])), k=(int | None, param_field(None))))
     assert said[0].startswith("field 'k' is of type")
+
+
+def test_every_column_an_experiment_writes_is_declared_once_with_its_type():
+    """``EXPERIMENT.columns`` must name the metrics, summarised columns and flags, each of a
+    type the CSV loader knows; a unit given twice must agree. The loader types a declared column
+    as declared (text stays text even where its cells look like numbers)."""
+    from analysis.tables import experiment_types
+    from lab.declare import Col, Column, Experiment, Flag
+
+    base = dict(name="x", keys=("n",), metrics={"mb_per_s": "MB/s"}, group=(), baseline={"n": 1})
+    cols = {"mb_per_s": Col("float", "throughput"), "note": Col("str", "what it saw", "-")}
+    exp = Experiment(**base, flags=(Flag("note", "noted"),), columns=cols)
+    assert exp.column_unit("mb_per_s") == "MB/s" and exp.column_unit("note") == "-"
+    with pytest.raises(ValueError, match=r"columns lacks mb_per_s \(metrics\), note \(flags\)"):
+        Experiment(**base, flags=(Flag("note", "noted"),))
+    with pytest.raises(ValueError, match="column 'lag_ms' has unit 's' but is declared 'ms'"):
+        Experiment(
+            **base, extra_columns=(Column("lag_ms", "lag", "ms"),), columns=cols | {"lag_ms": Col("float", "", "s")}
+        )
+    with pytest.raises(ValueError, match=r"column 'note' has type 'text'; allowed: \('float', 'int', 'bool', 'str'\)"):
+        Experiment(**base, columns=cols | {"note": Col("text", "")})
+    # a real experiment: its declared text column stays text, a declared int an integer
+    types = experiment_types("dataloader")
+    assert types["omp_num_threads_env"] == "str" and types["torch_threads"] == "int"
+    assert types["worker_warning"] == "str" and types["data_stall_pct_ci_low"] == "float"
+    for name, exp in registry.experiments().items():
+        assert set(exp.spec.metrics) <= set(exp.spec.columns), name
+
+
+def test_the_quick_config_is_generated_from_the_declarations(root):
+    """config.quick.yaml is what ``python -m lab.schema --quick`` writes from the quick values
+    declared in each Params (``param(quick=...)``) and in schemas/config.schema.yaml; each value
+    passes its section's schema, and the file holds overrides only (no value equals its default)."""
+    from lab.schema import QUICK_MINUTES, quick_config, section_schema
+
+    text = (root / "config.quick.yaml").read_text()
+    assert text == quick_config(registry.experiments(), QUICK_MINUTES)
+    quick = yaml.safe_load(text)
+    defaults = yaml.safe_load((root / "config.yaml").read_text())
+    for name, exp in registry.experiments().items():
+        declared = section_schema(exp)["properties"]
+        for key, value in quick.get(name, {}).items():
+            assert value != defaults.get(name, {}).get(key, declared[key]["default"]), (name, key)
+    assert quick["rounds"]["budget_s"] < defaults.get("rounds", {}).get("budget_s", 6)

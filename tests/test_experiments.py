@@ -528,14 +528,27 @@ def test_sampler_is_unbiased_on_one_cpu(tmp_path):
     assert gap.median() <= 3, m[["sampler_tree_pct", "process_cpu_pct"]]
 
 
-def test_a_point_without_its_declared_metric_is_refused_before_any_file():
-    """A run() whose rows lack the declared metric column fails the job at once, naming the
-    column, instead of an analysis error after every point was measured."""
-    from lab.cli import _check_metric
+def test_a_point_without_its_declared_metric_or_with_an_undeclared_column_is_refused_before_any_file():
+    """A run() whose rows lack the declared metric column, or hold a column nobody declared,
+    fails the job at once, naming the columns, instead of an analysis error after every point
+    was measured (or a column no document describes)."""
+    from dataclasses import dataclass
+
+    from lab.cli import check_rows
+    from lab.params import Declared, param
     from lab.results import RunResult
 
+    @dataclass(frozen=True)
+    class Params(Declared):
+        size_kb: int = param(64, min=1, help="block size", unit="KiB")
+
+    declared = {"mb_per_s": None}
     rows = [{"repeat": 0, "role": "point", "status": "ok", "wall_s": 0.1, "mb_per_sec": 5.0}]
     with pytest.raises(ValueError, match="without the declared metric column 'mb_per_s'.*mb_per_sec"):
-        _check_metric("hashers", RunResult(rows=rows), "mb_per_s")
-    _check_metric("hashers", RunResult(rows=[{**rows[0], "mb_per_s": 5.0}]), "mb_per_s")
-    _check_metric("hashers", RunResult.skipped("asks for too many CPUs"), "mb_per_s")  # no metric: not measured
+        check_rows("hashers", RunResult(rows=rows), Params, "mb_per_s", declared)
+    ok = {"repeat": 0, "role": "point", "status": "ok", "wall_s": 0.1, "mb_per_s": 5.0, "size_kb": 64, "worker": 0}
+    ok["delivered_cpus"] = 1.9
+    check_rows("hashers", RunResult(rows=[ok]), Params, "mb_per_s", declared)  # parameters and the lab's own
+    with pytest.raises(ValueError, match=r"undeclared columns \(spare\); declare each in EXPERIMENT.columns"):
+        check_rows("hashers", RunResult(rows=[ok | {"spare": 1}]), Params, "mb_per_s", declared)
+    check_rows("hashers", RunResult.skipped("asks for too many CPUs"), Params, "mb_per_s", declared)  # not measured

@@ -8,7 +8,7 @@ schema, the command line and the parameter table come from its ``Params``. The t
 :func:`experiments.convoy.tasks.convoy`.
 """
 
-from lab.declare import Column, Experiment, Flag, SpanKind, Timeline
+from lab.declare import Col, Column, Experiment, Flag, SpanKind, Timeline
 
 EXPERIMENT = Experiment(
     name="convoy",
@@ -33,5 +33,22 @@ EXPERIMENT = Experiment(
         ),
         on_cpu_share=True,
     ),
+    columns={
+        "io_iterations_per_s": Col(
+            "float", "iterations of the sleeping thread over the window: `io_iterations / wall_s`"
+        ),
+        "latency_p50_ms": Col(
+            "float", "how late the sleeping thread woke up, per iteration, over the window's iterations: median"
+        ),
+        "latency_p99_ms": Col("float", "the same, 99th percentile"),
+        "python_version": Col(
+            "str", "the version of the interpreter that ran the threads (the point's `interpreter`)", "-"
+        ),
+        "gil_enabled": Col(
+            "bool",
+            "`sys._is_gil_enabled()` in the measured process; the report flags a point `GIL off` when False",
+            "-",
+        ),
+    },
     order=12,
 )

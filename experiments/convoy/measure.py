@@ -42,7 +42,7 @@ class Params(Declared):
     switch_interval_ms: float = param(
         5.0, above=0, config=[0.5, 5, 50], unit="ms", help="sys.setswitchinterval (CPython's default: 5)"
     )
-    io_iterations: int = param(50, min=1, config=25, help="sleeps per window")
+    io_iterations: int = param(50, min=1, config=25, help="sleeps per window", quick=20)
     io_sleep_s: float = param(0.01, above=0, unit="s", help="sleep per iteration")
     cpu_chunk: int = param(200_000, min=1, help="loop iterations per counting span")
     neighbour: bool = param(True, in_config=False, help="run the CPU-bound thread (False: the sleeper alone)")

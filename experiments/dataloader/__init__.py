@@ -5,7 +5,7 @@ figures in :mod:`experiments.dataloader.analysis`, the report's prose in ``repor
 config section's schema, the command line and the parameter table come from its ``Params``.
 """
 
-from lab.declare import Column, Experiment, Flag, SpanKind, Timeline
+from lab.declare import Col, Column, Experiment, Flag, SpanKind, Timeline
 
 EXPERIMENT = Experiment(
     name="dataloader",
@@ -28,6 +28,36 @@ EXPERIMENT = Experiment(
             SpanKind("fetch", "#009E73", "batch fetched and collated"),
         ),
     ),
+    columns={
+        "samples_per_s": Col("float", "`items / wall_s`; one window = one epoch"),
+        "batches_per_s": Col("float", "batches in the epoch / `wall_s`", "batches/s"),
+        "data_stall_pct": Col("float", "time inside `next(iterator)` (sum of `wait` spans) / `wall_s` x 100"),
+        "first_epoch_s": Col(
+            "float",
+            "wall time of the first untimed warm-up epoch only (iterating the loader, no training step), worker "
+            "start-up included; `nan` when `warmup_epochs = 0`; same value on every row of one role (point and "
+            "baseline each have their own loader)",
+        ),
+        "worker_warning": Col(
+            "str",
+            'PyTorch warnings containing "worker" while the DataLoader is built and during the warm-up epochs, joined'
+            " by ` | `; empty if none",
+            "-",
+        ),
+        "oversubscribed": Col("bool", "`num_workers + threads > available_cpus`", "-"),
+        "torch_threads": Col(
+            "int",
+            "`torch.get_num_threads()` in the main process, set before every window (equals `threads`, else the job "
+            "fails)",
+            "threads",
+        ),
+        "interop_threads": Col(
+            "int", "`torch.get_num_interop_threads()` in the main process (not set; torch default)", "threads"
+        ),
+        "omp_num_threads_env": Col(
+            "str", "`$OMP_NUM_THREADS` in the job (set by Snakemake to the rule's threads); empty if unset", "-"
+        ),
+    },
     order=30,
 )
 

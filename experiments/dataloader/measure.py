@@ -58,7 +58,7 @@ class Params(Declared):
         config=["tensor", "cpu", "io"],
         help="tensor: in-memory TensorDataset; cpu: numpy work per item; io: a sleep per item",
     )
-    num_workers: int = param(0, min=0, config=[0, 1, 2, 4], help="DataLoader worker processes")
+    num_workers: int = param(0, min=0, config=[0, 1, 2, 4], help="DataLoader worker processes", quick=[0, 2])
     batch_size: int = param(32, min=1, unit="samples", help="samples per batch (the seed article's 32)")
     items: int = param(
         10_000,
@@ -67,6 +67,7 @@ class Params(Declared):
         config={"tensor": 5000, "cpu": 1000, "io": 500},
         unit="samples",
         help="samples per epoch, per dataset",
+        quick={"tensor": 2000, "cpu": 400, "io": 200},
     )
     cpu_work_size: int = param(4096, min=1, unit="floats", help="numpy work per item of dataset cpu (about 200 us)")
     io_latency_s: float = param(0.002, min=0, unit="s", help="sleep per item of dataset io (simulated I/O)")

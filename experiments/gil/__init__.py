@@ -5,7 +5,7 @@ theory checks in :mod:`experiments.gil.analysis`, the report's prose in ``report
 config section's schema, the command line and the parameter table come from its ``Params``.
 """
 
-from lab.declare import Experiment, Flag, SpanKind, Timeline
+from lab.declare import Col, Experiment, Flag, SpanKind, Timeline
 
 
 def parallel_units(point) -> float:
@@ -35,6 +35,21 @@ EXPERIMENT = Experiment(
     ),
     host_files=("interpreters.json",),
     interpreters=True,
+    columns={
+        "tasks_per_s": Col("float", "`workers / wall_s`"),
+        "start_method": Col("str", "`fork` for `mode=processes`, empty otherwise (so empty in baseline rows)", "-"),
+        "python_version": Col(
+            "str",
+            "the version of the interpreter that ran the tasks (the point's `interpreter`), as it said when started",
+            "-",
+        ),
+        "free_threaded": Col("bool", "that interpreter is a free-threaded build (`Py_GIL_DISABLED`)", "-"),
+        "gil_enabled": Col(
+            "bool",
+            "`sys._is_gil_enabled()` in the measured process; the report flags a point `GIL off` when False",
+            "-",
+        ),
+    },
     order=10,
 )
 

@@ -65,14 +65,25 @@ class Params(Declared):
         config=["sequential", "threads", "processes"],
         help="sequential: tasks one after another; threads: a thread per task; processes: a process per task",
     )
-    workers: int = param(2, min=1, config=[2, 4], help="tasks per run (and threads or processes)")
-    cpu_iterations: int = param(12_000_000, min=1, config=3_000_000, help="loop iterations per CPU-bound task")
-    io_iterations: int = param(100, min=1, config=25, help="sleeps per I/O-bound task")
+    workers: int = param(2, min=1, config=[2, 4], help="tasks per run (and threads or processes)", quick=[2])
+    cpu_iterations: int = param(
+        12_000_000,
+        min=1,
+        config=3_000_000,
+        help="loop iterations per CPU-bound task",
+        quick=2_000_000,
+        quick_why="about 0.15 s per task",
+    )
+    io_iterations: int = param(100, min=1, config=25, help="sleeps per I/O-bound task", quick=15)
     io_sleep_s: float = param(0.01, min=0, unit="s", help="sleep per I/O iteration")
     release_iterations: int = param(400, min=1, config=100, help="sha256 digests per release task")
     release_kb: int = param(1024, min=1, unit="KiB", help="data hashed per digest")
     shared_iterations: int = param(
-        4_000_000, min=1, config=1_000_000, help="append, pop and dict update rounds per shared task"
+        4_000_000,
+        min=1,
+        config=1_000_000,
+        help="append, pop and dict update rounds per shared task",
+        quick=600_000,
     )
     chunks: int = param(20, min=1, help="spans recorded per task")
     repeats: int = repeats_field(6)

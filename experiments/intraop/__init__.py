@@ -5,7 +5,7 @@ theory checks in :mod:`experiments.intraop.analysis`, the report's prose in ``re
 config section's schema, the command line and the parameter table come from its ``Params``.
 """
 
-from lab.declare import Experiment, thread_ladder
+from lab.declare import Col, Experiment, thread_ladder
 
 #: Workloads whose metric is GFLOP/s (2 n^3 flop per call); the others report samples/s.
 MATMULS = ("matmul", "matmul_bf16")
@@ -41,6 +41,29 @@ EXPERIMENT = Experiment(
     figures=("intraop_scaling",),
     free_params=frozenset({"warmup"}),
     resolve={"threads": resolve_threads},
+    columns={
+        "gflop_per_s": Col(
+            "float",
+            "`2 n^3 x iterations / wall_s / 1e9`, n = `matmul_size`; metric for `matmul` and `matmul_bf16`; `nan` for"
+            " `mlp`, `tiny`",
+        ),
+        "samples_per_s": Col(
+            "float",
+            "`batch x iterations / wall_s` (batch = `batch_size` for `mlp`, 4 for `tiny`); metric for `mlp`, `tiny`; "
+            "`nan` for `matmul`, `matmul_bf16`",
+        ),
+        "oversubscribed": Col("bool", "`threads > available_cpus`", "-"),
+        "dtype": Col(
+            "str", "element type of the workload's tensors: `bfloat16` for `matmul_bf16`, else `float32`", "-"
+        ),
+        "torch_threads": Col(
+            "int",
+            "`torch.get_num_threads()` after setting it before the window (equals `threads`, else the job fails)",
+            "threads",
+        ),
+        "interop_threads": Col("int", "`torch.get_num_interop_threads()`; set to 1", "threads"),
+        "omp_num_threads_env": Col("str", "`$OMP_NUM_THREADS` in the job; empty if unset", "-"),
+    },
     order=40,
 )
 

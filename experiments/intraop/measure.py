@@ -46,6 +46,8 @@ class Params(Declared):
         config=["matmul", "matmul_bf16", "mlp", "tiny"],
         help="matmul, matmul_bf16: a square matrix product; mlp: an MLP training step; "
         "tiny: a step too small for threads",
+        quick=["matmul", "matmul_bf16", "tiny"],
+        quick_why="matmul_bf16 is skipped on CPUs without native bf16",
     )
     threads: int = param(
         1,
@@ -65,6 +67,7 @@ class Params(Declared):
         per_key=True,
         config={"matmul": 20, "matmul_bf16": 20, "mlp": 50, "tiny": 2000},
         help="timed iterations per repeat, per workload",
+        quick={"matmul": 8, "matmul_bf16": 8, "mlp": 20, "tiny": 200},
     )
     warmup: int = param(3, min=0, help="untimed iterations before the repeats")
     repeats: int = repeats_field(6)

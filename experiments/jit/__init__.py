@@ -5,7 +5,7 @@ The declaration; the measurement is in :mod:`experiments.jit.measure`, findings 
 schema, the command line and the parameter table come from its ``Params``.
 """
 
-from lab.declare import Column, Experiment, Flag
+from lab.declare import Col, Column, Experiment, Flag
 
 EXPERIMENT = Experiment(
     name="jit",
@@ -21,6 +21,29 @@ EXPERIMENT = Experiment(
     ),
     flags=(Flag("allclose", "output differs from eager", "all"),),
     free_params=frozenset({"warmup_calls"}),
+    columns={
+        "samples_per_s": Col("float", "`batch x iterations / wall_s`, batch 64 (`mlp`) or 16 (`cnn`)"),
+        "latency_ms": Col("float", "`1000 x wall_s / iterations`: time per call (one batch)"),
+        "setup_s": Col(
+            "float",
+            "creating the scripted/traced/compiled object, once per runner (~0 for `eager`); same on every row of one"
+            " role",
+        ),
+        "first_call_s": Col(
+            "float",
+            "first call after setup (TorchScript profiling run, inductor compilation), once per runner; same on every"
+            " row of one role",
+        ),
+        "allclose": Col(
+            "bool", "output equals eager output on the same input, `torch.allclose(rtol=1e-4, atol=1e-5)`", "-"
+        ),
+        "max_abs_diff": Col(
+            "float", "max absolute difference from the eager output (0.0 for `eager`)", "model output units"
+        ),
+        "torch_threads": Col("int", "`torch.get_num_threads()`, set before every window (equals `threads`)", "threads"),
+        "interop_threads": Col("int", "`torch.get_num_interop_threads()` (not set; torch default)", "threads"),
+        "omp_num_threads_env": Col("str", "`$OMP_NUM_THREADS` in the job; empty if unset", "-"),
+    },
     order=50,
 )
 

@@ -43,18 +43,28 @@ class Params(Declared):
     """
 
     model: Literal["mlp", "cnn"] = param(
-        "mlp", config=["mlp", "cnn"], help="mlp: 256 -> 512 -> 512 -> 10 on a batch of 64; cnn: three conv layers"
+        "mlp",
+        config=["mlp", "cnn"],
+        help="mlp: 256 -> 512 -> 512 -> 10 on a batch of 64; cnn: three conv layers",
+        quick=["cnn"],
     )
     mode: Literal["eager", "script", "trace", "compile"] = param(
         "eager",
         config=["eager", "script", "trace", "compile"],
         help="eager: the nn.Module; script, trace: TorchScript; compile: torch.compile (inductor)",
+        quick=["eager", "script", "trace"],
+        quick_why="torch.compile's cold first call alone takes 15-40 s",
     )
     threads: int = param(1, min=1, help="intra-op threads")
     iterations: int = param(
-        200, min=1, per_key=True, config={"mlp": 200, "cnn": 50}, help="timed calls per repeat, per model"
+        200,
+        min=1,
+        per_key=True,
+        config={"mlp": 200, "cnn": 50},
+        help="timed calls per repeat, per model",
+        quick={"mlp": 100, "cnn": 40},
     )
-    warmup_calls: int = param(20, min=0, help="untimed calls before the repeats")
+    warmup_calls: int = param(20, min=0, help="untimed calls before the repeats", quick=10)
     repeats: int = repeats_field(6)
     sample_hz: float = sample_hz_field()
 

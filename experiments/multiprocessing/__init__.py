@@ -5,7 +5,7 @@ figures in :mod:`experiments.multiprocessing.analysis`, the report's prose in ``
 The config section's schema, the command line and the parameter table come from its ``Params``.
 """
 
-from lab.declare import Experiment, SpanKind, Timeline
+from lab.declare import Col, Experiment, SpanKind, Timeline
 
 
 def parallel_units(point) -> float:
@@ -33,5 +33,12 @@ EXPERIMENT = Experiment(
         on_cpu_share=True,
         threads_per_actor=threads_per_process,
     ),
+    columns={
+        "samples_per_s": Col("float", "`processes x steps x batch_size / wall_s`, all processes together"),
+        "torch_threads": Col(
+            "int", "largest `torch.get_num_threads()` the runner's workers reported at start-up", "threads"
+        ),
+        "oversubscribed": Col("bool", "`processes x threads > available_cpus`", "-"),
+    },
     order=20,
 )

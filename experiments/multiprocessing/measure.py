@@ -39,13 +39,20 @@ class Params(Declared):
         ValueError: for a value outside its bounds (the message names the field).
     """
 
-    processes: int = param(2, min=1, config=[1, 2, 4], help="training processes (P)")
+    processes: int = param(2, min=1, config=[1, 2, 4], help="training processes (P)", quick=[1, 2])
     threads: int = param(1, min=1, config=[1, 2], help="intra-op threads per process (T)")
-    steps: int = param(200, min=1, config=100, help="SGD steps per process per repeat")
+    steps: int = param(
+        200,
+        min=1,
+        config=100,
+        help="SGD steps per process per repeat",
+        quick=150,
+        quick_why="windows of 0.2 s and more: shorter ones fall between CPU samples",
+    )
     batch_size: int = param(64, min=1, unit="samples", help="batch of one SGD step")
     in_features: int = param(64, min=1, in_config=False, help="input features of the MLP")
     hidden: int = param(256, min=1, in_config=False, help="hidden units of the MLP")
-    warmup_steps: int = param(10, min=0, help="untimed SGD steps per process before the repeats")
+    warmup_steps: int = param(10, min=0, help="untimed SGD steps per process before the repeats", quick=3)
     repeats: int = repeats_field(6)
     sample_hz: float = sample_hz_field()
     start_method: Literal["fork", "forkserver", "spawn"] = param(

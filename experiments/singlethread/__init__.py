@@ -8,7 +8,7 @@ section's schema, the command line and the parameter table come from its ``Param
 are :mod:`lab.pytasks`' (the gil experiment's), run sequentially, one task.
 """
 
-from lab.declare import Experiment, Flag
+from lab.declare import Col, Experiment, Flag
 
 EXPERIMENT = Experiment(
     name="singlethread",
@@ -21,6 +21,21 @@ EXPERIMENT = Experiment(
     flags=(Flag("gil_enabled", "GIL off", "all"),),
     host_files=("interpreters.json",),
     interpreters=True,
+    columns={
+        "tasks_per_s": Col("float", "`1 / wall_s`: one task, run on one thread"),
+        "python_version": Col(
+            "str",
+            "the version of the interpreter that ran the task; baseline rows: the first interpreter of config "
+            "`interpreters`, the reference",
+            "-",
+        ),
+        "free_threaded": Col("bool", "that interpreter is a free-threaded build (`Py_GIL_DISABLED`)", "-"),
+        "gil_enabled": Col(
+            "bool",
+            "`sys._is_gil_enabled()` in the measured process; the report flags a point `GIL off` when False",
+            "-",
+        ),
+    },
     order=11,
 )
 

@@ -46,12 +46,16 @@ class Params(Declared):
         help="cpu: pure-Python counting loop; release: hashlib.sha256 (C code); "
         "shared: list appends, pops and dict updates",
     )
-    cpu_iterations: int = param(12_000_000, min=1, help="loop iterations of the cpu task")
+    cpu_iterations: int = param(12_000_000, min=1, help="loop iterations of the cpu task", quick=2_000_000)
     release_iterations: int = param(400, min=1, help="sha256 digests of the release task")
     release_kb: int = param(1024, min=1, unit="KiB", help="data hashed per digest")
-    shared_iterations: int = param(4_000_000, min=1, help="append, pop and dict update rounds of the shared task")
+    shared_iterations: int = param(
+        4_000_000, min=1, help="append, pop and dict update rounds of the shared task", quick=600_000
+    )
     # repeats_field cannot take a config default: the section measures 7 rounds, a point 6
-    repeats: int = param(6, min=1, config=7, help="interleaved rounds a point measures at least (95% intervals need 6)")
+    repeats: int = param(
+        6, min=1, config=7, help="interleaved rounds a point measures at least (95% intervals need 6)", quick=6
+    )
     warmup: int = param(1, min=0, help="untimed runs, a tenth of a task each, before the repeats")
     sample_hz: float = sample_hz_field()
 

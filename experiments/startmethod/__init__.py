@@ -7,7 +7,7 @@ config section's schema, the command line and the parameter table come from ``Pa
 Every point is compared with ``fork`` (the Linux default), measured interleaved in its job.
 """
 
-from lab.declare import Column, Experiment
+from lab.declare import Col, Column, Experiment
 
 
 def check_config(section) -> None:
@@ -41,6 +41,30 @@ EXPERIMENT = Experiment(
     ),
     free_params=frozenset({"warmup_epochs"}),
     check_config=check_config,
+    columns={
+        "epochs_per_s": Col(
+            "float", "`1 / wall_s`: one epoch of a new DataLoader per window, worker start-up and shutdown included"
+        ),
+        "batches_per_s": Col("float", "every batch of the epoch over `wall_s`", "batches/s"),
+        "first_batch_ms": Col("float", "from `iter(loader)` to the first batch: worker start-up included"),
+        "steady_batches_per_s": Col(
+            "float", "batches after the start-up round (the first `num_workers` x 2, requested at once) over their time"
+        ),
+        "shutdown_ms": Col("float", "from the last batch to the end of iteration (the loader joins its workers)"),
+        "cold_first_batch_ms": Col(
+            "float",
+            "the first batch of the process's first (untimed warm-up) epoch: forkserver starts its server there; NaN "
+            "without warm-up",
+        ),
+        "oversubscribed": Col("bool", "`num_workers + threads > available_cpus`", "-"),
+        "torch_threads": Col(
+            "int",
+            "`torch.get_num_threads()` in the main process, set before every window (equals `threads`)",
+            "threads",
+        ),
+        "interop_threads": Col("int", "`torch.get_num_interop_threads()` (not set; torch default)", "threads"),
+        "omp_num_threads_env": Col("str", "`$OMP_NUM_THREADS` in the job; empty if unset", "-"),
+    },
     order=35,
 )
 

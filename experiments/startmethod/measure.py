@@ -75,7 +75,10 @@ class Params(Declared):
     num_workers: int = param(2, min=1, help="DataLoader worker processes")
     batch_size: int = param(32, min=1, unit="samples", help="samples per batch (the seed article's 32)")
     batches: int = param(
-        100, min=2, help="batches per epoch; above num_workers x 2 (the start-up round); the rest is the steady state"
+        100,
+        min=2,
+        help="batches per epoch; above num_workers x 2 (the start-up round); the rest is the steady state",
+        quick=50,
     )
     threads: int = param(1, min=1, help="intra-op threads of the main process")
     warmup_epochs: int = param(1, min=0, help="untimed epochs first (the first starts forkserver's server)")

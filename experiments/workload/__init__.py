@@ -16,7 +16,7 @@ The declaration; the measurement is in :mod:`experiments.workload.measure`, find
 and the recommendation in :mod:`experiments.workload.analysis`.
 """
 
-from lab.declare import Column, Experiment, Flag, SpanKind, Timeline, thread_ladder
+from lab.declare import Col, Column, Experiment, Flag, SpanKind, Timeline, thread_ladder
 
 #: The knobs, in the order the search tries them, with their type and allowed values.
 #: Cheap and likely changes first; processes (which starts replica processes) late.
@@ -90,5 +90,71 @@ EXPERIMENT = Experiment(
         ),
         roles={"baseline": "current settings", "point": "search's best"},
     ),
+    columns={
+        "samples_per_s": Col("float", "`batches x batch_size / wall_s`, every replica's batches counted"),
+        "data_stall_pct": Col("float", "time rank 0's loop spent inside `next(iterator)`"),
+        "batches": Col("int", "batches of the window, all replicas", "batches"),
+        "window": Col(
+            "str",
+            "`steps` (the window's steps from a running iterator: `steps`, or as many as fill `window_s` at the "
+            "start's measured step time), `epoch` (from a fresh iterator) or `diagnosis` (the search's epoch of the "
+            "start)",
+            "-",
+        ),
+        "loop_cpu_s": Col("float", "CPU time of the training process itself over the window; NaN with replicas", "s"),
+        "workers_cpu_s": Col(
+            "float",
+            "CPU time of the rest of its process tree (its DataLoader workers) over the window; NaN with replicas",
+            "s",
+        ),
+        "epoch_batches": Col(
+            "int",
+            "epoch windows: the epoch's length (empty for a dataset without `len`); fewer `batches` than this: cut at"
+            " `timeline_steps_max`",
+            "batches",
+        ),
+        "peak_uss_mb": Col(
+            "float",
+            "USS of the process(es) and their DataLoader workers (psutil `memory_full_info`), the largest of the "
+            "reads before and after the window (and, in an epoch window, after its first and last step)",
+            "MB",
+        ),
+        "peak_pss_mb": Col("float", "PSS, read as `peak_uss_mb`"),
+        "main_pss_mb": Col("float", "PSS of the training process(es), at the last read", "MB"),
+        "workers_pss_mb": Col("float", "PSS of their DataLoader workers, at the last read", "MB"),
+        "worker_uss_growth_mb": Col(
+            "float",
+            "the largest growth of one worker's USS: in an epoch window from after its first step to after its last, "
+            "else over the window",
+            "MB",
+        ),
+        "memory_grows": Col(
+            "bool",
+            "that growth is more than 5% of the worker's USS and more than 5 MB (copy-on-read of Python objects, "
+            "pytorch/pytorch#13246)",
+            "-",
+        ),
+        "setup_s": Col(
+            "float", "creating the configuration's model (TorchScript, torch.compile), once per configuration", "s"
+        ),
+        "first_call_s": Col("float", "the configuration's first step after its setup, once per configuration", "s"),
+        "worker_warning": Col("str", "PyTorch's warning about too many workers, else empty", "-"),
+        "oversubscribed": Col("bool", "`processes x (threads + num_workers)` above the available CPUs", "-"),
+        "start_method": Col("str", "`fork` with workers, else empty", "-"),
+        "comparison": Col("int", "search: the comparison's index among those measured", "-"),
+        "config": Col("str", "the window's configuration in one line", "-"),
+        "max_abs_diff": Col(
+            "float",
+            "bfloat16 windows: the largest output difference against float32 from the same weights and batches",
+            "-",
+        ),
+        "loss_after": Col(
+            "float",
+            "bfloat16 windows: the loss after `numerics_steps` steps, from the same weights and batches as "
+            "`loss_after_fp32`",
+            "-",
+        ),
+        "loss_after_fp32": Col("float", "the same in float32", "-"),
+    },
     order=0,
 )

@@ -66,7 +66,11 @@ class Params(Declared):
     task: Literal["train", "infer"] = param("train", help="train: training steps; infer: inference calls")
     batch_size: int = param(32, min=1, unit="samples", help="batch of the workload's DataLoader")
     window_s: float = param(
-        0.5, above=0, unit="s", help="window length: the steps per window come from the measured step time (at least 1)"
+        0.5,
+        above=0,
+        unit="s",
+        help="window length: the steps per window come from the measured step time (at least 1)",
+        quick=0.25,
     )
     steps: int = param(
         0, min=0, help="training steps or inference calls per window; 0: from window_s and the step time"
@@ -75,8 +79,10 @@ class Params(Declared):
     diagnose_s: float = param(
         10, min=0, unit="s", help="the diagnosis epoch of the start stops after this long; 0: the whole epoch"
     )
-    num_workers: tuple[int, ...] = param((0, 1, 2, 4), min=0, help="DataLoader num_workers to try")
-    persistent_workers: tuple[bool, ...] = param((False, True), help="DataLoader persistent_workers to try")
+    num_workers: tuple[int, ...] = param((0, 1, 2, 4), min=0, help="DataLoader num_workers to try", quick=[0, 1, 2])
+    persistent_workers: tuple[bool, ...] = param(
+        (False, True), help="DataLoader persistent_workers to try", quick=[True]
+    )
     prefetch_factor: tuple[int, ...] = param((2,), min=1, help="DataLoader prefetch_factor to try")
     threads: tuple[int, ...] = param(
         (1, 2),
@@ -105,11 +111,12 @@ class Params(Declared):
         help="time budget of the search; auto: the time a complete search needs at the measured step time, "
         "at most budget_max_s",
     )
-    budget_max_s: float = param(300, min=0, unit="s", help="the most an auto budget may be")
+    budget_max_s: float = param(300, min=0, unit="s", help="the most an auto budget may be", quick=60)
     max_rounds: int = param(
         10,
         min=MIN_ROUNDS,  # fewer could never decide
         help=f"rounds per comparison at most (a comparison is decided from {MIN_ROUNDS} on)",
+        quick=8,
     )
     repeats: int = repeats_field(10, help="verification rounds (current, recommended)")
     verify_epochs: bool = param(False, help="verification windows of a whole epoch instead of steps")
