@@ -274,7 +274,8 @@ def test_compare_with_a_one_cpu_host(quick_run, tmp_path):
     first = min(os.sched_getaffinity(0))
     small = tmp_path / "one-cpu.yaml"
     small.write_text(
-        "experiments: [workload, gil]\nselfcheck: {duration_s: 0.3, repeats: 2}\ngil: {repeats: 5}\n"
+        "experiments: [workload, gil]\nselfcheck: {duration_s: 0.3, repeats: 2}\ngil: {repeats: 6}\n"
+        "rounds: {target_ci_pct: 0}\n"
         "workload: {budget_s: 15, max_rounds: 6, repeats: 6}\n"
     )
     cmd = [sys.executable, "-m", "snakemake", "--cores", "4", "--configfile", "config.quick.yaml", str(small)]
@@ -370,16 +371,17 @@ def test_changing_one_sweep_value_reruns_only_what_depends_on_it(quick_run, tmp_
 INTERRUPT_CONFIG = """\
 experiments: [dataloader, multiprocessing]
 selfcheck: {duration_s: 0.3, repeats: 2}
+rounds: {target_ci_pct: 0}
 dataloader:
   dataset: [io]
   num_workers: [2]
-  items: {io: 400}
+  items: {io: 200}
   io_latency_s: 0.01
   repeats: 3
 multiprocessing:
   processes: [2]
   threads: [1]
-  steps: 3000
+  steps: 1500
   repeats: 3
 """
 
