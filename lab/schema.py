@@ -1,4 +1,5 @@
-"""Each experiment's config section schema and parameter table, generated from its ``Params``.
+"""Each experiment's config section schema, its tables and the quick config, generated from its
+declarations.
 
 An experiment declares its parameters once, in its ``Params`` dataclass (:mod:`lab.params`).
 This module turns that declaration into:
@@ -6,8 +7,12 @@ This module turns that declaration into:
 * the JSON Schema (Draft 2020-12) of its config section (:func:`section_schema`), written
   where the workflow owns files (:func:`write_schemas`) for Snakemake's ``validate``, which
   checks a config and fills in its defaults (:mod:`lab.configcheck`);
-* the Markdown table of its parameters in docs/parameters.md (:func:`docs`), kept current by
-  ``python -m lab.schema --docs docs/parameters.md`` and checked by a test.
+* the Markdown tables of its parameters and of its declared columns (``EXPERIMENT.columns``)
+  in docs/parameters.md (:func:`docs`), kept current by ``python -m lab.schema --docs
+  docs/parameters.md`` and checked by a test;
+* the quick config, config.quick.yaml (:func:`quick_config`): each field's declared ``quick``
+  value and the ``quick`` annotations of schemas/config.schema.yaml, written by ``python -m
+  lab.schema --quick config.quick.yaml`` and checked by a test.
 
 A config section's keys are the fields declared ``in_config``. A swept key (in the
 experiment's ``keys``) or a tuple field takes a list (one job per value, or the set one job
