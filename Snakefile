@@ -37,11 +37,12 @@ configfile: "config.yaml"
 sys.path.insert(0, workflow.basedir)
 from lab import registry
 from lab.configcheck import ConfigError, validate_config
-from lab.schema import write_schemas
+from lab.schema import lab_sections, write_schemas
 
 try:
-    # each experiment's config section schema, generated from its Params (lab/schema.py)
+    # each experiment's config section schema, and the self-check's, generated from its Params
     SCHEMAS = write_schemas(".snakemake/lab/schemas", registry.experiments())
+    LAB_SCHEMAS = write_schemas(".snakemake/lab/schemas", lab_sections())
 except registry.RegistryError as exc:
     sys.exit(f"Invalid experiment package: {exc}")
 # Snakemake's validate (JSON Schema), failures explained in one line naming the key.
@@ -52,6 +53,7 @@ try:
         SCHEMAS,
         registry.rounds_users(),
         registry.config_checks(),
+        LAB_SCHEMAS,
     )
 except ConfigError as exc:
     sys.exit(f"Invalid configuration: {exc}")

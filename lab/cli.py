@@ -35,7 +35,7 @@ from lab.params import (
     parse_overrides,
     parse_value,
 )
-from lab.results import COMMON_COLUMNS, SAMPLE_COLUMNS, RunResult, metrics_rows, span_columns
+from lab.results import SAMPLE_COLUMNS, RunResult, check_rows, metrics_rows, span_columns
 from lab.rounds import Rounds
 from lab.workers import run_workers
 
@@ -248,39 +248,6 @@ def write_point(out: Path, result: RunResult, host: str, experiment: str, params
     return rows
 
 
-#: Keys the lab itself adds to a metrics row besides :data:`lab.results.COMMON_COLUMNS` and the
-#: capacity probe's (:data:`lab.probe.COLUMNS`): the worker process of a round, and a baseline
-#: row's own parameters (``_params``, spread into the parameter columns when written).
-LAB_COLUMNS = ("worker", "_params")
-
-
-def check_rows(experiment: str, result: RunResult, params_cls, metric: str | None, columns) -> None:
-    """Refuse, before any file is written, rows the analysis could not read as declared: ok rows
-    without the declared metric column, and any row with a column that is neither a parameter
-    (``params_cls``), nor the lab's own, nor among ``columns`` (``EXPERIMENT.columns``).
-
-    Raises:
-        ValueError: naming the experiment, the columns and where to declare them.
-    """
-    from lab import probe
-
-    lacking = [r for r in result.rows if r.get("status", "ok") == "ok" and metric and metric not in r]
-    if lacking:
-        have = ", ".join(sorted(k for k in lacking[0] if not k.startswith(("cpu", "system", "tree"))))
-        raise ValueError(
-            f"{experiment}: run() returned rows without the declared metric column {metric!r}"
-            f" (EXPERIMENT.metrics); its rows hold {have}"
-        )
-    known = {*COMMON_COLUMNS, *probe.COLUMNS, *LAB_COLUMNS, *(f.name for f in dataclasses.fields(params_cls))}
-    known |= set(columns)
-    undeclared = sorted({k for r in result.rows for k in r} - known)
-    if undeclared:
-        raise ValueError(
-            f"{experiment}: run() returned rows with undeclared columns ({', '.join(undeclared)}); declare each"
-            " in EXPERIMENT.columns with Col(type, meaning, unit) (lab/declare.py), or drop it"
-        )
-
-
 def _log_rows(experiment: str, rows: list[dict]) -> None:
     nan = float("nan")
     for r in rows:
@@ -314,7 +281,18 @@ def cli_main(exp, argv: list[str] | None = None) -> int:
         argv,
         metric=exp.spec.metric,
         columns=exp.spec.columns,
+        columns_at=f"EXPERIMENT.columns ({exp.path / '__init__.py'})",
     )
+
+
+def _check_or_exit(parser, experiment: str, result: RunResult, params, metric, declared) -> None:
+    """:func:`lab.results.check_rows` for ``params``' point (``metric(point)`` its declared
+    metric); its error, the package's fault, exits in one line and nothing is written."""
+    rule = metric(dataclasses.asdict(params)) if metric else None
+    try:
+        check_rows(experiment, result, type(params), rule, *declared)
+    except ValueError as exc:
+        raise SystemExit(f"{parser.prog}: {exc}") from None
 
 
 def _given(args, options: frozenset[str]) -> dict:
@@ -342,6 +320,7 @@ def measure_point(
     prog: str | None = None,
     metric: Callable[[dict], str] | None = None,
     columns: Collection[str] = (),
+    columns_at: str = "EXPERIMENT.columns",
 ) -> int:
     """Parse ``argv`` into ``params_cls`` (and ``--baseline`` overrides into a second Params),
     run ``run(params, baseline, ...)`` with the keyword arguments named in ``options``
@@ -350,14 +329,14 @@ def measure_point(
     status ``skipped`` and the reason; see :func:`lab.params.oversubscription_skip`), and write
     the point's files into ``--out``. ``metric(point)`` names the column every ok row must hold
     (the experiment's declared metric); ``columns`` names the columns its rows may hold
-    besides its parameters and the lab's own (:func:`check_rows`).
+    besides its parameters and the lab's own (:func:`check_rows`), declared at ``columns_at``.
 
     Returns:
         0; parameter errors exit with status 2 and a message naming the parameter.
 
     Raises:
-        ValueError: before any file is written, for ok rows without the declared metric column
-            or rows with an undeclared column.
+        SystemExit: before any file is written, for ok rows without the declared metric column
+            or rows with an undeclared column (one line naming them and where to declare them).
     """
     from lab import JOB_START_UNIX
 
@@ -382,10 +361,9 @@ def measure_point(
             result = run_workers(lambda rounds: run(params, baseline, **given, rounds=rounds), policy)
         else:
             result = run(params, baseline, **given)
-        released_at = time.time()
-    check_rows(experiment, result, params_cls, metric(dataclasses.asdict(params)) if metric else None, columns)
-    times = {"job_start_unix": JOB_START_UNIX, "lock_wait_s": waited}
-    times |= {"lock_acquired_unix": locked_at, "lock_released_unix": released_at}
+        times = {"job_start_unix": JOB_START_UNIX, "lock_wait_s": waited, "lock_acquired_unix": locked_at}
+    times["lock_released_unix"] = time.time()
+    _check_or_exit(parser, experiment, result, params, metric, (columns, columns_at))
     job = job_record(experiment, host, params, baseline, times, result)
     _log_rows(experiment, write_point(Path(args.out), result, host, experiment, params, job))
     return 0

@@ -230,12 +230,26 @@ def check_rounds(config: dict, users: list[str]) -> None:
             )
 
 
+def _check_top_level(config: Mapping, allowed: list[str]) -> None:
+    """Every top-level key is one of ``allowed``.
+
+    Raises:
+        ConfigError: naming the unknown keys and the allowed ones."""
+    unknown = sorted(k for k in config if k not in allowed)
+    if unknown:
+        raise ConfigError(
+            f"config key (top level): unknown key{'s' if len(unknown) > 1 else ''} {', '.join(unknown)};"
+            f" allowed: {', '.join(allowed)}"
+        )
+
+
 def validate_config(
     config: dict,
     schema_path: str | Path,
     sections: Mapping[str, str | Path],
     rounds_users: list[str] = (),
     checks: Mapping[str, Callable[[Mapping], None]] | None = None,
+    lab_sections: Mapping[str, str | Path] | None = None,
 ) -> None:
     """Validate ``config`` in place and fill in the schemas' defaults.
 
@@ -247,6 +261,8 @@ def validate_config(
         schema_path: ``schemas/config.schema.yaml``, the keys that belong to no experiment.
         sections: experiment name -> its section's schema; every one is validated (an absent
             section becomes ``{}`` with its defaults), and ``experiments`` defaults to all of them.
+        lab_sections: the lab's own sections generated from a ``Params`` (``selfcheck``) -> their
+            schemas, validated alike but never experiments.
 
     Raises:
         ConfigError: ``config key <path>: <value> is not allowed (<why>); allowed: <what>``, or
@@ -255,13 +271,9 @@ def validate_config(
     schema_path = Path(schema_path)
     check_values(config)
     base = yaml.safe_load(schema_path.read_text(encoding="utf-8"))["properties"]
-    unknown = sorted(k for k in config if k not in base and k not in sections)
-    if unknown:
-        raise ConfigError(
-            f"config key (top level): unknown key{'s' if len(unknown) > 1 else ''} {', '.join(unknown)};"
-            f" allowed: {', '.join([*base, *sections])}"
-        )
-    for name, section_schema in sections.items():
+    own = dict(lab_sections or {})
+    _check_top_level(config, [*base, *own, *sections])
+    for name, section_schema in {**own, **sections}.items():
         if name in config and not isinstance(config[name], dict):
             keys = yaml.safe_load(Path(section_schema).read_text(encoding="utf-8")).get("properties", {})
             raise ConfigError(
@@ -277,7 +289,7 @@ def validate_config(
                 f"config key experiments.{i}: {name!r} is not allowed (no package experiments/{name}/);"
                 f" allowed: one of {', '.join(sections)}"
             )
-    for name, section_schema in sections.items():
+    for name, section_schema in {**own, **sections}.items():
         _snakemake_validate(config.setdefault(name, {}), Path(section_schema), prefix=name)
         whole_numbers(config[name], _load_schema(Path(section_schema)))
     check_rounds(config, rounds_users)

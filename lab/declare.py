@@ -237,8 +237,9 @@ class Experiment:
             )
 
     def _check_columns(self) -> None:
-        """Every metric, summarised column and flag is among :attr:`columns`, each of a known
-        type, and a unit given twice is the same unit."""
+        """Every metric, summarised column and flag is among :attr:`columns`, each a :class:`Col`
+        with a meaning and a known type (a number for a metric or summarised column, text or a
+        boolean for a flag as it aggregates), and a unit given twice is the same unit."""
         named = {**dict.fromkeys(self.metrics, "metrics"), **dict.fromkeys(self.summarised_columns, "extra_columns")}
         named |= {f.column: "flags" for f in self.flags}
         missing = [f"{c} ({where})" for c, where in named.items() if c not in self.columns]
@@ -246,11 +247,21 @@ class Experiment:
             raise ValueError(
                 f"experiment {self.name!r}: columns lacks {', '.join(missing)}: declare each with Col(...)"
             )
+        must = dict.fromkeys([*self.metrics, *self.summarised_columns], ("float", "int"))
+        must |= {f.column: ("str",) if f.aggregate == "text" else ("bool",) for f in self.flags}
         for name, col in self.columns.items():
-            if col.type not in COLUMN_TYPES:
+            if not isinstance(col, Col):
                 raise ValueError(
-                    f"experiment {self.name!r}: column {name!r} has type {col.type!r}; allowed: {COLUMN_TYPES}"
+                    f"experiment {self.name!r}: column {name!r} must be Col(type, meaning, unit), got {col!r}"
                 )
+            if col.type not in must.get(name, COLUMN_TYPES):
+                allowed = must.get(name, COLUMN_TYPES)
+                raise ValueError(
+                    f"experiment {self.name!r}: column {name!r} has type {col.type!r}; allowed: {allowed}"
+                    + (f" (it is one of {named[name]})" if name in must else "")
+                )
+            if not (isinstance(col.meaning, str) and col.meaning.strip()):
+                raise ValueError(f"experiment {self.name!r}: column {name!r} needs a meaning: what it is, how computed")
             unit = self.metrics.get(name) or next((c.unit for c in self.extra_columns if c.name == name), "")
             if unit and col.unit and col.unit != unit:
                 raise ValueError(
@@ -330,3 +341,35 @@ def thread_ladder(ncpu: int) -> list[int]:
 def point_label(point: Mapping[str, Any]) -> str:
     """``key=value`` pairs of a point, space separated, e.g. ``mode=threads workers=2``."""
     return " ".join(f"{k}={v}" for k, v in point.items())
+
+
+@dataclass(frozen=True)
+class Section:
+    """A config section of the lab's own, not an experiment (``selfcheck``), whose schema, table
+    and quick values are generated from a ``Params`` like an experiment's: it has the
+    attributes of :class:`lab.registry.Registered` that :mod:`lab.schema` reads.
+
+    Attributes:
+        name: the config section, e.g. ``selfcheck``.
+        title: what the section configures, for the schema's description.
+        params_cls: its frozen ``Params(Declared)`` dataclass; no swept keys.
+        source: the file that declares it, named by a declaration error.
+    """
+
+    name: str
+    title: str
+    params_cls: type
+    source: str
+
+    @property
+    def prose(self) -> dict:
+        return {"title": self.title}
+
+    @property
+    def spec(self):
+        """No swept keys and no resolvers, as an experiment's declaration would hold."""
+        return _NO_SPEC
+
+
+#: What a :class:`Section` has of an experiment's declaration: no swept keys, no resolvers.
+_NO_SPEC = type("NoSpec", (), {"keys": (), "resolve": {}})()

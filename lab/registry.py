@@ -225,6 +225,14 @@ def _check_params(exp: Registered) -> None:
         raise RegistryError(f"{where}: Params has no fields {missing} (swept keys of {exp.name})")
     if "repeats" not in names or "sample_hz" not in names:
         raise RegistryError(f"{where}: Params needs the fields repeats and sample_hz")
+    from lab.results import COMMON_COLUMNS, LAB_COLUMNS, probe_mod
+
+    clash = sorted(set(exp.spec.columns) & (names | {*COMMON_COLUMNS, *LAB_COLUMNS, *probe_mod.COLUMNS}))
+    if clash:
+        raise RegistryError(
+            f"{exp.path / '__init__.py'}: columns {', '.join(clash)} already are a parameter of Params or a column"
+            " the lab writes (docs/csv-schema.md, section 2.1): rename them"
+        )
     import inspect
 
     takes = inspect.signature(run).parameters

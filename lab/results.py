@@ -224,3 +224,36 @@ def metrics_rows(result: RunResult, host: str, experiment: str, params) -> tuple
 def span_columns(spans: list[dict]) -> list[str]:
     """spans.csv's columns: :data:`SPAN_COLUMNS`, then kind-specific ones in first-seen order."""
     return list(dict.fromkeys([*SPAN_COLUMNS, *(k for s in spans for k in s)]))
+
+
+#: Keys the lab itself adds to a metrics row besides :data:`COMMON_COLUMNS` and the
+#: capacity probe's (:data:`lab.probe.COLUMNS`): the worker process of a round, and a baseline
+#: row's own parameters (``_params``, spread into the parameter columns when written).
+LAB_COLUMNS = ("worker", "_params")
+
+
+def check_rows(
+    experiment: str, result: RunResult, params_cls, metric: str | None, columns, where: str = "EXPERIMENT.columns"
+) -> None:
+    """Refuse, before any file is written, rows the analysis could not read as declared: ok rows
+    without the declared metric column, and any row with a column that is neither a parameter
+    (``params_cls``), nor the lab's own, nor among ``columns`` (declared at ``where``).
+
+    Raises:
+        ValueError: naming the experiment, the columns and where to declare them.
+    """
+    lacking = [r for r in result.rows if r.get("status", "ok") == "ok" and metric and metric not in r]
+    if lacking:
+        have = ", ".join(sorted(k for k in lacking[0] if not k.startswith(("cpu", "system", "tree"))))
+        raise ValueError(
+            f"{experiment}: run() returned rows without the declared metric column {metric!r}"
+            f" (EXPERIMENT.metrics); its rows hold {have}"
+        )
+    known = {*COMMON_COLUMNS, *probe_mod.COLUMNS, *LAB_COLUMNS, *(f.name for f in dataclasses.fields(params_cls))}
+    known |= set(columns)
+    undeclared = sorted({k for r in result.rows for k in r} - known)
+    if undeclared:
+        raise ValueError(
+            f"{experiment}: run() returned rows with undeclared columns ({', '.join(undeclared)}); declare each"
+            f" in {where} with Col(type, meaning, unit) (lab/declare.py), or drop it"
+        )

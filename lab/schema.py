@@ -28,7 +28,7 @@ import json
 import typing
 from pathlib import Path
 
-from lab.declare import RegistryError
+from lab.declare import RegistryError, Section
 from lab.fileio import write_text
 from lab.params import SAME, Param, declaration, field_type, is_tuple
 from lab.results import COMMON_COLUMNS
@@ -46,6 +46,18 @@ def _element(params_cls, name: str, decl: Param) -> dict:
         if bound is not None:
             out[key] = bound
     return out
+
+
+def lab_sections() -> dict[str, Section]:
+    """The lab's own sections declared with a ``Params``: ``selfcheck`` (:mod:`lab.selfcheck`)."""
+    from lab.selfcheck import SECTION
+
+    return {SECTION.name: SECTION}
+
+
+def declared_in(exp) -> str:
+    """The file a declaration error names: a package's measure.py, or a section's source."""
+    return str(getattr(exp, "source", None) or exp.path / "measure.py")
 
 
 def _jsonable(value):
@@ -144,12 +156,17 @@ def declaration_errors(exp) -> list[str]:
     except (ValueError, TypeError) as exc:
         return [f"the point defaults fail their own declaration: {exc}"]
     validator = Draft202012Validator(section_schema(exp))
+    for f in dataclasses.fields(exp.params_cls):
+        if not declaration(f).in_config and declaration(f).quick is not SAME:
+            errors.append(f"field {f.name!r} has a quick value but no config key (in_config=False): drop quick")
     for f in config_fields(exp):
         default = field_schema(exp, f)["default"]
         err = best_match(validator.iter_errors({f.name: default}))
         if err is not None:
             errors.append(f"field {f.name!r}: its config default {default!r} fails its own declaration ({err.message})")
         quick = declaration(f).quick
+        if "\n" in declaration(f).quick_why:
+            errors.append(f"field {f.name!r}: quick_why must be one line (it is a comment in config.quick.yaml)")
         err = None if quick is SAME else best_match(validator.iter_errors({f.name: quick}))
         if err is not None:
             errors.append(f"field {f.name!r}: its quick value {quick!r} fails its own declaration ({err.message})")
@@ -170,7 +187,7 @@ def write_schemas(directory: str | Path, experiments) -> dict[str, Path]:
     for name, exp in experiments.items():
         errors = declaration_errors(exp)
         if errors:
-            raise RegistryError(f"{exp.path / 'measure.py'}: Params: {errors[0]}")
+            raise RegistryError(f"{declared_in(exp)}: Params: {errors[0]}")
         path = directory / f"{name}.schema.json"
         text = json.dumps(section_schema(exp), indent=1) + "\n"
         if not path.exists() or path.read_text(encoding="utf-8") != text:
@@ -220,27 +237,34 @@ def docs(experiments) -> str:
         "writes a file.",
     ]
     for name, exp in experiments.items():
-        lines += ["", f"## {name}", "", "| key | default | allowed | meaning |", "|---|---|---|---|"]
-        for f in dataclasses.fields(exp.params_cls):
-            s = field_schema(exp, f)
-            key = f"**{f.name}**" if f.name in exp.spec.keys else f.name
-            meaning = s.get("description", "")
-            if not declaration(f).in_config:
-                where = "the top-level `sample_hz`" if f.name == "sample_hz" else "*not in config*"
-                meaning = f"{meaning}; {where}" if meaning else where
-            allowed = _allowed({k: v for k, v in s.items() if k not in ("default", "description")})
-            quick = declaration(f).quick
-            cells = (json.dumps(s["default"]), allowed, meaning)
-            default, allowed, meaning = (c.replace("|", "\\|") for c in cells)
-            default = f"`{default}`" + ("" if quick is SAME else f" (quick: `{json.dumps(quick)}`)")
-            lines.append(f"| {key} | {default} | {allowed} | {meaning} |")
-        lines += _declared_columns(exp)
-    lines += ["", "## selfcheck (the sampler's self-check, lab/selfcheck.py)"]
-    own = selfcheck_columns()
+        lines += ["", f"## {name}", *_param_table(exp), *_declared_columns(exp)]
+    own = lab_sections()["selfcheck"]
+    lines += ["", f"## selfcheck (the sampler's self-check, lab/{Path(own.source).name})", *_param_table(own)]
+    columns = selfcheck_columns()
     lines += _column_table(
-        "Its own columns of `metrics.csv`, declared in `COLUMNS`:", own, {}, lambda n: own[n].unit or "-"
+        "Its own columns of `metrics.csv`, declared in `COLUMNS`:", columns, {}, lambda n: columns[n].unit or "-"
     )
     return "\n".join(lines) + "\n"
+
+
+def _param_table(exp) -> list[str]:
+    """The Markdown table of ``exp``'s ``Params`` fields: key, default (and quick value),
+    allowed values, meaning."""
+    lines = ["", "| key | default | allowed | meaning |", "|---|---|---|---|"]
+    for f in dataclasses.fields(exp.params_cls):
+        s = field_schema(exp, f)
+        key = f"**{f.name}**" if f.name in exp.spec.keys else f.name
+        meaning = s.get("description", "")
+        if not declaration(f).in_config:
+            where = "the top-level `sample_hz`" if f.name == "sample_hz" else "*not in config*"
+            meaning = f"{meaning}; {where}" if meaning else where
+        allowed = _allowed({k: v for k, v in s.items() if k not in ("default", "description")})
+        quick = declaration(f).quick
+        cells = (json.dumps(s["default"]), allowed, meaning)
+        default, allowed, meaning = (c.replace("|", "\\|") for c in cells)
+        default = f"`{default}`" + ("" if quick is SAME else f" (quick: `{json.dumps(quick)}`)")
+        lines.append(f"| {key} | {default} | {allowed} | {meaning} |")
+    return lines
 
 
 def selfcheck_columns() -> dict:
@@ -274,7 +298,7 @@ def _declared_columns(exp) -> list[str]:
 
 
 #: The top-level config schema, whose ``quick`` annotations give the quick config's values of
-#: the keys that belong to no experiment (``sample_hz``, ``rounds``, ``selfcheck``).
+#: the keys that belong to no section with a ``Params`` (``sample_hz``, ``rounds``).
 #: What the quick run takes on a 2-CPU machine, in minutes (docs/benchmarks.md), for its header.
 QUICK_MINUTES = 4
 
@@ -309,8 +333,9 @@ def _quick_lines(key: str, node: dict, indent: str) -> list[str]:
 
 def quick_config(experiments, minutes: int) -> str:
     """config.quick.yaml: the quick value of every top-level key that declares one (``quick:``
-    in schemas/config.schema.yaml) and of every ``Params`` field (``param(quick=...)``), by
-    section in report order, each with its ``quick_why`` as a comment."""
+    in schemas/config.schema.yaml) and of every ``Params`` field (``param(quick=...)``) of the
+    lab's own sections (:func:`lab_sections`) and the experiments, by section in report order,
+    each with its ``quick_why`` as a comment."""
     import yaml
 
     top = yaml.safe_load(CONFIG_SCHEMA.read_text(encoding="utf-8"))
@@ -319,7 +344,7 @@ def quick_config(experiments, minutes: int) -> str:
         found = _quick_lines(key, node, "")
         lines += ["", *found] if found else []
     lines.append("")
-    for name, exp in experiments.items():
+    for name, exp in {**lab_sections(), **experiments}.items():
         section = []
         for f in config_fields(exp):
             decl = declaration(f)
@@ -343,10 +368,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         found = registry.experiments()
-        for exp in found.values():
+        for exp in [*found.values(), *lab_sections().values()]:
             errors = declaration_errors(exp)
             if errors:
-                raise RegistryError(f"{exp.path / 'measure.py'}: Params: {errors[0]}")
+                raise RegistryError(f"{declared_in(exp)}: Params: {errors[0]}")
         if args.docs:
             write_text(Path(args.docs), docs(found))
         if args.quick:

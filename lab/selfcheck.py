@@ -17,12 +17,12 @@ The report's "Can these numbers be trusted?" section compares both with expectat
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from lab.cli import measure_point
-from lab.declare import Col
-from lab.params import check_min
+from lab.declare import Col, Section
+from lab.params import Declared, param, repeats_field, sample_hz_field
 from lab.results import Measured, RunResult, interleave
 from lab.window import Meter
 
@@ -52,22 +52,26 @@ COLUMNS = {
 
 
 @dataclass(frozen=True)
-class Params:
-    """Parameters of the self-check.
+class Params(Declared):
+    """Parameters of the self-check, declared once (:mod:`lab.params`): its config section
+    ``selfcheck``'s schema, its command line and its table in docs/parameters.md come from here
+    (:data:`SECTION`).
 
     Raises:
-        ValueError: for a value below its minimum (the message names the field).
+        ValueError: for a value outside its declared bounds (the message names the field).
     """
 
-    load: Literal["busy", "idle"] = "busy"
-    duration_s: float = field(default=1.0, metadata={"help": "length of each window (s)"})
-    repeats: int = 3
-    sample_hz: float = 10.0
+    load: Literal["busy", "idle"] = param(
+        "busy", help="busy: the main thread loops; idle: it sleeps (the job measures both)", in_config=False
+    )
+    duration_s: float = param(1.0, min=0.2, unit="s", help="length of each window", quick=0.5)
+    repeats: int = repeats_field(3, help="windows of each load")
+    sample_hz: float = sample_hz_field()
 
-    def __post_init__(self) -> None:
-        check_min("duration_s", self.duration_s, 0.2)
-        check_min("repeats", self.repeats, 1)
-        check_min("sample_hz", self.sample_hz, 0.1)
+
+#: Its config section, ``selfcheck:``, whose JSON Schema is generated from :class:`Params` like an
+#: experiment's (:mod:`lab.schema`).
+SECTION = Section("selfcheck", "self-check of the CPU sampler (busy and idle windows)", Params, __file__)
 
 
 class Runner:
@@ -117,7 +121,14 @@ def run(params: Params, baseline: Params | None = None) -> RunResult:
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point: ``python -m lab.selfcheck --help``."""
     return measure_point(
-        EXPERIMENT, Params, run, __doc__.splitlines()[0], argv=argv, prog="python -m lab.selfcheck", columns=COLUMNS
+        EXPERIMENT,
+        Params,
+        run,
+        __doc__.splitlines()[0],
+        argv=argv,
+        prog="python -m lab.selfcheck",
+        columns=COLUMNS,
+        columns_at=f"COLUMNS ({__file__})",
     )
 
 

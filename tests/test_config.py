@@ -14,7 +14,7 @@ import yaml
 from lab import registry
 from lab.configcheck import ConfigError, validate_config
 from lab.params import param as param_field
-from lab.schema import write_schemas
+from lab.schema import lab_sections, write_schemas
 
 
 @functools.cache
@@ -31,6 +31,7 @@ def _validate(root, cfg: dict) -> dict:
         write_schemas(tmp_schemas(), registry.experiments()),
         registry.rounds_users(),
         registry.config_checks(),
+        write_schemas(tmp_schemas(), lab_sections()),
     )
     return cfg
 
@@ -272,7 +273,8 @@ def test_parameter_docs_are_generated_from_the_declarations(root):
     """docs/parameters.md is what ``python -m lab.schema --docs`` writes from the Params."""
     from lab.schema import docs
 
-    assert (root / "docs" / "parameters.md").read_text() == docs(registry.experiments())
+    stale = "docs/parameters.md is stale: python -m lab.schema --docs docs/parameters.md"
+    assert (root / "docs" / "parameters.md").read_text() == docs(registry.experiments()), stale
 
 
 def _below(decl, value):
@@ -412,10 +414,22 @@ def test_every_column_an_experiment_writes_is_declared_once_with_its_type():
         Experiment(**base, flags=(Flag("note", "noted"),))
     with pytest.raises(ValueError, match="column 'lag_ms' has unit 's' but is declared 'ms'"):
         Experiment(
-            **base, extra_columns=(Column("lag_ms", "lag", "ms"),), columns=cols | {"lag_ms": Col("float", "", "s")}
+            **base, extra_columns=(Column("lag_ms", "lag", "ms"),), columns=cols | {"lag_ms": Col("float", "lag", "s")}
         )
     with pytest.raises(ValueError, match=r"column 'note' has type 'text'; allowed: \('float', 'int', 'bool', 'str'\)"):
-        Experiment(**base, columns=cols | {"note": Col("text", "")})
+        Experiment(**base, columns=cols | {"note": Col("text", "x")})
+    # each as its role needs: a number for a metric, text for a text flag, a meaning, a Col
+    for bad, said in [
+        (
+            {"mb_per_s": Col("str", "x")},
+            r"'mb_per_s' has type 'str'; allowed: \('float', 'int'\) \(it is one of metrics\)",
+        ),
+        ({"note": Col("bool", "x", "-")}, r"'note' has type 'bool'; allowed: \('str',\) \(it is one of flags\)"),
+        ({"note": Col("str", " ")}, "column 'note' needs a meaning"),
+        ({"note": "str"}, r"column 'note' must be Col\(type, meaning, unit\), got 'str'"),
+    ]:
+        with pytest.raises(ValueError, match=said):
+            Experiment(**base, flags=(Flag("note", "noted"),), columns=cols | bad)
     # a real experiment: its declared text column stays text, a declared int an integer
     types = experiment_types("dataloader")
     assert types["omp_num_threads_env"] == "str" and types["torch_threads"] == "int"
@@ -431,7 +445,9 @@ def test_the_quick_config_is_generated_from_the_declarations(root):
     from lab.schema import QUICK_MINUTES, quick_config, section_schema
 
     text = (root / "config.quick.yaml").read_text()
-    assert text == quick_config(registry.experiments(), QUICK_MINUTES)
+    assert text == quick_config(registry.experiments(), QUICK_MINUTES), (
+        "config.quick.yaml is stale: python -m lab.schema --quick config.quick.yaml"
+    )
     quick = yaml.safe_load(text)
     defaults = yaml.safe_load((root / "config.yaml").read_text())
     for name, exp in registry.experiments().items():
@@ -439,3 +455,50 @@ def test_the_quick_config_is_generated_from_the_declarations(root):
         for key, value in quick.get(name, {}).items():
             assert value != defaults.get(name, {}).get(key, declared[key]["default"]), (name, key)
     assert quick["rounds"]["budget_s"] < defaults.get("rounds", {}).get("budget_s", 6)
+
+
+def test_the_selfcheck_section_is_generated_from_its_params(root, default_config):
+    """The self-check is no experiment, but its parameters are declared once too: its section's
+    schema comes from lab.selfcheck.Params, which fills in the defaults and refuses a value
+    below its declared bound, naming the key; it never joins the experiments."""
+    from lab.selfcheck import Params
+
+    cfg = _validate(root, copy.deepcopy(default_config))
+    assert cfg["selfcheck"] == {"duration_s": Params().duration_s, "repeats": Params().repeats}
+    assert "selfcheck" not in cfg["experiments"]
+    with pytest.raises(ConfigError, match=r"config key selfcheck.duration_s: 0.1 is not allowed.*number >= 0.2"):
+        _validate(root, _merge(default_config, {"selfcheck": {"duration_s": 0.1}}))
+    with pytest.raises(ConfigError, match=r"config key selfcheck: unknown key load; allowed: duration_s, repeats"):
+        _validate(root, _merge(default_config, {"selfcheck": {"load": "idle"}}))  # the job measures both
+
+
+def test_a_column_named_like_a_parameter_or_a_lab_column_is_refused(root):
+    """A declared column may not take the name of a Params field or of a column the lab writes:
+    the loader would type it as declared and a baseline point would no longer match its group."""
+    import dataclasses as dc
+
+    from lab.declare import Col, RegistryError
+    from lab.registry import Registered, _check_params
+
+    real = registry.get("multiprocessing")
+
+    class Clashing(Registered):
+        def measurement(self):
+            return real.measurement()
+
+    for name in ("processes", "wall_s", "delivered_cpus"):
+        spec = dc.replace(real.spec, columns={**real.spec.columns, name: Col("float", "x", "-")})
+        with pytest.raises(RegistryError, match=rf"__init__.py: columns {name} already are a parameter"):
+            _check_params(Clashing(spec, real.path))
+    _check_params(Clashing(real.spec, real.path))
+
+
+def test_a_quick_value_without_a_config_key_or_a_multiline_why_is_refused():
+    from lab.schema import declaration_errors
+
+    said = declaration_errors(
+        _declared(n=(int, param_field(1, min=1, config=[1])), k=(int, param_field(2, min=1, in_config=False, quick=1)))
+    )
+    assert said == ["field 'k' has a quick value but no config key (in_config=False): drop quick"]
+    said = declaration_errors(_declared(n=(int, param_field(1, min=1, config=[1], quick=[2], quick_why="a\nb: 1"))))
+    assert said == ["field 'n': quick_why must be one line (it is a comment in config.quick.yaml)"]

@@ -534,9 +534,8 @@ def test_a_point_without_its_declared_metric_or_with_an_undeclared_column_is_ref
     was measured (or a column no document describes)."""
     from dataclasses import dataclass
 
-    from lab.cli import check_rows
     from lab.params import Declared, param
-    from lab.results import RunResult
+    from lab.results import RunResult, check_rows
 
     @dataclass(frozen=True)
     class Params(Declared):
