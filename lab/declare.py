@@ -262,19 +262,22 @@ class Experiment:
                 )
             if not (isinstance(col.meaning, str) and col.meaning.strip()):
                 raise ValueError(f"experiment {self.name!r}: column {name!r} needs a meaning: what it is, how computed")
-            unit = self.metrics.get(name) or next((c.unit for c in self.extra_columns if c.name == name), "")
+            unit = self._declared_unit(name)
             if unit and col.unit and col.unit != unit:
                 raise ValueError(
                     f"experiment {self.name!r}: column {name!r} has unit {col.unit!r} but is declared {unit!r}"
                     " in metrics or extra_columns: give it once"
                 )
 
+    def _declared_unit(self, name: str) -> str:
+        """The unit :attr:`metrics` or :attr:`extra_columns` give column ``name`` ("" if none)."""
+        return self.metrics.get(name) or next((c.unit for c in self.extra_columns if c.name == name), "")
+
     def column_unit(self, name: str) -> str:
         """The unit of one of :attr:`columns`: its own, else its metric's or summarised column's,
         else ``-``."""
         col = self.columns.get(name)
-        unit = self.metrics.get(name) or next((c.unit for c in self.extra_columns if c.name == name), "")
-        return (col.unit if col is not None and col.unit else unit) or "-"
+        return (col.unit if col is not None and col.unit else self._declared_unit(name)) or "-"
 
     def run_options(self) -> frozenset[str]:
         """The keyword arguments the package's ``run(params, baseline, ...)`` gets, as declared:
@@ -354,12 +357,14 @@ class Section:
         title: what the section configures, for the schema's description.
         params_cls: its frozen ``Params(Declared)`` dataclass; no swept keys.
         source: the file that declares it, named by a declaration error.
+        columns: the columns its rows hold besides its parameters and the lab's own (:class:`Col`).
     """
 
     name: str
     title: str
     params_cls: type
     source: str
+    columns: Mapping[str, Col] = field(default_factory=dict)
 
     @property
     def prose(self) -> dict:

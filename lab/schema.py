@@ -240,9 +240,11 @@ def docs(experiments) -> str:
         lines += ["", f"## {name}", *_param_table(exp), *_declared_columns(exp)]
     own = lab_sections()["selfcheck"]
     lines += ["", f"## selfcheck (the sampler's self-check, lab/{Path(own.source).name})", *_param_table(own)]
-    columns = selfcheck_columns()
     lines += _column_table(
-        "Its own columns of `metrics.csv`, declared in `COLUMNS`:", columns, {}, lambda n: columns[n].unit or "-"
+        "Its own columns of `metrics.csv`, declared in `COLUMNS`:",
+        own.columns,
+        {},
+        lambda n: own.columns[n].unit or "-",
     )
     return "\n".join(lines) + "\n"
 
@@ -265,13 +267,6 @@ def _param_table(exp) -> list[str]:
         default = f"`{default}`" + ("" if quick is SAME else f" (quick: `{json.dumps(quick)}`)")
         lines.append(f"| {key} | {default} | {allowed} | {meaning} |")
     return lines
-
-
-def selfcheck_columns() -> dict:
-    """The self-check's declared columns (``lab.selfcheck.COLUMNS``)."""
-    from lab.selfcheck import COLUMNS
-
-    return COLUMNS
 
 
 def _column_table(title: str, columns, role: dict, unit) -> list[str]:

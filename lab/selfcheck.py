@@ -71,7 +71,7 @@ class Params(Declared):
 
 #: Its config section, ``selfcheck:``, whose JSON Schema is generated from :class:`Params` like an
 #: experiment's (:mod:`lab.schema`).
-SECTION = Section("selfcheck", "self-check of the CPU sampler (busy and idle windows)", Params, __file__)
+SECTION = Section("selfcheck", "self-check of the CPU sampler (busy and idle windows)", Params, __file__, COLUMNS)
 
 
 class Runner:
