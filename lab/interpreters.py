@@ -31,8 +31,18 @@ import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from lab.declare import Col
 from lab.fileio import write_json
 from lab.host import die_with_parent
+
+#: The metrics columns an experiment run under these interpreters writes from what the measured
+#: process said about itself (``EXPERIMENT.columns`` of gil, singlethread and convoy).
+COLUMNS = {
+    "free_threaded": Col("bool", "that interpreter is a free-threaded build (`Py_GIL_DISABLED`)", "-"),
+    "gil_enabled": Col(
+        "bool", "`sys._is_gil_enabled()` in the measured process; the report flags a point `GIL off` when False", "-"
+    ),
+}
 
 #: The default of ``interpreters:``: the pipeline's own Python.
 DEFAULT = ({"label": "default"},)

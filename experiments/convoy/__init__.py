@@ -8,6 +8,7 @@ schema, the command line and the parameter table come from its ``Params``. The t
 :func:`experiments.convoy.tasks.convoy`.
 """
 
+from lab import interpreters
 from lab.declare import Col, Column, Experiment, Flag, SpanKind, Timeline
 
 EXPERIMENT = Experiment(
@@ -44,11 +45,7 @@ EXPERIMENT = Experiment(
         "python_version": Col(
             "str", "the version of the interpreter that ran the threads (the point's `interpreter`)", "-"
         ),
-        "gil_enabled": Col(
-            "bool",
-            "`sys._is_gil_enabled()` in the measured process; the report flags a point `GIL off` when False",
-            "-",
-        ),
+        "gil_enabled": interpreters.COLUMNS["gil_enabled"],
     },
     order=12,
 )

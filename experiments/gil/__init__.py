@@ -5,6 +5,7 @@ theory checks in :mod:`experiments.gil.analysis`, the report's prose in ``report
 config section's schema, the command line and the parameter table come from its ``Params``.
 """
 
+from lab import interpreters
 from lab.declare import Col, Experiment, Flag, SpanKind, Timeline
 
 
@@ -43,12 +44,7 @@ EXPERIMENT = Experiment(
             "the version of the interpreter that ran the tasks (the point's `interpreter`), as it said when started",
             "-",
         ),
-        "free_threaded": Col("bool", "that interpreter is a free-threaded build (`Py_GIL_DISABLED`)", "-"),
-        "gil_enabled": Col(
-            "bool",
-            "`sys._is_gil_enabled()` in the measured process; the report flags a point `GIL off` when False",
-            "-",
-        ),
+        **interpreters.COLUMNS,
     },
     order=10,
 )

@@ -8,6 +8,7 @@ section's schema, the command line and the parameter table come from its ``Param
 are :mod:`lab.pytasks`' (the gil experiment's), run sequentially, one task.
 """
 
+from lab import interpreters
 from lab.declare import Col, Experiment, Flag
 
 EXPERIMENT = Experiment(
@@ -29,12 +30,7 @@ EXPERIMENT = Experiment(
             "`interpreters`, the reference",
             "-",
         ),
-        "free_threaded": Col("bool", "that interpreter is a free-threaded build (`Py_GIL_DISABLED`)", "-"),
-        "gil_enabled": Col(
-            "bool",
-            "`sys._is_gil_enabled()` in the measured process; the report flags a point `GIL off` when False",
-            "-",
-        ),
+        **interpreters.COLUMNS,
     },
     order=11,
 )
