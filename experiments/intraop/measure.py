@@ -69,7 +69,11 @@ class Params(Declared):
         help="timed iterations per repeat, per workload",
         quick={"matmul": 8, "matmul_bf16": 8, "mlp": 20, "tiny": 200},
     )
-    warmup: int = param(3, min=0, help="untimed iterations before the repeats")
+    # One untimed call is enough after the thread count changes: the first call after a switch
+    # to 2 threads ran 5-16% slower than settled calls, the second within 4% (the matmul, mlp
+    # and tiny workloads; benchmarks/warmup.py, docs/benchmarks.md). Each more would be time
+    # outside the measured windows.
+    warmup: int = param(1, min=0, help="untimed iterations before every window, after its thread count is set")
     repeats: int = repeats_field(6)
     sample_hz: float = sample_hz_field()
     bf16: Literal["native", "any"] = param(
