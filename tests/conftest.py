@@ -218,3 +218,14 @@ def quick_run(tmp_path_factory) -> Path:
         "\n".join(sorted(str(p) for p in {p.relative_to(work) for p in work.rglob("*")} - before))
     )
     return work
+
+
+@pytest.fixture(scope="session")
+def side_runs(request, tmp_path_factory) -> dict:
+    """The end-to-end runs that assert no physics (tests/side_runs.py), those the selected tests
+    name with ``@pytest.mark.side_run(name)``, run at once; returns ``{name: Outcome}`` once all
+    have ended, so that no other test runs beside them."""
+    from side_runs import run_all
+
+    names = sorted({m.args[0] for item in request.session.items for m in item.iter_markers("side_run")})
+    return run_all(names, lambda name: tmp_path_factory.mktemp(f"side-{name}"))

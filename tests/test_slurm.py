@@ -23,100 +23,28 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import IGNORE, ROOT
 from helpers import venv_env
-
-SCRIPT = ROOT / "scripts" / "slurm-test-cluster.sh"
-
-#: The quick config, smaller: the self-check and the gil experiment's counting loop, so that both
-#: host labels' SLURM jobs fit in minutes: each SLURM job takes about 12 s on the node (srun,
-#: Snakemake again inside, a fresh interpreter that imports torch, then the job), so the run's
-#: time is its number of jobs (6 a label) times that.
-OVERLAY = """
-cluster:
-  hosts:
-    slurm-2cpu: {partition: debug, constraint: cpulab, cpus: %(cpus)d}
-    slurm-1cpu: {partition: onecpu, cpus: 1}
-experiments: [gil]
-selfcheck: {duration_s: 0.3, repeats: 2}
-rounds: {target_ci_pct: 0, workers: 1}
-gil: {workload: [cpu], mode: [sequential, processes], workers: [2]}
-"""
-
-DAEMONS = ("slurmctld", "slurmd", "munged")
-CONF = Path("/etc/slurm/slurm.conf")
+from side_runs import DAEMONS, SCRIPT, pid_alive, slurm_permission, slurm_running, slurm_script
 
 
-def _alive(pid: int | str) -> bool:
-    """Whether ``pid`` runs (a zombie, exited and not yet reaped, does not)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _running(names=DAEMONS) -> list[str]:
-    """The SLURM and munge daemons running now, as "name (pid N)"."""
-    out = []
-    for d in names:
-        found = subprocess.run(["pgrep", "-x", d], capture_output=True, text=True).stdout.split()
-        out += [f"{d} (pid {pid})" for pid in found if _alive(pid)]
-    return out
+def _refuse(why: str, required: bool) -> None:
+    """Skip with ``why``, or fail under LAB_REQUIRE_SLURM (CI), where the cluster must run."""
+    if required:
+        pytest.fail(f"LAB_REQUIRE_SLURM is set but {why}")
+    pytest.skip(why)
 
 
 def _permission() -> dict:
     """The environment to bring the cluster up with, or a skip (a failure under
     LAB_REQUIRE_SLURM) that says what it would touch and how to allow it."""
-    required = os.environ.get("LAB_REQUIRE_SLURM") == "1"
-    asked = required or os.environ.get("LAB_ALLOW_SLURM") == "1"
-    installed = all(shutil.which(d) for d in DAEMONS)
-    why = ""
-    if os.geteuid() != 0:
-        why = "bringing SLURM up needs root"
-    elif _running():
-        why = f"SLURM or munge of this machine's own is running ({', '.join(_running())}): never touched"
-    elif not installed and not (asked and shutil.which("apt-get")):
-        why = "SLURM is not installed" + ("; no apt-get to install it" if asked else "")
-    elif not asked and CONF.exists():
-        why = f"{CONF} exists (it would be kept aside and put back)"
-    if why:
-        if required:
-            pytest.fail(f"LAB_REQUIRE_SLURM is set but {why}")
-        pytest.skip(
-            f"{why}; the SLURM test writes {CONF}, starts munged, slurmctld and slurmd"
-            + ("" if installed else " and installs Debian's slurmctld slurmd slurm-client munge")
-            + ": set LAB_ALLOW_SLURM=1 to allow it"
-        )
-    return {**os.environ, "LAB_SLURM_INSTALL": "1" if asked else ""}
-
-
-def _script(*args, env=None, timeout=600) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout, env=env)
-
-
-@pytest.fixture(scope="module")
-def slurm():
-    """The cluster, up for the module's tests; down (no daemon left) after them."""
-    env = _permission()
-    before = CONF.read_bytes() if CONF.exists() else None
-    t = time.perf_counter()
-    up = _script("up", env=env)
-    assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-3000:]
-    print(f"SLURM up in {time.perf_counter() - t:.0f} s", file=sys.stderr)
-    try:
-        yield
-    finally:
-        t = time.perf_counter()
-        down = _script("down", env=env, timeout=120)
-        print(f"SLURM down in {time.perf_counter() - t:.0f} s", file=sys.stderr)
-        assert down.returncode == 0, down.stderr[-2000:]
-        assert _running() == [], _running()
-        assert (CONF.read_bytes() if CONF.exists() else None) == before  # put back, or removed
+    env, why, required = slurm_permission()
+    if env is None:
+        _refuse(why, required)
+    return env
 
 
 def _fake_daemon(tmp_path: Path, name: str) -> subprocess.Popen:
@@ -136,7 +64,7 @@ def test_up_refuses_beside_a_slurm_it_did_not_start_and_down_stops_only_its_own_
     try:
         conf, cluster = tmp_path / "slurm.conf", tmp_path / "c"
         env = {**os.environ, "LAB_SLURM_DIR": str(cluster), "LAB_SLURM_CONF": str(conf)}
-        up = _script("up", env=env, timeout=60)
+        up = slurm_script("up", env=env, timeout=60)
         assert up.returncode == 3 and up.stdout == "", (up.returncode, up.stdout, up.stderr)
         assert len(up.stderr.strip().splitlines()) == 1 and f"slurmd (pid {foreign.pid})" in up.stderr, up.stderr
         assert "did not start" in up.stderr and not cluster.exists() and not conf.exists()
@@ -148,9 +76,9 @@ def test_up_refuses_beside_a_slurm_it_did_not_start_and_down_stops_only_its_own_
         (cluster / "slurm.conf.saved").write_text("# the administrator's own\n")
         (cluster / "written").write_text(str(conf))
         (cluster / "run" / "slurmctld.pid").write_text(str(foreign.pid))
-        status = _script("status", env=env, timeout=60)
+        status = slurm_script("status", env=env, timeout=60)
         assert f"not ours: slurmd (pid {foreign.pid})" in status.stdout and "running:" not in status.stdout
-        down = _script("down", env=env, timeout=60)
+        down = slurm_script("down", env=env, timeout=60)
         assert down.returncode == 0, down.stderr
         assert conf.read_text() == "# the administrator's own\n" and not cluster.exists()
         assert foreign.poll() is None  # still running: never stopped by name, nor by a stale pid
@@ -164,12 +92,12 @@ def test_up_refuses_beside_a_slurm_it_did_not_start_and_down_stops_only_its_own_
             (cluster / ".cpulab-slurm").write_text("")
             (cluster / "written").write_text(str(conf))
             conf.write_text(text)
-            assert _script("down", env=env, timeout=60).returncode == 0
+            assert slurm_script("down", env=env, timeout=60).returncode == 0
             assert conf.exists() == kept and not cluster.exists()
         # a directory that is not the script's own is never removed
         cluster.mkdir()
         (cluster / "notes.txt").write_text("mine")
-        down = _script("down", env=env, timeout=60)
+        down = slurm_script("down", env=env, timeout=60)
         assert down.returncode == 2 and "not made by this script" in down.stderr
         assert (cluster / "notes.txt").read_text() == "mine"
     finally:
@@ -179,7 +107,7 @@ def test_up_refuses_beside_a_slurm_it_did_not_start_and_down_stops_only_its_own_
 
 def _ours(env: dict) -> dict[str, int]:
     """Daemon -> pid of the daemons the script's pid files name (``status``)."""
-    out = _script("status", env=env, timeout=60).stdout.splitlines()
+    out = slurm_script("status", env=env, timeout=60).stdout.splitlines()
     return {ln.split()[1]: int(ln.split("pid ")[1].rstrip(")")) for ln in out if ln.startswith("running: ")}
 
 
@@ -213,31 +141,31 @@ def test_a_crash_between_up_and_down_leaves_nothing_that_down_or_up_cannot_undo(
             assert conf.read_text().startswith("# Written by cpu-lab")
             seen.append(pids)
         # the second `up` stopped what the first left and started its own
-        assert not any(_alive(pid) for pid in seen[0].values())
-        down = _script("down", env=env, timeout=120)
+        assert not any(pid_alive(pid) for pid in seen[0].values())
+        down = slurm_script("down", env=env, timeout=120)
         assert down.returncode == 0, down.stderr
         assert conf.read_text() == "# the administrator's own\n" and not cluster.exists()
-        assert not any(_alive(pid) for pid in seen[1].values())
-        assert _running() == []
+        assert not any(pid_alive(pid) for pid in seen[1].values())
+        assert slurm_running() == []
     finally:
         if cluster.exists():
-            _script("down", env=env, timeout=120)
+            slurm_script("down", env=env, timeout=120)
 
 
 @pytest.mark.slow
-def test_two_host_labels_through_the_slurm_executor_then_compare(slurm, tmp_path):
-    work = tmp_path / "repo"
-    shutil.copytree(ROOT, work, ignore=IGNORE)
-    (work / "cluster.yaml").write_text(OVERLAY % {"cpus": len(os.sched_getaffinity(0))})
-    cmd = [sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", "--jobs", "3"]
-    cmd += ["--slurm-status-command", "squeue", "--slurm-init-seconds-before-status-checks", "1"]
-    cmd += ["--seconds-between-status-checks", "1", "--latency-wait", "5"]
-    cmd += ["--configfile", "config.quick.yaml", "cluster.yaml"]
-    t = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=1500, env=venv_env())
-    took = time.perf_counter() - t
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    print(f"SLURM run of both host labels: {took:.0f} s", file=sys.stderr)
+@pytest.mark.side_run("slurm")
+def test_two_host_labels_through_the_slurm_executor_then_compare(side_runs):
+    """The run itself is tests/side_runs.py's ``run_slurm`` (beside the other side runs): the
+    cluster up, the quick config through the SLURM executor as two host labels, the cluster
+    down with no daemon left and slurm.conf put back; then ``snakemake compare`` here."""
+    run = side_runs["slurm"].value()
+    if "skipped" in run:
+        _refuse(run["skipped"], run["required"])
+    assert run["down"][0] == 0, run["down"][1]
+    assert run["left"] == [] and run["conf_restored"], run["left"]  # no daemon left, slurm.conf as before
+    assert run["proc"][0] == 0, run["proc"][1]
+    print(f"SLURM run of both host labels: {run['took']:.0f} s", file=sys.stderr)
+    work = run["work"]
     results = work / "results"
     hosts = {h: json.loads((results / h / "host.json").read_text()) for h in ("slurm-2cpu", "slurm-1cpu")}
     # host.json was collected in a job on a node of each label; the one-CPU label's job was bound

@@ -6,22 +6,16 @@ import json
 import os
 import re
 import shutil
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import pandas as pd
-import psutil
 import pytest
 import yaml
-from conftest import FIXTURE_CONFIG, IGNORE, QUICK_CONFIG, ROOT, e2e_figures
-from helpers import snakemake_in, venv_env
+from conftest import FIXTURE_CONFIG, QUICK_CONFIG, ROOT, e2e_figures
+from helpers import snakemake_in
+from side_runs import INTERRUPT_TARGETS
 
 from analysis.trace import validate_trace
 from lab import registry
-from lab.window import SAMPLER_NAME
 
 SPECS = {name: e.spec for name, e in registry.experiments().items()}
 #: The experiments the end-to-end run runs (its config's list, the fixture nap left out: it is
@@ -263,32 +257,21 @@ def test_snakemake_report_collects_every_figure(quick_run, tmp_path):
 
 
 @pytest.mark.slow
-def test_compare_with_a_one_cpu_host(quick_run, tmp_path):
-    """A second real host: the gil experiment alone, pinned to one CPU; then `snakemake
+@pytest.mark.side_run("one_cpu")
+def test_compare_with_a_one_cpu_host(quick_run, side_runs, tmp_path):
+    """A second real host: the gil experiment and the workload pinned to one CPU
+    (tests/side_runs.py's ``run_one_cpu``, beside the other side runs), its results directory
+    then put beside the quick run's, as one from another machine would be; then `snakemake
     compare`. The comparison must not measure anything or touch either host's files."""
     import hashlib
 
     def digest(d):
         return {p: hashlib.sha1(p.read_bytes()).hexdigest() for p in sorted(d.rglob("*")) if p.is_file()}
 
-    first = min(os.sched_getaffinity(0))
-    small = tmp_path / "one-cpu.yaml"
-    small.write_text(
-        "experiments: [workload, gil]\nselfcheck: {duration_s: 0.3, repeats: 2}\ngil: {repeats: 6}\n"
-        "rounds: {target_ci_pct: 0}\n"
-        "workload: {budget_s: 15, max_rounds: 6, repeats: 6}\n"
-    )
-    cmd = [sys.executable, "-m", "snakemake", "--cores", "4", "--configfile", "config.quick.yaml", str(small)]
-    proc = subprocess.run(
-        [*cmd, "--config", "host=e2e-1cpu"],
-        cwd=quick_run,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=venv_env(),
-        preexec_fn=lambda: os.sched_setaffinity(0, {first}),
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = side_runs["one_cpu"].value()
+    assert run["proc"][0] == 0, run["proc"][1]
+    first = run["cpu"]
+    shutil.copytree(run["host"], quick_run / "results" / "e2e-1cpu", dirs_exist_ok=True)
     one = json.loads((quick_run / "results" / "e2e-1cpu" / "host.json").read_text())
     assert one["available_cpus"] == 1 and one["affinity"] == [first]
     assert (quick_run / "results" / "e2e-1cpu" / "config.yaml").exists()
@@ -368,145 +351,38 @@ def test_changing_one_sweep_value_reruns_only_what_depends_on_it(quick_run, tmp_
     assert "selfcheck" not in counts and "host_info" not in counts
 
 
-INTERRUPT_CONFIG = """\
-experiments: [dataloader, multiprocessing]
-selfcheck: {duration_s: 0.3, repeats: 2}
-rounds: {target_ci_pct: 0}
-dataloader:
-  dataset: [io]
-  num_workers: [2]
-  items: {io: 200}
-  io_latency_s: 0.01
-  repeats: 3
-multiprocessing:
-  processes: [2]
-  threads: [1]
-  steps: 1500
-  repeats: 3
-"""
-
-
-def _family(root_pid: int) -> dict[int, float]:
-    try:
-        procs = [psutil.Process(root_pid), *psutil.Process(root_pid).children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return {}
-    out = {}
-    for p in procs:
-        try:
-            out[p.pid] = p.create_time()
-        except psutil.NoSuchProcess:
-            pass
-    return out
-
-
-#: A point of each experiment of INTERRUPT_CONFIG: the interrupted runs target one each.
-INTERRUPT_TARGETS = {
-    "dataloader": "results/int/dataloader/dataset~io/num_workers~2/metrics.csv",
-    "multiprocessing": "results/int/multiprocessing/processes~2/threads~1/metrics.csv",
-}
-
-
-def _interrupt_during(work: Path, experiment: str, seen: dict[int, float]) -> int:
-    """Run towards one point of `experiment`, send SIGINT to the run's process group (as
-    Ctrl-C does) once that job has started its workers, and return snakemake's exit status;
-    every pid seen is recorded."""
-    env = venv_env()
-    cmd = [sys.executable, "-m", "snakemake", INTERRUPT_TARGETS[experiment], "--cores", "4", "--configfile", "int.yaml"]
-    cmd += ["--config", "host=int"]  # last: --config takes every following argument
-    proc = subprocess.Popen(
-        cmd, cwd=work, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-    )
-    deadline = time.monotonic() + 240
-    fired = False
-    while proc.poll() is None and time.monotonic() < deadline:
-        fam = _family(proc.pid)
-        seen.update(fam)
-        for pid in fam:  # the job (or its worker process): the parent of a CPU sampler
-            try:
-                p = psutil.Process(pid)
-                if p.name() == SAMPLER_NAME:
-                    job = p.parent()
-                    if len(job.children(recursive=True)) >= 3:  # sampler + 2 workers
-                        fired = True
-            except (psutil.NoSuchProcess, AttributeError):
-                pass
-        if fired:
-            time.sleep(0.3)
-            seen.update(_family(proc.pid))
-            os.killpg(proc.pid, signal.SIGINT)
-            break
-        time.sleep(0.1)
-    if not fired:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)  # leave nothing behind, then fail
-        _, err = proc.communicate(timeout=60)
-        raise AssertionError(f"never saw the {experiment} job's workers: {err[-2000:]}")
-    proc.communicate(timeout=120)
-    return proc.returncode
-
-
-def _alive(seen: dict[int, float]) -> list[str]:
-    left = []
-    for pid, created in seen.items():
-        try:
-            p = psutil.Process(pid)
-            if p.create_time() == created and p.status() != psutil.STATUS_ZOMBIE:
-                left.append(f"{pid} {' '.join(p.cmdline())[:100]}")
-        except psutil.NoSuchProcess:
-            pass
-    return left
-
-
 @pytest.mark.slow
-def test_interrupted_run_leaves_no_orphans_and_resumes(tmp_path):
+@pytest.mark.side_run("interrupted")
+def test_interrupted_run_leaves_no_orphans_and_resumes(side_runs):
     """Ctrl-C during the dataloader and during the multiprocessing experiment: no process of
-    the run survives, no point looks complete that is not, and the next run finishes the rest."""
-    work = tmp_path / "repo"
-    shutil.copytree(Path(__file__).resolve().parent.parent, work, ignore=IGNORE)
-    (work / "int.yaml").write_text(INTERRUPT_CONFIG)
-    host_dir = work / "results" / "int"
-    for experiment in ("dataloader", "multiprocessing"):
-        seen: dict[int, float] = {}
-        rc = _interrupt_during(work, experiment, seen)
-        assert rc != 0
-        time.sleep(1.0)
-        assert _alive(seen) == [], f"orphans after interrupting {experiment}"
-        point = host_dir / experiment
-        done = list(point.rglob("metrics.csv"))
-        assert done == [], f"{experiment}: an interrupted point left {done}"
-        for m in host_dir.rglob("metrics.csv"):  # every point that looks complete is complete
-            for name in ("samples.csv", "spans.csv", "job.json"):
-                assert (m.parent / name).exists(), m
-            assert (pd.read_csv(m)["status"] == "ok").all(), m
-    host_json = (host_dir / "host.json").stat().st_mtime_ns
-    proc = snakemake_in(work, "--cores", "4", "--configfile", "int.yaml", "--config", "host=int")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert (host_dir / "host.json").stat().st_mtime_ns == host_json  # resumed, not restarted
-    assert (host_dir / "report.html").exists()
-    assert set(pd.read_csv(host_dir / "status.csv")["status"]) == {"ok"}
+    the run survives, no point looks complete that is not, and the next run finishes the rest
+    (tests/side_runs.py's ``run_interrupted``, beside the other side runs)."""
+    run = side_runs["interrupted"].value()
+    for experiment in INTERRUPT_TARGETS:
+        seen = run[experiment]
+        assert seen["rc"] != 0
+        assert seen["orphans"] == [], f"orphans after interrupting {experiment}"
+        assert seen["done"] == [], f"{experiment}: an interrupted point left {seen['done']}"
+        assert seen["incomplete"] == []  # every point that looks complete is complete
+    assert run["resumed"][0] == 0, run["resumed"][1]
+    assert run["host_json_kept"]  # resumed, not restarted
+    assert (run["host"] / "report.html").exists()
+    assert set(pd.read_csv(run["host"] / "status.csv")["status"]) == {"ok"}
 
 
 @pytest.mark.slow
-def test_the_image_workload_is_diagnosed_searched_and_answered_honestly(quick_run, tmp_path):
+@pytest.mark.side_run("images")
+def test_the_image_workload_is_diagnosed_searched_and_answered_honestly(side_runs):
     """examples/imagefolder by changing only the config: a ResNet on JPEG files decoded and
-    augmented with PIL (narrowed for the test: width 16, 64-pixel crops, steps of about 0.05 s).
-    The search fits its budget or says it is incomplete; every knob of the config is tried,
-    skipped with the diagnosis's reason, or named as not tried; the first screen's answer is the
-    findings' answer."""
+    augmented with PIL (narrowed for the test: width 16, 64-pixel crops, steps of about 0.05 s;
+    tests/side_runs.py's ``run_images``, beside the other side runs). The search fits its budget
+    or says it is incomplete; every knob of the config is tried, skipped with the diagnosis's
+    reason, or named as not tried; the first screen's answer is the findings' answer."""
     from experiments.workload import KNOBS
 
-    small = tmp_path / "small.yaml"
-    small.write_text(
-        "selfcheck: {duration_s: 0.3, repeats: 2}\n"
-        "workload: {window_s: 0.2, budget_max_s: 25, max_rounds: 6, repeats: 6, diagnose_s: 3}\n"
-    )
-    env = {**os.environ, "LAB_IMAGEFOLDER": str(tmp_path / "images")}
-    env |= {"LAB_IMAGEFOLDER_WIDTH": "16", "LAB_IMAGEFOLDER_CROP": "64"}
-    args = ["--configfile", "config.quick.yaml", "examples/imagefolder/config.yaml", str(small)]
-    proc = snakemake_in(quick_run, "--cores", "4", *args, "--config", "host=e2e-images", env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    host = quick_run / "results" / "e2e-images"
+    run = side_runs["images"].value()
+    assert run["proc"][0] == 0, run["proc"][1]
+    host = run["host"]
     rows = pd.read_csv(host / "workload" / "replicates.csv")
     assert set(rows["entry"]) == {"examples.imagefolder.bench:build"} and set(rows["status"]) == {"ok"}
     search = json.loads((host / "workload" / "stage~search" / "job.json").read_text())["outcome"]
@@ -541,27 +417,21 @@ def test_the_image_workload_is_diagnosed_searched_and_answered_honestly(quick_ru
 
 
 @pytest.mark.slow
-def test_a_broken_workload_fails_alone_and_the_report_says_why(quick_run, tmp_path):
+@pytest.mark.side_run("broken")
+def test_a_broken_workload_fails_alone_and_the_report_says_why(side_runs):
     """A workload whose entry exists but does not import (a typo is refused before any job,
-    tests/test_config.py): its jobs record the reason, the other experiments (here the
-    fixture's) still run, and the report lists the workload as failed; the run's last job then
-    fails, naming the key to fix rather than a command that would measure the same input again."""
-    (tmp_path / "mylab").mkdir()
-    (tmp_path / "mylab" / "missing.py").write_text("import not_installed_here\n\n\ndef build():\n    pass\n")
-    broken = tmp_path / "broken.yaml"
-    broken.write_text(
-        "experiments: [workload, nap]\nselfcheck: {duration_s: 0.3, repeats: 2}\nnap: {sleepers: [1, 2]}\n"
-        "workload: {entry: 'mylab.missing:build'}\n"
-    )
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    args = ["--configfile", "config.quick.yaml", str(broken), "--config", "host=e2e-broken"]
-    proc = snakemake_in(quick_run, "--cores", "4", *args, env=env)
-    assert proc.returncode == 1 and "Error in rule point_status" in proc.stderr, proc.stderr[-3000:]
-    log = (quick_run / "logs" / "e2e-broken" / "point_status.log").read_text()
+    tests/test_config.py; tests/side_runs.py's ``run_broken``, beside the other side runs): its
+    jobs record the reason, the other experiments (here the fixture's) still run, and the report
+    lists the workload as failed; the run's last job then fails, naming the key to fix rather
+    than a command that would measure the same input again."""
+    run = side_runs["broken"].value()
+    code, stderr = run["proc"]
+    assert code == 1 and "Error in rule point_status" in stderr, stderr[-3000:]
+    log = (run["work"] / "logs" / "e2e-broken" / "point_status.log").read_text()
     assert "failed: workload stage~search: config key workload.entry: 'mylab.missing:build'" in log
     assert "failed: workload stage~verify: the search did not finish (config key workload.entry:" in log
     assert "fix that key" in log and "--forcerun" not in log  # measuring the same input again would fail again
-    host = quick_run / "results" / "e2e-broken"
+    host = run["host"]
     summary = pd.read_csv(host / "workload" / "summary.csv").set_index("stage")
     assert set(summary["status"]) == {"failed"}
     why = "config key workload.entry: 'mylab.missing:build': cannot import mylab.missing"
