@@ -82,15 +82,12 @@ def _send(conn: socket.socket, obj: dict) -> None:
     conn.sendall((json.dumps(obj) + "\n").encode())
 
 
-def _recv_line(conn: socket.socket) -> dict | None:
-    """One JSON line from ``conn``; None at end of file."""
-    buf = b""
-    while not buf.endswith(b"\n"):
-        chunk = conn.recv(65536)
-        if not chunk:
-            return None
-        buf += chunk
-    return json.loads(buf)
+def _recv_line(stream) -> dict | None:
+    """The next JSON line of ``stream`` (a socket's ``makefile("rb")``); None at end of file.
+    Lines are read one at a time: a job that ends at once has its pid and its status arrive in
+    one read, and a read of raw bytes would hold both."""
+    line = stream.readline()
+    return json.loads(line) if line.endswith(b"\n") else None
 
 
 def _child(request: dict, fds: list[int]) -> None:
@@ -291,14 +288,15 @@ def launch(path: str | None, module: str, args: list[str]) -> int:
         signal.signal(sig, relay)
     request = {"module": module, "args": args, "cwd": os.getcwd(), "env": dict(os.environ)}
     socket.send_fds(conn, [(json.dumps(request) + "\n").encode()], [0, 1, 2])
-    reply = _recv_line(conn)
+    replies = conn.makefile("rb")
+    reply = _recv_line(replies)
     if reply is None or "pid" not in reply:
         print(f"[server] the job server at {path} did not start the job", file=sys.stderr)
         return 1
     pid = job["pid"] = reply["pid"]
     if received:
         _kill_group(pid, signal.SIGTERM)
-    done = _recv_line(conn)
+    done = _recv_line(replies)
     if done is None:
         print(f"[server] the job server at {path} ended before job {pid}", file=sys.stderr)
         return 1

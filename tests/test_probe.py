@@ -190,6 +190,19 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def test_the_client_reads_a_pid_and_a_status_that_arrive_in_one_read():
+    """A job that ends at once: the server's two replies reach the client together (seen when
+    five runs shared 2 CPUs); each is read as its own line."""
+    import socket
+
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        theirs.sendall(b'{"pid": 7}\n{"status": 3}\n')
+        theirs.shutdown(socket.SHUT_WR)
+        replies = ours.makefile("rb")
+        assert [server._recv_line(replies) for _ in range(3)] == [{"pid": 7}, {"status": 3}, None]
+
+
 def test_without_a_server_the_client_runs_the_job_itself(tmp_path):
     _module(tmp_path, "alone", "import sys\nprint('alone', sys.argv[1:])\n")
     out = _run(str(tmp_path / "no.sock"), tmp_path, "alone", "x")
