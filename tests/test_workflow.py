@@ -129,6 +129,11 @@ def test_your_workload_is_searched_verified_and_answered_first(quick_run):
     assert (main_steps == epochs.set_index("role")["batches"]).all()  # the whole epoch is drawn
     search = json.loads((host / "workload" / "stage~search" / "job.json").read_text())["outcome"]
     assert search["trail"] and search["stopped"] in {"converged", "budget", "passes"} and search["current_source"]
+    # the budget's clock starts at the first comparison: the diagnosis before it is timed apart,
+    # and a search that ended on its own stayed within the budget (a round under way may finish)
+    assert search["diagnosis"] and search["diagnosis_s"] > 0
+    if search["stopped"] != "budget":
+        assert search["spent_s"] <= search["budget_s"] + max(c["rounds"] for c in search["trail"]) * 2, search
     rec = json.loads((host / "workload" / "recommended.json").read_text())
     assert rec["verified"] == bool(verify["speedup_ci_low"] > 1) and rec["gain"] == pytest.approx(verify["speedup"])
     assert rec["recommended"] == (search["winner"] if rec["verified"] else search["start"])
@@ -388,6 +393,7 @@ def test_the_image_workload_is_diagnosed_searched_and_answered_honestly(side_run
     search = json.loads((host / "workload" / "stage~search" / "job.json").read_text())["outcome"]
     assert search["current_source"] == "your current settings" and search["start"]["num_workers"] == 0
     diag = search["diagnosis"]
+    assert search["diagnosis_s"] > 0  # timed apart from the search's spent_s
     assert diag["input_dims"] == 4 and diag["steps"] >= 1 and 0 <= diag["data_stall_pct"] <= 100
     assert (rows["window"] == "diagnosis").sum() == 1  # one measured epoch before the search
     md = (host / "report.md").read_text()

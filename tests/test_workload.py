@@ -606,3 +606,7 @@ def test_the_search_sentence_says_why_it_stopped_before_its_budget_was_spent():
     over = {"search": {"comparisons": 4, "spent_s": 46.0, "budget_s": 45.0, "stopped": "budget"}}
     assert search_sentence(over).startswith("The search compared 4 candidates in 46 s of its 45 s budget (the")
     assert search_sentence(over).endswith("and stopped because its time budget ran out.")
+    # the diagnosis runs before the budget's clock starts: said apart, not in the average
+    diagnosed = {"search": early["search"] | {"diagnosis_s": 10.2}}
+    said = search_sentence(diagnosed)
+    assert said == search_sentence(early) + " The diagnosis before it took 10 s, outside the budget."

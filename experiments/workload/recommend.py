@@ -67,7 +67,8 @@ def recommendation(summary: pd.DataFrame, replicates: pd.DataFrame, jobs: list[d
         k: (first.get(k).item() if hasattr(first.get(k), "item") else first.get(k))
         for k in ("entry", "task", "batch_size")
     }
-    keep = ("stopped", "spent_s", "budget_s", "skipped_knobs", "needed_s", "order", "diagnosis", "budget_auto")
+    keep = ("stopped", "spent_s", "diagnosis_s", "budget_s", "skipped_knobs", "needed_s", "order", "diagnosis")
+    keep += ("budget_auto",)
     base["search"] = {k: search.get(k) for k in keep}
     base["search"]["comparisons"] = sum(1 for c in search.get("trail", []) if c.get("ratios"))
     base["numerics"] = search.get("numerics", {})
@@ -146,6 +147,8 @@ def search_sentence(d: dict) -> str:
         )
     else:
         text += f" and stopped because {how.get(s.get('stopped'), s.get('stopped'))}."
+    diagnosis = s.get("diagnosis_s") or 0  # before the budget's clock started; absent in older results
+    text += f" The diagnosis before it took {diagnosis:.0f} s, outside the budget." if diagnosis >= 0.5 else ""
     skipped = s.get("skipped_knobs") or {}
     if not s.get("diagnosis"):  # the diagnosis sentence gives its own reasons
         text += "".join(f" {why[0].upper()}{why[1:]}." for why in skipped.values())
