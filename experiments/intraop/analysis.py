@@ -122,7 +122,7 @@ def _scaling_panel(ax, sub: pd.DataFrame, colour: str, title: str, ncpu) -> None
     ax.set_ylabel("speedup over 1 thread (x)")
     ax.set_ylim(0, speedup_top(sub, ncpu or 1) * 1.15)
     ax.set_title(f"{title}\n({baseline_text(sub, unit)} at 1 thread)", fontsize=10)
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="best", fontsize=8)  # where it hides no point: the best count differs per workload
 
 
 def intraop_scaling(ctx: Context) -> Figure:

@@ -82,6 +82,7 @@ def jit_latency(ctx: Context) -> Figure:
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4.2))
     width = 0.8 / len(modes)
     x = np.arange(len(models))
+    lows: list[float] = []  # up-front costs drawn (ms): the log axis starts below the smallest
     for j, mode in enumerate(modes):
         m = summary[summary["mode"] == mode].set_index("model").reindex(models)
         ok = m["status"] == "ok"
@@ -92,7 +93,9 @@ def jit_latency(ctx: Context) -> Figure:
             if noisy:
                 b.set_hatch("//")
         up = (m["setup_s"] + m["first_call_s"]) * 1000
-        ax2.bar(pos, up.where(ok, np.nan), width, **style)
+        lows.extend(up[ok].tolist())
+        bars = ax2.bar(pos, up.where(ok, np.nan), width, **style)
+        ax2.bar_label(bars, labels=[_ms(v) if ok_ else "" for v, ok_ in zip(up, ok)], fontsize=8, padding=2)
         for p, is_ok, st in zip(pos, ok, m["status"]):
             if not is_ok:
                 for ax in (ax1, ax2):
@@ -104,14 +107,23 @@ def jit_latency(ctx: Context) -> Figure:
     ax1.axhline(1.0, color="black", linewidth=0.8)
     ax1.set_ylabel("steady-state speedup over eager (x)")
     ax1.set_title("Steady state (after warm-up), eager interleaved")
-    ax1.legend(fontsize=8)
+    tops = pd.concat([summary["speedup"], summary.get("speedup_ci_high", summary["speedup"])]).dropna()
+    ax1.set_ylim(0, 1.3 * max(1.0, float(tops.max()) if len(tops) else 1.0))  # room for the legend above the bars
+    ax1.legend(fontsize=8, loc="upper left", ncol=len(modes))
     ax2.set_yscale("log")
+    if lows:
+        ax2.set_ylim(min(lows) / 4, max(lows) * 3)  # every bar visible, its label above it
     ax2.set_ylabel("setup + first call (ms, log scale)")
     ax2.set_title("Up-front cost")
     fig.suptitle("Inference: eager vs TorchScript (script, trace) vs torch.compile", fontsize=11)
     speedup_note(fig, noisy="Hatched")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     return fig
+
+
+def _ms(value: float) -> str:
+    """A bar's label: milliseconds, one decimal under 10 ms."""
+    return f"{value:.1f} ms" if value < 10 else f"{value:,.0f} ms"
 
 
 ANALYSIS = Analysis(findings=findings, headlines=headlines, figures={"jit_latency": jit_latency})
