@@ -21,7 +21,7 @@ def _caveat(trust: dict) -> str:
     text = f"{trust['contended']} of {trust['points']} points were measured while other processes took CPU"
     if trust["others"]:
         top = trust["others"][0]
-        text += f" (most of all pid {top['pid']} `{top['cmdline']}`, {top['cpu']} CPU)"
+        text += f" (most of all pid {top['pid']} `{top['cmdline']}`, {top['cpu_s']} s of CPU)"
     return text + "; the answers below may be those of a busier machine: rerun on an idle one before acting on them."
 
 
@@ -53,7 +53,7 @@ def headlines(exps: list[dict], trust: dict) -> list[dict]:
     verdict += f"; {trust['contended']} of {trust['points']} measured points contended"
     if trust["contended"] and trust["others"]:
         top = trust["others"][0]
-        verdict += f" (most of all by pid {top['pid']} `{top['cmdline']}`, {top['cpu']} CPU)"
+        verdict += f" (most of all by pid {top['pid']} `{top['cmdline']}`, {top['cpu_s']} s of CPU)"
     verdict += f", {trust['noisy']} noisy"
     if trust["budget_stopped"]:
         verdict += f"; {len(trust['budget_stopped'])} stopped on the time budget with a wide interval"
@@ -82,7 +82,10 @@ def contention_text(c: dict, others: list[dict], ncpu, contended: int, points: i
     if others:
         top = others[0]
         points = f"{top['points']} point{'s' if top['points'] != 1 else ''}"
-        text += f", most of all pid {top['pid']} `{top['cmdline']}` ({top['cpu']} CPU during {points})"
+        text += (
+            f", most of all pid {top['pid']} `{top['cmdline']}` ({top['cpu_s']} s of CPU during {points};"
+            f" a median {top['cpu']} CPU in its windows)"
+        )
     left, quota = c["cpus_left"], c.get("quota_cpus")
     binds = f" (the CPU quota of {cpus_text(quota)} binds first)" if quota and left >= quota else ""
     # a one-CPU baseline gets min(1, left) of a CPU and a parallel point at most left: their ratio
@@ -190,6 +193,7 @@ def trust_context(
             "pid": int(r["pid"]),
             "name": r["name"],
             "cmdline": r["cmdline"],
+            "cpu_s": f"{r['cpu_s']:.1f}",  # what ranks them (interference.csv: most CPU time first)
             "cpu": f"{r['cpu_pct_median'] / 100:.2f}",
             "cpu_max": f"{r['cpu_pct_max'] / 100:.2f}",
             "points": int(r["points"]),

@@ -250,19 +250,23 @@ def test_worker_scale_is_one_without_a_difference_between_workers_and_grows_with
 def test_contended_runs_open_the_first_screen_with_a_caveat_and_cap_parallel_speedups():
     from report.trust import contention_text, headlines
 
-    busy = {"pid": 4242, "cmdline": "python train.py", "cpu": "0.97", "points": 34}
+    busy = {"pid": 4242, "cmdline": "python train.py", "cpu_s": "33.0", "cpu": "0.97", "points": 34}
     trust = {"passed": 5, "warned": 2, "contended": 34, "points": 36, "others": [busy], "noisy": 3}
     trust |= {"budget_stopped": [], "problems": []}
     exps = [{"name": "gil", "headlines": [{"question": "Processes or threads?", "answer": "sequential"}]}]
     first = headlines(exps, trust)
     assert first[0]["question"] == "Measured under contention:" and first[0]["anchor"] == "trust"
-    assert first[0]["answer"].startswith("34 of 36 points were measured while other processes took CPU (most of")
+    assert first[0]["answer"].startswith(
+        "34 of 36 points were measured while other processes took CPU (most of all pid 4242 `python train.py`,"
+        " 33.0 s of CPU)"  # what ranks the processes (interference.csv), not the median share beside it
+    )
     assert [h["question"] for h in first[1:]] == ["Processes or threads?", "Can these numbers be trusted?"]
     # a few contended points: the trust line counts them, no caveat
     assert headlines(exps, {**trust, "contended": 9})[0]["question"] == "Processes or threads?"
     c = {"windows": 100, "contended_windows": 90, "contended_time_pct": 90.0, "other_cpu_median": 1.03}
     text = contention_text({**c, "cpus_left": 0.97}, [busy], 2, 34, 36)
     assert "0.97 CPUs left, less than one: no parallel speedup was possible then (capped near 1x)" in text
+    assert "most of all pid 4242 `python train.py` (33.0 s of CPU during 34 points; a median 0.97 CPU in" in text
     text = contention_text({**c, "other_cpu_median": 0.4, "cpus_left": 1.6}, [busy], 2, 34, 36)
     assert "1.60 CPUs left, a parallel speedup over one CPU is capped near 1.60x" in text
 
