@@ -89,4 +89,13 @@ def test_three_answers_and_what_an_incomplete_search_did_not_try():
         "search incomplete: 4 of 6 knobs tried in its 45 s budget; about 240 s would try all;"
         " not tried: threads, precision"
     )
+    # every knob tried, but the budget ran out before a pass changed nothing: no "would try all"
+    # beside a smaller estimate (contention stretched the comparisons past the diagnosis's)
+    slow = _d(stopped="budget", order=list(KNOBS[:3]), budget_s=29, needed_s=22)
+    assert outcome(slow) == "search incomplete"
+    assert incomplete_text(slow) == (
+        "search incomplete: all 3 knobs tried, but its 29 s budget ran out before it converged"
+        " (the diagnosis expected about 22 s: the comparisons took longer than its steps predicted)"
+    )
+    assert incomplete_text(slow | {"search": {**slow["search"], "needed_s": 60}}).endswith("before it converged")
     assert outcome({"status": "failed"}) == "failed"

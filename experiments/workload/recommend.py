@@ -172,18 +172,29 @@ def outcome(d: dict) -> str:
 
 
 def incomplete_text(d: dict) -> str:
-    """``search incomplete: 1 of 6 knobs tried (budget 45 s); about 240 s would try all; not
-    tried: threads, precision``, or "" for a search that tried every knob it planned."""
+    """``search incomplete: 4 of 6 knobs tried in its 45 s budget; about 240 s would try all;
+    not tried: threads, precision``; where every knob was tried but the budget ended the search
+    before it converged, that, and the diagnosis's estimate it overran (``needed_s``, from the
+    diagnosis's step time: contention or a slower machine stretches the comparisons); "" for a
+    search that tried every knob and ended on its own."""
     s = d.get("search") or {}
     untried = s.get("untried") or []
     if s.get("stopped") != "budget" and not untried:
         return ""
     planned = s.get("order") or []
-    tried = len([k for k in planned if k not in untried]) if planned else None
-    head = f"{tried} of {len(planned)} knobs tried" if planned else "its budget ran out"
-    text = f"search incomplete: {head} in its {s.get('budget_s') or 0:.0f} s budget"
-    if s.get("needed_s"):
-        text += f"; about {s['needed_s']:.0f} s would try all"
+    budget, needed = s.get("budget_s") or 0, s.get("needed_s")
+    if planned and not untried:
+        text = f"search incomplete: all {len(planned)} knobs tried, but its {budget:.0f} s budget ran out"
+        text += " before it converged"
+        if needed and needed <= budget:
+            text += (
+                f" (the diagnosis expected about {needed:.0f} s: the comparisons took longer than its steps predicted)"
+            )
+        return text
+    head = f"{len(planned) - len(untried)} of {len(planned)} knobs tried" if planned else "its budget ran out"
+    text = f"search incomplete: {head} in its {budget:.0f} s budget"
+    if needed:
+        text += f"; about {needed:.0f} s would try all"
     return text + (f"; not tried: {', '.join(untried)}" if untried else "")
 
 
