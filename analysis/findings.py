@@ -40,15 +40,37 @@ def fmt_transfer(row) -> str:
     point's busy CPUs (its speedup on whole cores, :mod:`analysis.stats` ``speedup_norm``, differs
     from the measured one by more than 3%), the speedup on whole cores with its interval and
     what was measured: ``1.97x on whole cores (95% CI 1.80-2.10; 1.33x measured while 2 CPUs
-    delivered 1.35)``; else :func:`fmt_x`."""
+    delivered 1.35)``; else :func:`fmt_x`. Where the capacity readings' own spread widens the
+    interval on whole cores across 1 while the measured one lies clear of it, the measured figure
+    (which the winner rules decide on, :func:`winner`) leads and the other follows as too wide
+    to decide on: ``1.90x (95% CI 1.20-2.50); on whole cores 2.21x (95% CI 0.51-8.95), too wide
+    to decide on``. A figure on whole cores above the point's own CPU count (more than its CPUs
+    can give) says that the probe's loop, corrected for, is not this work: the measured figure
+    leads there too."""
     asked, got, norm, s = (row.get(c) for c in ("cpus_asked", "cpus_delivered", "speedup_norm", "speedup"))
     if not all(v is not None and np.isfinite(v) for v in (asked, got, norm, s)) or s <= 0:
         return fmt_x(row)
     if abs(norm / s - 1) <= WHOLE_CORES:
         return fmt_x(row)
     lo, hi = row.get("speedup_norm_ci_low"), row.get("speedup_norm_ci_high")
-    ci = f"95% CI {bound(lo)}-{bound(hi)}; " if lo is not None and np.isfinite(lo) and np.isfinite(hi) else ""
+    has_ci = lo is not None and hi is not None and np.isfinite(lo) and np.isfinite(hi)
+    side = _side(row.get("speedup_ci_low"), row.get("speedup_ci_high"))
+    if has_ci and side and _side(lo, hi) != side:
+        return f"{fmt_x(row)}; on whole cores {norm:.2f}x (95% CI {bound(lo)}-{bound(hi)}), too wide to decide on"
+    if norm > asked * (1 + WHOLE_CORES):  # more than its CPUs can give: the probe's loop is not this work
+        return (
+            f"{fmt_x(row)}; on whole cores {norm:.2f}x, above the {int(asked)}x its {int(asked)} CPUs allow:"
+            f" the correction for the {got:.2f} CPUs delivered overshoots for this work"
+        )
+    ci = f"95% CI {bound(lo)}-{bound(hi)}; " if has_ci else ""
     return f"{norm:.2f}x on whole cores ({ci}{s:.2f}x measured while {int(asked)} CPUs delivered {got:.2f})"
+
+
+def _side(lo, hi) -> int:
+    """Where a speedup's 95% CI lies: 1 above 1, -1 below, 0 holding 1 (or unknown)."""
+    if lo is None or hi is None or not (np.isfinite(lo) and np.isfinite(hi)):
+        return 0
+    return 1 if lo > 1 else -1 if hi < 1 else 0
 
 
 def num(v: float, unit: str) -> str:

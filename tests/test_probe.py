@@ -114,6 +114,29 @@ def test_the_speedup_on_whole_cores_divides_by_what_the_machine_delivered():
     assert one_cpu["speedup_norm"] == pytest.approx(one_cpu["speedup"])
 
 
+def test_the_headline_gives_the_figure_on_whole_cores_unless_its_interval_cannot_decide():
+    from analysis.findings import fmt_transfer
+
+    row = {"speedup": 1.33, "speedup_ci_low": 1.25, "speedup_ci_high": 1.40, "cpus_asked": 2, "cpus_delivered": 1.35}
+    row |= {"speedup_norm": 1.97, "speedup_norm_ci_low": 1.80, "speedup_norm_ci_high": 2.10}
+    assert fmt_transfer(row) == "1.97x on whole cores (95% CI 1.80-2.10; 1.33x measured while 2 CPUs delivered 1.35)"
+    assert fmt_transfer(row | {"speedup_norm": 1.35}) == "1.33x (95% CI 1.25-1.40)"  # whole cores: as measured
+    # the capacity readings' spread took the interval across 1: the measured figure decides
+    wide = row | {"speedup_norm": 2.21, "speedup_norm_ci_low": 0.51, "speedup_norm_ci_high": 8.95}
+    assert (
+        fmt_transfer(wide) == "1.33x (95% CI 1.25-1.40); on whole cores 2.21x (95% CI 0.51-8.95), too wide to decide on"
+    )
+    # more than 2 CPUs can give: the correction overshoots for this work, the measured figure leads
+    over = row | {"speedup": 1.67, "cpus_delivered": 1.40, "speedup_norm": 2.36}
+    assert fmt_transfer(over) == (
+        "1.67x (95% CI 1.25-1.40); on whole cores 2.36x, above the 2x its 2 CPUs allow: the correction"
+        " for the 1.40 CPUs delivered overshoots for this work"
+    )
+    # a measured interval that holds 1 decides nothing either way: the figure on whole cores stays
+    holds = wide | {"speedup_ci_low": 0.9, "speedup_norm": 1.8}
+    assert fmt_transfer(holds).startswith("1.80x on whole cores (95% CI 0.51-8.95;")
+
+
 def test_files_without_the_probe_keep_the_speedup():
     from analysis.stats import summarise
 

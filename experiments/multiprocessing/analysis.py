@@ -65,7 +65,7 @@ def headlines(ctx: Context) -> list[dict]:
     elif best["processes"] == 1 and best["threads"] == 1:
         answer = "1 x 1: every other split clearly slower"
     else:
-        answer = f"{int(best['processes'])} x {int(best['threads'])}: {fmt_transfer(best)} over 1 x 1"
+        answer = f"{int(best['processes'])} x {int(best['threads'])}, over 1 x 1: {fmt_transfer(best)}"
         answer += unranked_text(ok, best, _split, short=True)
     return [{"question": "How many training processes x intra-op threads?", "answer": answer}]
 
