@@ -131,10 +131,11 @@ SCRIPT = ROOT / "scripts" / "slurm-test-cluster.sh"
 DAEMONS = ("slurmctld", "slurmd", "munged")
 CONF = Path("/etc/slurm/slurm.conf")
 
-#: The quick config, smaller: the self-check and the gil experiment's counting loop, so that both
-#: host labels' SLURM jobs fit in minutes: each SLURM job takes about 12 s on the node (srun,
-#: Snakemake again inside, a fresh interpreter that imports torch, then the job), so the run's
-#: time is its number of jobs (6 a label) times that.
+#: The quick config, smaller: the self-check and the gil experiment's counting loop in 2
+#: processes (its job interleaves the sequential baseline), so that both host labels' SLURM jobs
+#: fit in minutes: each SLURM job takes about 12 s on the node (srun, Snakemake again inside, a
+#: fresh interpreter that imports torch, then the job), so the run's time is its number of jobs
+#: (5 a label: user environment, host, interpreters, self-check, the point) times that.
 SLURM_OVERLAY = """
 cluster:
   hosts:
@@ -143,7 +144,7 @@ cluster:
 experiments: [gil]
 selfcheck: {duration_s: 0.3, repeats: 2}
 rounds: {target_ci_pct: 0, workers: 1}
-gil: {workload: [cpu], mode: [sequential, processes], workers: [2]}
+gil: {workload: [cpu], mode: [processes], workers: [2]}
 """
 
 

@@ -1,8 +1,9 @@
 """End to end: a run next to a busy process names it and explains the warnings it caused; a
 run inside a child cgroup with a CPU quota reports the quota and the cgroup that set it.
 
-Both run a small gil grid (CPU-bound Python, sequential against 2 processes) in the
-end-to-end checkout, each under a host label of its own (about a minute each on 2 CPUs)."""
+Both run one gil point (CPU-bound Python, 2 processes against the sequential baseline its job
+interleaves) in the end-to-end checkout, each under a host label of its own (about 15 s each on
+2 CPUs)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ SMALL = (
     "experiments: [gil]\n"
     "selfcheck: {duration_s: 0.3, repeats: 2}\n"
     "rounds: {target_ci_pct: 0, workers: 1}\n"
-    "gil: {workload: [cpu], mode: [sequential, processes], workers: [2], repeats: 6}\n"
+    "gil: {workload: [cpu], mode: [processes], workers: [2], repeats: 6}\n"
 )
 
 
