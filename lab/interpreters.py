@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -106,20 +107,48 @@ def probe(entry: Mapping, timeout_s: float = 60) -> dict:
             "reason": f"interpreter {cmd[0]!r} not found (config interpreters, label {out['label']!r})",
         }
     try:
-        done = subprocess.run(
-            [*cmd, "-c", _PROBE], env=child_env(entry), capture_output=True, text=True, timeout=timeout_s
-        )
+        done = _run_probe([*cmd, "-c", _PROBE], child_env(entry), timeout_s)
     except (OSError, subprocess.SubprocessError) as exc:
         return {**out, "ok": False, "reason": f"interpreter {cmd[0]!r} did not start: {exc}"}
     if done.returncode != 0:
         lines = done.stderr.strip().splitlines() or ["no output"]
         said = next((line for line in lines if line.startswith("Fatal Python error")), lines[-1])
         return {**out, "ok": False, "reason": f"interpreter {' '.join(cmd)!r} exited {done.returncode}: {said}"}
-    said = json.loads(done.stdout.strip().splitlines()[-1])
+    said = _said(done.stdout)
+    if said is None:
+        shown = (done.stdout.strip().splitlines() or ["nothing"])[-1][:80]
+        why = f"interpreter {' '.join(cmd)!r} did not answer as a Python interpreter: it printed {shown!r}"
+        return {**out, "ok": False, "reason": why}
     if out["python_gil"] and not said["free_threaded"]:
         why = f"python_gil {out['python_gil']} needs a free-threaded build; {cmd[0]} ({said['version']}) has the GIL"
         return {**out, **said, "ok": False, "reason": why}
     return {**out, **said, "ok": True, "reason": ""}
+
+
+def _run_probe(cmd: list[str], env: dict, timeout_s: float) -> subprocess.CompletedProcess:
+    """Run the probe in a session of its own; past ``timeout_s`` its whole process group is
+    killed (a wrapper script's children too), then TimeoutExpired is raised."""
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+
+def _said(stdout: str) -> dict | None:
+    """What the probe printed of itself (its last line, a JSON object with its keys), or None."""
+    lines = stdout.strip().splitlines()
+    try:
+        said = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        return None
+    keys = ("version", "free_threaded", "gil_enabled")
+    return said if isinstance(said, dict) and all(k in said for k in keys) else None
 
 
 def collect(entries: Sequence[Mapping] | None) -> dict:

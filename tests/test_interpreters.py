@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -49,6 +50,28 @@ def test_a_missing_interpreter_and_a_gil_switch_on_a_gil_build_say_why():
     assert own["ok"] and own["version"] == sys.version.split()[0] and own["gil_enabled"] is True
     assert interpreters.describe(own).startswith(f"CPython {own['version']}, GIL build")
     assert interpreters.labels(None) == ["default"]
+
+
+def test_an_interpreter_that_prints_junk_or_hangs_is_skipped_and_leaves_nothing_behind(tmp_path):
+    """A wrapper that is not Python (prints something else) gives a reason, not a traceback; one
+    that hangs is killed with its children at the probe's timeout."""
+    import psutil
+
+    junk = tmp_path / "junkpy"
+    junk.write_text("#!/bin/sh\necho garbage\n")
+    hang = tmp_path / "hangpy"
+    hang.write_text("#!/bin/sh\nsleep 31.25\n")
+    for script in (junk, hang):
+        script.chmod(0o755)
+    said = interpreters.probe({"label": "junk", "command": str(junk)})
+    assert not said["ok"] and said["reason"] == (
+        f"interpreter '{junk} -I' did not answer as a Python interpreter: it printed 'garbage'"
+    )
+    stuck = interpreters.probe({"label": "hang", "command": str(hang)}, timeout_s=1)
+    assert not stuck["ok"] and "did not start" in stuck["reason"] and "timed out" in stuck["reason"]
+    time.sleep(0.3)
+    left = [p for p in psutil.process_iter(["cmdline"]) if "31.25" in (p.info["cmdline"] or [])]
+    assert left == [], left  # the script's sleep went with it
 
 
 def test_interpreter_labels_must_be_unique_and_path_safe():
