@@ -281,6 +281,8 @@ def compare_hosts(hosts: list[HostResults], baseline: str, experiments: list[str
         raise ValueError(f"baseline host {baseline!r} is not one of the compared hosts {names}")
     base = hosts[names.index(baseline)]
     comparison = pd.concat([compare_experiment(e, hosts, base) for e in experiments], ignore_index=True)
+    # an experiment no host ran has no `best`: concat would make the column float (True -> 1.0)
+    comparison["best"] = comparison["best"].astype("boolean")
     return {"environment": environment_table(hosts), "comparison": comparison, "best": best_table(hosts, experiments)}
 
 

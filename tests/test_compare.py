@@ -243,6 +243,19 @@ def test_an_experiment_no_host_ran_is_listed_once_not_drawn(two_hosts, tmp_path)
     assert '<section id="jit">' not in html.read_text() and '<section id="gil">' in html.read_text()
 
 
+def test_an_experiment_no_host_ran_listed_first_keeps_best_true_or_false(tmp_path):
+    """Listed before the one they ran (the default list puts workload first), its rows without
+    ``best`` must not turn the column into floats: 1.0 in comparison.csv stopped the figure."""
+    grid = [(_gil(m), SEQ) for m in ("sequential", "threads")]  # the same grid: every gil row has its best
+    a, b = _host(tmp_path, "a", 2, grid), _host(tmp_path, "b", 2, grid)
+    out = tmp_path / "compare"
+    args = ["compare", "--baseline", "a", "--experiments", "jit", "gil", "--out-dir", str(out), str(a), str(b)]
+    assert analysis_main(args) == 0
+    assert set(pd.read_csv(out / "comparison.csv", dtype=str)["best"].dropna()) == {"True", "False"}
+    fig = ["compare-figure", "gil", "--compare-dir", str(out), "--out", str(out / "figures/compare_gil.png")]
+    assert analysis_main(fig) == 0
+
+
 def test_a_failed_point_does_not_poison_the_others(tmp_path):
     """A supervisor failure record (keys only, no other parameters) must not make the other
     points' parameters look different (2000000 vs 2000000.0 after a CSV round trip)."""
