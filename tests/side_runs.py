@@ -300,40 +300,59 @@ def _family(root_pid: int) -> dict[int, float]:
     return out
 
 
-def _interrupt_during(work: Path, experiment: str, seen: dict[int, float]) -> int:
-    """Run towards one point of `experiment`, send SIGINT to the run's process group (as
-    Ctrl-C does) once that job has started its workers, and return snakemake's exit status;
-    every pid seen is recorded."""
-    cmd = [sys.executable, "-m", "snakemake", INTERRUPT_TARGETS[experiment], "--cores", "4", "--configfile", "int.yaml"]
+def _measuring(p: psutil.Process) -> bool:
+    """Whether ``p`` is a job's CPU sampler whose job has started its 2 workers."""
+    return p.name() == SAMPLER_NAME and len(p.parent().children(recursive=True)) >= 3  # sampler + 2 workers
+
+
+def _analysing(p: psutil.Process) -> bool:
+    """Whether ``p`` runs an analysis job (rule analyse)."""
+    return "summarise" in p.cmdline()
+
+
+def _interrupt_during(work: Path, target: str, seen: dict[int, float], when=_measuring, group: bool = True) -> int:
+    """Run towards ``target``, send SIGINT once a process of the run is ``when`` (to the run's
+    process group, as Ctrl-C in a terminal does; with ``group`` False to Snakemake alone, as
+    ``timeout -s INT`` does), and return snakemake's exit status; every pid seen is recorded."""
+    cmd = [sys.executable, "-m", "snakemake", target, "--cores", "4", "--configfile", "int.yaml"]
     cmd += ["--config", "host=int"]  # last: --config takes every following argument
     proc = _start(cmd, cwd=work, env=venv_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
     fired = False
-    while proc.poll() is None and time.monotonic() < deadline and not CANCEL.is_set():
+    while proc.poll() is None and time.monotonic() < deadline and not CANCEL.is_set() and not fired:
         fam = _family(proc.pid)
         seen.update(fam)
-        for pid in fam:  # the job (or its worker process): the parent of a CPU sampler
+        for pid in fam:
             try:
-                p = psutil.Process(pid)
-                if p.name() == SAMPLER_NAME:
-                    job = p.parent()
-                    if len(job.children(recursive=True)) >= 3:  # sampler + 2 workers
-                        fired = True
+                fired = fired or when(psutil.Process(pid))
             except (psutil.NoSuchProcess, AttributeError):
                 pass
-        if fired:
-            time.sleep(0.3)
-            seen.update(_family(proc.pid))
-            os.killpg(proc.pid, signal.SIGINT)
-            break
-        time.sleep(0.1)
+        time.sleep(0.05 if fired else 0.1)
     if not fired:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)  # leave nothing behind, then fail
         _, err = proc.communicate(timeout=60)
-        raise AssertionError(f"never saw the {experiment} job's workers: {err[-2000:]}")
+        raise AssertionError(f"never saw a process of the run towards {target} {when.__doc__}: {err[-2000:]}")
+    time.sleep(0.25 if when is _measuring else 0)  # a measurement's workers settle; an analysis is short
+    seen.update(_family(proc.pid))
+    (os.killpg if group else os.kill)(proc.pid, signal.SIGINT)
     proc.communicate(timeout=120)
     return proc.returncode
+
+
+def _orphans(seen: dict[int, float]) -> list[str]:
+    """The processes ``seen`` still alive after :data:`ORPHAN_WAIT_S`, recorded, then killed:
+    nothing may run beside the next run."""
+    deadline = time.monotonic() + ORPHAN_WAIT_S
+    while alive(seen) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    orphans = alive(seen)
+    for line in orphans:
+        try:
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return orphans
 
 
 def alive(seen: dict[int, float]) -> list[str]:
@@ -353,26 +372,19 @@ def run_interrupted(base: Path) -> dict:
     """Ctrl-C during the dataloader's and the multiprocessing experiment's jobs, then the run
     again. Returns per experiment ``rc`` and, after at most :data:`ORPHAN_WAIT_S`, ``orphans``
     (processes of the run still alive), ``done`` (metrics.csv of the interrupted point) and
-    ``incomplete`` (points with a metrics.csv but a missing file or a row not ok); then
-    ``resumed`` (exit status and output tail), ``host_json_kept`` and ``host``."""
+    ``incomplete`` (points with a metrics.csv but a missing file or a row not ok); ``analysis``
+    (``rc`` and ``orphans`` of a SIGINT to Snakemake alone during the dataloader's analysis job);
+    then ``resumed`` (exit status and output tail), ``host_json_kept`` and ``host``."""
     import pandas as pd
 
     work = copy_repo(base)
     (work / "int.yaml").write_text(INTERRUPT_CONFIG)
     host_dir = work / "results" / "int"
     out: dict = {}
-    for experiment in INTERRUPT_TARGETS:
+    for experiment, target in INTERRUPT_TARGETS.items():
         seen: dict[int, float] = {}
-        rc = _interrupt_during(work, experiment, seen)
-        deadline = time.monotonic() + ORPHAN_WAIT_S
-        while alive(seen) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        orphans = alive(seen)
-        for line in orphans:  # recorded for the test, then stopped: nothing may run beside the next run
-            try:
-                os.kill(int(line.split()[0]), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        rc = _interrupt_during(work, target, seen)
+        orphans = _orphans(seen)
         incomplete = []
         for m in host_dir.rglob("metrics.csv"):  # every point that looks complete is complete
             missing = [n for n in ("samples.csv", "spans.csv", "job.json") if not (m.parent / n).exists()]
@@ -386,6 +398,11 @@ def run_interrupted(base: Path) -> dict:
             "done": [str(p) for p in (host_dir / experiment).rglob("metrics.csv")],
             "incomplete": incomplete,
         }
+    # SIGINT to Snakemake alone while an analysis job runs: its outputs are left marked incomplete,
+    # which the plain run below must redo (the workflow profile's rerun-incomplete)
+    seen = {}
+    rc = _interrupt_during(work, "results/int/dataloader/summary.csv", seen, when=_analysing, group=False)
+    out["analysis"] = {"rc": rc, "orphans": _orphans(seen)}
     host_json = (host_dir / "host.json").stat().st_mtime_ns
     cmd = [sys.executable, "-m", "snakemake", "--cores", "4", "--configfile", "int.yaml", "--config", "host=int"]
     out["resumed"] = _run(cmd, 900, cwd=work, env=venv_env())
