@@ -19,7 +19,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis import hooks, schedule, timelines
-from analysis.plotting import PALETTE, cpus_text, plt, yerr
+from analysis.plotting import PALETTE, cpus_text, not_measured_panel, plt, yerr
 from analysis.runinfo import RUN_FIGURES
 from analysis.tables import read_table
 from lab import registry
@@ -115,7 +115,26 @@ def draw_figure(name: str, host_dir: Path) -> Figure:
             return None
         return read_table(host_dir / experiment / f"{what}.csv", experiment)
 
+    summary = host_dir / experiment / "summary.csv"
+    if summary.exists():
+        rows = read_table(summary, experiment)
+        if "status" in rows and len(rows) and not (rows["status"] == "ok").any():
+            return nothing_measured(name, experiment, rows)
     return drawing(name)(Context(host, loader=load))
+
+
+def nothing_measured(name: str, experiment: str, summary: pd.DataFrame) -> Figure:
+    """The figure of an experiment none of whose points was measured (every one skipped, failed
+    or timed out): one panel with the first point's status and reason, so that the report keeps
+    its place and says why, instead of the figure failing on empty data."""
+    fig, ax = plt.subplots(figsize=(6.4, 3.2))
+    title = registry.get(experiment).prose.get("title", experiment)
+    not_measured_panel(ax, f"{title}: no point measured ({len(summary)} in the grid)", summary)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    fig.suptitle(name, fontsize=9, color="#555555")
+    fig.tight_layout()
+    return fig
 
 
 def all_figures() -> list[str]:

@@ -204,6 +204,24 @@ def test_cli_summarise_and_figures(tmp_path, capsys):
     assert f"{bad}: file is empty" in capsys.readouterr().err
 
 
+def test_every_figure_of_an_experiment_with_no_point_measured_says_why(tmp_path):
+    """Every point skipped (here: more CPUs asked than max_oversubscription allows): each of the
+    experiment's figures is a panel with the status and the reason, not a failed job."""
+    from lab import registry
+
+    why = "asks for 100000000 CPUs at once but this host has 2 available; max_oversubscription 4 allows up to 8"
+    skipped = [{"status": "skipped", "reason": why, "wall_s": "", "tasks_per_s": ""}]
+    point = write_point(tmp_path / "in", "gil", {"workload": "io", "mode": "threads", "workers": 100000000}, skipped)
+    host = tmp_path / "host.json"
+    host.write_text(json.dumps({"available_cpus": 2}))
+    args = ["summarise", "--experiment", "gil", "--out-dir", str(tmp_path / "gil"), "--host-json", str(host)]
+    assert analysis_main([*args, str(point)]) == 0
+    for fig in registry.get("gil").spec.all_figures:
+        png = tmp_path / f"{fig}.png"
+        assert analysis_main(["figure", fig, "--host-dir", str(tmp_path), "--out", str(png)]) == 0, fig
+        assert png.stat().st_size > 10_000
+
+
 def test_interleaved_baseline_gives_the_speedup(tmp_path):
     # the threads job measured its own sequential baseline at 1 task/s; the sequential job,
     # measured at another time, saw 4 tasks/s: the speedup must use the interleaved one
