@@ -158,9 +158,10 @@ def _best_rows(exp: str, h: HostResults) -> list[dict]:
     for _, grp in s.groupby(list(spec.group), sort=False) if spec.group else [((), s)]:
         group = point_label(dict(zip(spec.group, grp.iloc[0][list(spec.group)]))) if spec.group else "all points"
         best = grp[grp["best"]]
-        if best.empty:  # nothing measured in the group
+        if best.empty:  # nothing measured in the group, or nothing clearly faster than an unswept baseline
             statuses = ", ".join(sorted(set(grp["status"].astype(str))))
-            rows.append({"experiment": exp, "group": group, "host": h.name, "best": f"none ({statuses})"})
+            none = "none clearly faster than the baseline" if "ok" in statuses.split(", ") else f"none ({statuses})"
+            rows.append({"experiment": exp, "group": group, "host": h.name, "best": none})
             continue
         r = best.iloc[0]
         rows.append(

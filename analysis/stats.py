@@ -306,15 +306,14 @@ def _groups(summary: pd.DataFrame, spec: Experiment):
 
 def _best(grp: pd.DataFrame):
     """Index of a group's best row: the highest speedup whose 95% CI clears 1 (interleaved with
-    the baseline, immune to drift between jobs), else the measured baseline, else the highest
-    median; None for a group with no measured point (all skipped or failed)."""
+    the baseline, immune to drift between jobs), else the measured baseline; None for a group
+    with no measured point (all skipped or failed), or where the baseline is not among the points
+    (its value not swept) and no point clears it: a higher median alone is not a measured lead."""
     better = grp[(grp["speedup_ci_low"] > 1.0) & ~grp["_is_base"]]
     if len(better):
         return better["speedup"].idxmax()
     measured_base = grp["_is_base"] & grp["median"].notna()
-    if measured_base.any():
-        return measured_base.idxmax()
-    return grp["median"].idxmax() if grp["median"].notna().any() else None
+    return measured_base.idxmax() if measured_base.any() else None
 
 
 def summarise(replicates: pd.DataFrame, experiment: str) -> pd.DataFrame:

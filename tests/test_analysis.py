@@ -248,6 +248,32 @@ def test_interleaved_baseline_gives_the_speedup(tmp_path):
     assert s.loc["sequential", "speedup_source"] == "baseline"
 
 
+def _interleaved(tmp_path, mode: str, ratios: list[float]) -> object:
+    """A gil point measured against its interleaved sequential baseline (1 task/s), one round a ratio."""
+    rows = [{"role": "point", "wall_s": 1.0 / r, "tasks_per_s": r} for r in ratios]
+    rows += [{"role": "baseline", "mode": "sequential", "wall_s": 1.0, "tasks_per_s": 1.0}] * len(ratios)
+    path = write_point(tmp_path, "gil", {"workload": "cpu", "mode": mode, "workers": 2}, rows)
+    df = pd.read_csv(path)
+    df["repeat"] = [*range(len(ratios)), *range(len(ratios))]
+    df.to_csv(path, index=False)
+    return path
+
+
+def test_without_the_baseline_among_the_points_only_a_measured_lead_is_best(tmp_path):
+    """The sequential baseline not swept (``mode: [threads, processes]``): a point whose interval
+    holds 1 is not best for its higher median; one whose interval clears 1 is."""
+    noisy = [0.6, 1.9, 0.7, 2.2, 0.8, 2.0]
+    paths = [
+        _interleaved(tmp_path, "threads", [0.9, 1.0, 1.1, 0.95, 1.05, 1.0]),
+        _interleaved(tmp_path, "processes", noisy),
+    ]
+    s = summarise(load_experiment(paths, "gil"), "gil").set_index("mode")
+    assert s.loc["processes", "speedup_ci_low"] <= 1 and not s["best"].any()
+    clear = _interleaved(tmp_path / "clear", "processes", [1.8, 1.9, 1.85, 1.95, 1.9, 1.88])
+    s = summarise(load_experiment([paths[0], clear], "gil"), "gil").set_index("mode")
+    assert s.loc["processes", "best"] and not s.loc["threads", "best"]
+
+
 def test_fidelity_verdicts(tmp_path):
     from analysis.hooks import checks
 
