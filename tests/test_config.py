@@ -104,6 +104,11 @@ def test_sweep_keys_match_experiment_params(default_config):
         ({"jit": {"repeats": "five"}}, "five"),
         ({"host": "bad/host"}, "bad/host"),
         ({"host": "compare"}, "compare"),
+        # a label that sanitising would change would share results/x/ with host x: refused instead
+        ({"host": "-x"}, "-x"),
+        ({"host": "x."}, "x."),
+        ({"host": "x" * 65}, "x" * 65),  # longer than a file name should be
+        ({"cluster": {"hosts": {"x-": {"cpus": 2}}}}, "x-"),
         ({"compare": {"hosts": ["compare"]}}, "compare"),
         ({"compare": {"dirs": "results/x"}}, "results/x"),
         ({"compare": {"basline": "x"}}, "basline"),
