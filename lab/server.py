@@ -119,6 +119,9 @@ def _child(request: dict, fds: list[int]) -> None:
         extra = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
         sys.path[:1] = [request["cwd"], *(p for p in extra if p not in sys.path)]
         gc.unfreeze()
+        # a preloaded package's __main__ runs afresh, as `python -m pkg` finds it: not yet imported
+        # (else runpy warns that it was, in every job's log)
+        sys.modules.pop(f"{request['module']}.__main__", None)
         try:
             runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
             code = 0

@@ -187,6 +187,13 @@ def test_a_served_job_is_a_fresh_process_with_torch_loaded(job_server):
     assert out.stderr.strip() == "True"  # its own session: its workers are one process group
 
 
+def test_a_preloaded_package_runs_as_main_without_a_warning(job_server):
+    path, d = job_server
+    out = _run(path, d, "analysis", "--help")
+    assert out.returncode == 0 and "summarise" in out.stdout, out.stderr
+    assert "RuntimeWarning" not in out.stderr, out.stderr  # analysis.__main__ is preloaded by the server
+
+
 def test_a_served_job_dies_with_its_client_and_relays_signals(job_server):
     path, d = job_server
     _module(d, "sleeper", "import os, sys, time\nprint(os.getpid(), flush=True)\ntime.sleep(60)\n")
