@@ -350,6 +350,7 @@ def measure_point(
     except ValueError as exc:
         parser.error(str(exc))
     host = host_label(args.host)
+    out = Path(args.out).resolve()  # where the job was asked to write, whatever directory the run leaves
     print(f"[{experiment}] {params}", file=sys.stderr, flush=True)
     skip = oversubscription_skip(params, args.max_oversubscription, available_cpus())
     policy = rounds_policy(args, experiment, params, parser) if "rounds" in options else None
@@ -365,5 +366,5 @@ def measure_point(
     times["lock_released_unix"] = time.time()
     _check_or_exit(parser, experiment, result, params, metric, (columns, columns_at))
     job = job_record(experiment, host, params, baseline, times, result)
-    _log_rows(experiment, write_point(Path(args.out), result, host, experiment, params, job))
+    _log_rows(experiment, write_point(out, result, host, experiment, params, job))
     return 0

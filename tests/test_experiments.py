@@ -138,6 +138,31 @@ def test_cli_reports_bad_parameter_and_writes_nothing(tmp_path):
     assert not out.exists()
 
 
+def test_a_run_that_changes_directory_still_writes_where_it_was_asked(tmp_path, monkeypatch):
+    """User code (a workload's ``build()``) may ``os.chdir``: the point's files still go to
+    ``--out`` as given, relative to where the job started."""
+    import os
+
+    from lab.cli import measure_point
+    from lab.results import RunResult
+
+    def run(params, baseline=None):
+        os.chdir(elsewhere)
+        res = RunResult()
+        res.rows.append({"repeat": 0, "role": "point", "status": "ok", "wall_s": 0.1, "tasks_per_s": 20.0})
+        return res
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(tmp_path)
+    argv = ["--workload", "io", "--mode", "threads", "--host", "h", "--out", "results/h/point"]
+    done = measure_point(
+        "gil", gil.Params, run, "test", argv=argv, metric=lambda _: "tasks_per_s", columns=["tasks_per_s"]
+    )
+    assert done == 0
+    assert (tmp_path / "results/h/point/metrics.csv").exists() and not (elsewhere / "results").exists()
+
+
 def test_cli_writes_point_files(tmp_path):
     out = tmp_path / "point"
     subprocess.run(
