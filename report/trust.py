@@ -166,6 +166,24 @@ def capacity_rows(host: dict, run: dict) -> list[tuple[str, str]]:
     ]
 
 
+def _named(others: pd.DataFrame | None) -> list[dict]:
+    """The report's rows of interference.csv: its first 5 processes (most CPU time first), as text."""
+    return [
+        {
+            "pid": int(r["pid"]),
+            "name": r["name"],
+            "cmdline": r["cmdline"],
+            "cpu_s": f"{r['cpu_s']:.1f}",  # what ranks them (interference.csv: most CPU time first)
+            "cpu": f"{r['cpu_pct_median'] / 100:.2f}",
+            "cpu_max": f"{r['cpu_pct_max'] / 100:.2f}",
+            "points": int(r["points"]),
+            "windows": int(r["windows"]),
+            "labels": r["labels"],
+        }
+        for _, r in (others if others is not None else pd.DataFrame()).head(5).iterrows()
+    ]
+
+
 def trust_context(
     fidelity: pd.DataFrame, run: dict, exps: list[dict], now_unix: float, others: pd.DataFrame | None = None
 ) -> dict:
@@ -188,20 +206,7 @@ def trust_context(
         for e in exps
         for p in e["problems"]
     ]
-    named = [
-        {
-            "pid": int(r["pid"]),
-            "name": r["name"],
-            "cmdline": r["cmdline"],
-            "cpu_s": f"{r['cpu_s']:.1f}",  # what ranks them (interference.csv: most CPU time first)
-            "cpu": f"{r['cpu_pct_median'] / 100:.2f}",
-            "cpu_max": f"{r['cpu_pct_max'] / 100:.2f}",
-            "points": int(r["points"]),
-            "windows": int(r["windows"]),
-            "labels": r["labels"],
-        }
-        for _, r in (others if others is not None else pd.DataFrame()).head(5).iterrows()
-    ]
+    named = _named(others)
     budget = [{"experiment": e["name"], **b} for e in exps for b in e.get("budget_stopped", [])]
     contended, measured = sum("contended" in f for f in flags), len(flags) - len(problems)
     return {
