@@ -136,6 +136,13 @@ def _bars(ax, k: pd.DataFrame, colour: str, y: float, h: float, threads: int) ->
             ax.broken_barh([(s0, d)], (y + h * (1 - sh), h * sh), facecolors=colour, linewidth=0)
     else:
         ax.broken_barh(list(zip(starts, dur)), (y, h), facecolors=colour, linewidth=0)
+    if 1 < len(starts) <= MARKED_SPANS:  # back-to-back spans (a sleep loop's iterations) stay apart
+        ax.vlines(starts[1:], y, y + h, colors="white", linewidth=0.7)
+
+
+#: Up to this many spans in a row, each span's start is drawn as a thin white line, so that
+#: spans that follow each other without a gap read as separate iterations, not as one bar.
+MARKED_SPANS = 120
 
 
 def _gantt(ax, sp: pd.DataFrame, rows: list[str], timeline: Timeline, threads: int = 1) -> set[str]:
