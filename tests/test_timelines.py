@@ -139,9 +139,14 @@ def test_timeline_and_heatmap_draw_the_chosen_windows():
     gantt = fig.subfigs[2].axes[0]
     assert [t.get_text() for t in gantt.get_yticklabels()] == ["thread-0", "thread-1"]
     # per thread 4 light wall bars + 4 dark fills whose height is half the bar: on CPU 50%
-    fills = [c for c in gantt.collections if c.get_alpha() is None]
+    from matplotlib.collections import LineCollection, PolyCollection
+
+    fills = [c for c in gantt.collections if c.get_alpha() is None and isinstance(c, PolyCollection)]
     heights = {round(path.get_extents().height, 6) for c in fills for path in c.get_paths()}
     assert heights == {0.4}
+    # each span after a row's first starts with a thin line: 3 per thread of 4 back-to-back spans
+    marks = [c for c in gantt.collections if isinstance(c, LineCollection)]
+    assert sorted(len(c.get_segments()) for c in marks) == [3, 3]
     util = fig.subfigs[2].axes[1]
     assert util.get_xlim()[1] == pytest.approx(0.404)  # same time axis as the Gantt rows
     heat = timelines.core_heatmap("gil", samples, summary, {"available_cpus": 2}, hooks.timeline_points("gil", summary))
