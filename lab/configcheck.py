@@ -48,8 +48,8 @@ def _allowed(schema: dict, resolve) -> str:
         parts.append("without duplicates")
     if isinstance(schema.get("items"), dict):
         parts.append(f"of items: {_allowed(schema['items'], resolve)}")
-    if "pattern" in schema:
-        parts.append(f"matching {schema['pattern']}")
+    if "pattern" in schema:  # its ``title``, where the schema gives one, says it in words
+        parts.append(f"({schema['title']})" if "title" in schema else f"matching {schema['pattern']}")
     if "not" in schema and "const" in schema["not"]:
         parts.append(f"except {schema['not']['const']!r}")
     if "properties" in schema and schema.get("additionalProperties") is False:

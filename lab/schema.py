@@ -213,7 +213,7 @@ def _allowed(one: dict) -> str:
         if key in one:
             words.append(f"{sign} {one[key]:g}")
     if "pattern" in one:
-        words.append("matching `" + one["pattern"] + "`")
+        words.append(f"({one['title']}: `{one['pattern']}`)" if "title" in one else f"matching `{one['pattern']}`")
     return " ".join(words)
 
 

@@ -176,7 +176,9 @@ def test_bad_config_is_refused(root, default_config, patch, key):
             "'examples.textcls.bnech:build': cannot find module examples.textcls.bnech in ",
         ),
         ({"workload": {"entry": "examples.textcls.bnech:build"}}, "on the Python path (did you mean bench?)"),
-        ({"workload": {"entry": "examples.textcls.bench"}}, "allowed: string matching ^$|^[A-Za-z_]"),
+        ({"workload": {"entry": "examples.textcls.bench"}}, "allowed: string (empty, or package.module:function)"),
+        ({"host": "my laptop"}, "allowed: string or null (a label of 1 to 64 letters, digits and _, with . and - only"),
+        ({"experiments": ["Gil"]}, "allowed: string (a package name: lower-case letters, digits and _)"),
     ],
 )
 def test_bad_config_is_explained_in_one_line(root, default_config, patch, line):

@@ -59,7 +59,7 @@ class Params(Declared):
     )
     entry: str = param(
         "",
-        element={"type": "string", "pattern": ENTRY_PATTERN},
+        element={"type": "string", "pattern": ENTRY_PATTERN, "title": "empty, or package.module:function"},
         help="package.module:function returning {model, dataset, loss, current}; "
         "empty: the built-in CNN on synthetic images",
     )
