@@ -25,7 +25,7 @@ from pathlib import Path
 
 from lab import capacity, hostinfo
 from lab.fileio import write_csv, write_json
-from lab.host import OWNED_DIRS, affinity, available_cpus, host_label
+from lab.host import OWNED_DIRS, affinity, available_cpus, host_label, job_scratch
 from lab.params import (
     declaration,
     field_type,
@@ -354,7 +354,7 @@ def measure_point(
     print(f"[{experiment}] {params}", file=sys.stderr, flush=True)
     skip = oversubscription_skip(params, args.max_oversubscription, available_cpus())
     policy = rounds_policy(args, experiment, params, parser) if "rounds" in options else None
-    with exclusive(args.lock) as waited:
+    with exclusive(args.lock) as waited, job_scratch():
         locked_at = time.time()
         if skip is not None:
             result = RunResult.skipped(skip)

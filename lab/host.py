@@ -18,10 +18,12 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import socket
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 from lab.capacity import cgroup_quota
@@ -67,6 +69,34 @@ OWNED_DIRS = {
 #: scheduler, and torch.compile failed with "g++: fatal error: input file '/tmp/sp' is the same
 #: as output file".
 NO_SPACES = ("TMPDIR", "TORCHINDUCTOR_CACHE_DIR")
+
+
+#: Environment variable naming a directory of the running job's own, empty when the job starts,
+#: shared by its worker processes and removed when it ends (:func:`job_scratch`).
+JOB_SCRATCH = "LAB_JOB_SCRATCH"
+
+
+@contextmanager
+def job_scratch() -> Iterator[Path]:
+    """A fresh directory for one job, named in ``$LAB_JOB_SCRATCH`` while it lasts, under
+    ``$TMPDIR`` (the pipeline's own, without spaces: :data:`NO_SPACES`), removed after.
+
+    A job's worker processes are forked inside it and inherit the variable, so the first one
+    finds the directory empty and later ones find what it wrote: the jit experiment keeps
+    torch.compile's cache there, so that its first call is measured cold in the first worker
+    process and with the cache filled in later ones, whatever earlier runs left behind.
+    """
+    path = Path(tempfile.mkdtemp(prefix="job-"))
+    before = os.environ.get(JOB_SCRATCH)
+    os.environ[JOB_SCRATCH] = str(path)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        if before is None:
+            os.environ.pop(JOB_SCRATCH, None)
+        else:
+            os.environ[JOB_SCRATCH] = before
 
 
 def prepare_environment(code_dir: str, owned_dir: str, short_dir: str | None = None) -> dict[str, str]:

@@ -18,7 +18,7 @@ from experiments.gil import measure as gil
 from experiments.intraop import measure as intraop
 from experiments.jit import measure as jit
 from experiments.multiprocessing import measure as mp_exp
-from lab.host import available_cpus
+from lab.host import JOB_SCRATCH, available_cpus, job_scratch
 from lab.threads import set_torch_threads
 from lab.window import Meter
 
@@ -332,6 +332,37 @@ def test_jit_compile_runs_with_compiler():
     assert row["status"] == "ok"
     assert row["allclose"] is True
     assert row["first_call_s"] > 10 * row["latency_ms"] / 1000  # compiling dwarfs one call
+
+
+def test_jit_compile_measures_the_first_call_cold_then_with_the_cache_filled(tmp_path):
+    """A compile job in two worker processes: the first finds the job's compile cache empty, the
+    second finds it filled; each says which in its own column, and the job leaves no cache."""
+    if jit.cxx_compiler()[0] is None:
+        pytest.skip("no C++ compiler for inductor here")
+    out, tmp = tmp_path / "point", tmp_path / "tmp"
+    tmp.mkdir()
+    args = ["--model", "mlp", "--mode", "compile", "--iterations", "5", "--warmup-calls", "1", "--repeats", "2"]
+    env = {**os.environ, "TMPDIR": str(tmp), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "pipeline-cache")}
+    cmd = [sys.executable, "-m", "lab.point", "jit", *args, "--rounds-workers", "2", "--out", str(out)]
+    subprocess.run(cmd + ["--baseline", "mode=eager"], check=True, capture_output=True, env=env)
+    m = pd.read_csv(out / "metrics.csv")
+    point = m[m["role"] == "point"].groupby("worker")[["first_call_s", "first_call_warm_s"]].first()
+    cold, warm = point.loc[0, "first_call_s"], point.loc[1, "first_call_warm_s"]
+    assert point.loc[0, "first_call_warm_s"] != point.loc[0, "first_call_warm_s"]  # NaN: the first was cold
+    assert point.loc[1, "first_call_s"] != point.loc[1, "first_call_s"]  # NaN: the second was not
+    assert 0 < warm < cold, (cold, warm)
+    assert not list(tmp.glob("job-*"))  # the job's scratch (its compile cache) is gone
+
+
+def test_job_scratch_is_fresh_named_and_removed(monkeypatch):
+    monkeypatch.delenv(JOB_SCRATCH, raising=False)
+    with job_scratch() as outer:
+        assert os.environ[JOB_SCRATCH] == str(outer) and outer.is_dir() and not any(outer.iterdir())
+        (outer / "f").write_text("x")
+        with job_scratch() as inner:
+            assert inner != outer and os.environ[JOB_SCRATCH] == str(inner)
+        assert os.environ[JOB_SCRATCH] == str(outer) and not inner.exists()
+    assert JOB_SCRATCH not in os.environ and not outer.exists()
 
 
 # ------------------------------------------------------------------ interleaving and self-check

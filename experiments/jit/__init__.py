@@ -18,6 +18,7 @@ EXPERIMENT = Experiment(
         Column("latency_ms", "latency", "ms"),
         Column("setup_s", "setup", "s"),
         Column("first_call_s", "first call", "s"),
+        Column("first_call_warm_s", "first call, cache filled", "s"),
     ),
     flags=(Flag("allclose", "output differs from eager", "all"),),
     free_params=frozenset({"warmup_calls"}),
@@ -32,7 +33,13 @@ EXPERIMENT = Experiment(
         "first_call_s": Col(
             "float",
             "first call after setup (TorchScript profiling run, inductor compilation), once per runner; same on every"
-            " row of one role",
+            " row of one role; for `compile`, with inductor's cache empty (the job's first worker process), empty in"
+            " later worker processes",
+        ),
+        "first_call_warm_s": Col(
+            "float",
+            "`compile` only: the first call in a later worker process of the job, which finds inductor's cache filled"
+            " by the first one (what a restarted process pays); empty elsewhere",
         ),
         "allclose": Col(
             "bool", "output equals eager output on the same input, `torch.allclose(rtol=1e-4, atol=1e-5)`", "-"
