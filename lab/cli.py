@@ -354,7 +354,7 @@ def measure_point(
     print(f"[{experiment}] {params}", file=sys.stderr, flush=True)
     skip = oversubscription_skip(params, args.max_oversubscription, available_cpus())
     policy = rounds_policy(args, experiment, params, parser) if "rounds" in options else None
-    with exclusive(args.lock) as waited, job_scratch():
+    with exclusive(args.lock) as waited, job_scratch(sweep=bool(args.lock)) as scratch:
         locked_at = time.time()
         if skip is not None:
             result = RunResult.skipped(skip)
@@ -363,6 +363,7 @@ def measure_point(
         else:
             result = run(params, baseline, **given)
         times = {"job_start_unix": JOB_START_UNIX, "lock_wait_s": waited, "lock_acquired_unix": locked_at}
+        times["job_scratch"] = str(scratch)
     times["lock_released_unix"] = time.time()
     _check_or_exit(parser, experiment, result, params, metric, (columns, columns_at))
     job = job_record(experiment, host, params, baseline, times, result)

@@ -77,7 +77,7 @@ JOB_SCRATCH = "LAB_JOB_SCRATCH"
 
 
 @contextmanager
-def job_scratch() -> Iterator[Path]:
+def job_scratch(sweep: bool = False) -> Iterator[Path]:
     """A fresh directory for one job, named in ``$LAB_JOB_SCRATCH`` while it lasts, under
     ``$TMPDIR`` (the pipeline's own, without spaces: :data:`NO_SPACES`), removed after.
 
@@ -85,18 +85,23 @@ def job_scratch() -> Iterator[Path]:
     finds the directory empty and later ones find what it wrote: the jit experiment keeps
     torch.compile's cache there, so that its first call is measured cold in the first worker
     process and with the cache filled in later ones, whatever earlier runs left behind.
+
+    Args:
+        sweep: first remove the ``job-*`` directories of earlier jobs in ``$TMPDIR`` (a job
+            stopped by SIGTERM or SIGKILL, on its timeout or a cancelled run, leaves its own
+            behind); only for a caller that holds the measurement lock, so no other job's
+            directory is in use.
     """
+    if sweep:
+        for old in Path(tempfile.gettempdir()).glob("job-*"):
+            shutil.rmtree(old, ignore_errors=True)
     path = Path(tempfile.mkdtemp(prefix="job-"))
-    before = os.environ.get(JOB_SCRATCH)
     os.environ[JOB_SCRATCH] = str(path)
     try:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
-        if before is None:
-            os.environ.pop(JOB_SCRATCH, None)
-        else:
-            os.environ[JOB_SCRATCH] = before
+        os.environ.pop(JOB_SCRATCH, None)
 
 
 def prepare_environment(code_dir: str, owned_dir: str, short_dir: str | None = None) -> dict[str, str]:

@@ -181,6 +181,27 @@ def test_jit_claims_a_payoff_only_when_the_gain_is_clear():
     assert "pays off" not in part and "no clear steady-state gain (95% CI includes 1)" in part
 
 
+def test_jit_gives_torch_compile_cold_and_with_the_cache_filled():
+    from experiments.jit.analysis import _mode_part, jit_latency
+    from lab.contract import Context
+
+    eager = {"mode": "eager", "status": "ok", "latency_ms": 2.0, "setup_s": 0.0, "first_call_s": 0.01}
+    compiled = {"mode": "compile", "status": "ok", "latency_ms": 1.0, "setup_s": 1.0, "first_call_s": 20.0}
+    compiled |= {"first_call_warm_s": 2.5, "speedup": 2.0, "speedup_ci_low": 1.8, "speedup_ci_high": 2.2}
+    part = _mode_part(pd.Series(compiled), pd.Series(eager))
+    assert "first call 20,000 ms with an empty compile cache (2,500 ms in a later process that found it filled)" in part
+    assert "pays off after 20,990 calls" in part  # (1000 + 20000 - 10) ms / 1 ms saved a call: the cold cost
+    summary = pd.DataFrame([{**eager, "model": "cnn", "speedup": 1.0}, {**compiled, "model": "cnn"}]).assign(
+        noisy=False
+    )
+    fig = jit_latency(Context({"available_cpus": 2}, summary=summary))
+    upfront = fig.axes[1]
+    assert [t.get_text() for t in upfront.get_legend().get_texts()] == ["the same, compile cache filled"]
+    assert "3,500 ms" in [t.get_text() for t in upfront.texts]  # the dash's label: setup + warm first call
+    cold_only = summary.drop(columns="first_call_warm_s")  # one worker process, or results from before
+    assert jit_latency(Context({"available_cpus": 2}, summary=cold_only)).axes[1].get_legend() is None
+
+
 def _coverage_module():
     from conftest import ROOT
 

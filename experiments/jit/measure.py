@@ -124,7 +124,8 @@ def inductor_cache() -> tuple[bool, Path | None]:
     at every compile) at the job's own directory (``$LAB_JOB_SCRATCH``/inductor) and say whether
     it was empty: ``(True, None)`` for a cold compile (the job's first worker process), ``(False,
     None)`` when an earlier worker process of the job filled it. Outside a job it is a new
-    temporary directory, cold, returned second so that the caller removes it."""
+    temporary directory, cold, returned second so that the caller removes it (:meth:`Runner.close`
+    also puts the variable back)."""
     scratch = os.environ.get(JOB_SCRATCH)
     own = None if scratch else Path(tempfile.mkdtemp(prefix="inductor-"))
     cache = own or Path(scratch) / "inductor"
@@ -140,6 +141,7 @@ class Runner:
         import torch
 
         self.params, self.meter = params, meter
+        self.cache_before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
         self.cold, self.own_cache = inductor_cache() if params.mode == "compile" else (True, None)
         set_torch_threads(params.threads)
         model, self.x = make_model(params.model)
@@ -181,8 +183,12 @@ class Runner:
         return Measured(win, row)
 
     def close(self) -> None:
-        if self.own_cache is not None:
+        if self.own_cache is not None:  # outside a job: its own cache goes, the variable comes back
             shutil.rmtree(self.own_cache, ignore_errors=True)
+            if self.cache_before is None:
+                os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+            else:
+                os.environ["TORCHINDUCTOR_CACHE_DIR"] = self.cache_before
 
 
 def run(params: Params, baseline: Params | None = None, rounds: Rounds | None = None) -> RunResult:
