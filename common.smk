@@ -177,9 +177,13 @@ def sweep_values(experiment, key, host):
 
 
 def points(experiment, host):
-    """Point paths `<key>~<value>/...` of `experiment` on `host`, keys in the declared order."""
-    keys = REGISTRY[experiment].spec.keys
+    """Point paths `<key>~<value>/...` of `experiment` on `host`, keys in the declared order:
+    the swept grid, less the points its `include` leaves out."""
+    spec = REGISTRY[experiment].spec
+    keys = spec.keys
     grid = itertools.product(*(sweep_values(experiment, k, host) for k in keys))
+    if spec.include is not None:
+        grid = [v for v in grid if spec.include(dict(zip(keys, v)))]
     space = Paramspace(pd.DataFrame(list(grid), columns=list(keys)), param_sep="~")
     return list(space.instance_patterns)
 
@@ -240,6 +244,17 @@ def point_args(wildcards):
             shlex.quote(f) for f in host_files(wildcards)
         )
     return text
+
+
+def point_env(wildcards):
+    """`env` words that start a point's job with what its experiment's `job_env` asks for
+    (`env -u NAME` unsets, `env NAME=VALUE` sets); '' where it asks for nothing."""
+    env = REGISTRY[wildcards.experiment].spec.env_of(point_of(wildcards))
+    if not env:
+        return ""
+    unset = [f"-u {shlex.quote(k)}" for k, v in env.items() if v is None]
+    assign = [shlex.quote(f"{k}={v}") for k, v in env.items() if v is not None]
+    return " ".join(["env", *unset, *assign])
 
 
 def point_dirs(wildcards):

@@ -72,11 +72,26 @@ def _read_host_json(path: Path) -> Host:
         raise DataError(hj, f"the directory name is no host label: {exc}") from None
 
 
+#: The value of a key an older host's CSV lacks (a key the experiment gained after it was
+#: measured): its points then match no point of a host that has the key, and the comparison
+#: lists them as measured on one host only.
+NOT_RECORDED = "not recorded"
+
+
+def _fill_later_keys(df: pd.DataFrame, later) -> None:
+    """Give ``df`` the columns of ``later`` (:attr:`lab.declare.Experiment.later_keys`) it
+    lacks, as :data:`NOT_RECORDED`; any other missing key column is left for the caller's check."""
+    for k in later:
+        if k not in df.columns:
+            df[k] = NOT_RECORDED
+
+
 def load_host(path: str | Path, experiments: list[str]) -> HostResults:
     """Read ``host.json`` and every experiment's ``replicates.csv`` and ``summary.csv``.
 
     An experiment with neither file is recorded in ``missing``; one with only one of them, or
-    with a file that cannot be read, is an error.
+    with a file that cannot be read, is an error. A key the experiment gained after the host was
+    measured (declared in ``later_keys``) reads :data:`NOT_RECORDED` in its tables.
 
     Raises:
         DataError: naming the file: host.json missing or not JSON (or without
@@ -94,8 +109,9 @@ def load_host(path: str | Path, experiments: list[str]) -> HostResults:
             if not f.exists():
                 raise DataError(f, "missing while its sibling exists: the host directory is incomplete")
         reps, summary = read_table(rep, exp), read_table(summ, exp)
-        keys = registry.get(exp).spec.keys
+        keys, later = registry.get(exp).spec.keys, registry.get(exp).spec.later_keys
         for f, df, cols in ((rep, reps, ("metric", "value", "status", "role")), (summ, summary, ("median", "status"))):
+            _fill_later_keys(df, later)
             for col in (*keys, *cols):
                 if col not in df.columns:
                     raise DataError(f, f"missing column (have: {', '.join(map(str, df.columns))})", column=col)

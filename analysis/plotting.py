@@ -57,9 +57,11 @@ def noisy_mask(sub: pd.DataFrame) -> np.ndarray:
     return sub["noisy"].fillna(False).astype(bool).to_numpy()
 
 
-def speedup_line(ax, x, sub: pd.DataFrame, colour: str, label: str | None = None) -> None:
+def speedup_line(ax, x, sub: pd.DataFrame, colour: str, label: str | None = None, linestyle: str = "-") -> None:
     """Speedup over the interleaved baseline with its 95% CI; noisy points drawn hollow."""
-    ax.errorbar(x, sub["speedup"], yerr=yerr(sub, *SPEEDUP), color=colour, marker="o", capsize=3, label=label)
+    ax.errorbar(
+        x, sub["speedup"], yerr=yerr(sub, *SPEEDUP), color=colour, marker="o", capsize=3, label=label, ls=linestyle
+    )
     noisy = noisy_mask(sub)
     if noisy.any():
         ax.scatter(

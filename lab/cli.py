@@ -19,7 +19,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -37,6 +37,7 @@ from lab.params import (
 )
 from lab.results import SAMPLE_COLUMNS, RunResult, check_rows, metrics_rows, span_columns
 from lab.rounds import Rounds
+from lab.threads import LOAD_TIME_VARIABLES, check_job_env
 from lab.workers import run_workers
 
 
@@ -205,7 +206,8 @@ def job_record(experiment: str, host: str, params, baseline, times: dict, result
         "python": platform.python_version(),
         **times,
         "job_end_unix": time.time(),
-        "env": {var: os.environ.get(var) for var in (*OWNED_DIRS, "OMP_NUM_THREADS", "MKL_NUM_THREADS")},
+        "env": {var: os.environ.get(var) for var in (*OWNED_DIRS, "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+        | {var: os.environ[var] for var in LOAD_TIME_VARIABLES if var in os.environ},
     }
 
 
@@ -282,6 +284,7 @@ def cli_main(exp, argv: list[str] | None = None) -> int:
         metric=exp.spec.metric,
         columns=exp.spec.columns,
         columns_at=f"EXPERIMENT.columns ({exp.path / '__init__.py'})",
+        job_env=exp.spec.env_of if exp.spec.job_env is not None else None,
     )
 
 
@@ -310,6 +313,24 @@ def _given(args, options: frozenset[str]) -> dict:
     return given
 
 
+def _parse(parser: argparse.ArgumentParser, argv, params_cls, options: frozenset[str], job_env):
+    """``(args, params, baseline or None, run's keyword arguments)`` from ``argv``; a bad value, or
+    an environment other than the point's ``job_env`` (:func:`lab.threads.check_job_env`), exits
+    with status 2 and a message naming it."""
+    args = parser.parse_args(argv)
+    try:
+        params = params_cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(params_cls)})
+        overrides = parse_overrides(params_cls, args.baseline)
+        baseline = dataclasses.replace(params, **overrides) if args.baseline else None
+        given = _given(args, options)
+        why = check_job_env(job_env(dataclasses.asdict(params)), parser.prog) if job_env else None
+        if why:
+            raise ValueError(why)
+    except ValueError as exc:
+        parser.error(str(exc))
+    return args, params, baseline, given
+
+
 def measure_point(
     experiment: str,
     params_cls,
@@ -321,6 +342,7 @@ def measure_point(
     metric: Callable[[dict], str] | None = None,
     columns: Collection[str] = (),
     columns_at: str = "EXPERIMENT.columns",
+    job_env: Callable[[dict], Mapping[str, str | None]] | None = None,
 ) -> int:
     """Parse ``argv`` into ``params_cls`` (and ``--baseline`` overrides into a second Params),
     run ``run(params, baseline, ...)`` with the keyword arguments named in ``options``
@@ -330,6 +352,7 @@ def measure_point(
     the point's files into ``--out``. ``metric(point)`` names the column every ok row must hold
     (the experiment's declared metric); ``columns`` names the columns its rows may hold
     besides its parameters and the lab's own (:func:`check_rows`), declared at ``columns_at``.
+    ``job_env(point)`` names the environment the job must have started with (:func:`check_job_env`).
 
     Returns:
         0; parameter errors exit with status 2 and a message naming the parameter.
@@ -341,14 +364,7 @@ def measure_point(
     from lab import JOB_START_UNIX
 
     parser = build_parser(params_cls, description, prog=prog or f"python -m lab.point {experiment}")
-    args = parser.parse_args(argv)
-    try:
-        params = params_cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(params_cls)})
-        overrides = parse_overrides(params_cls, args.baseline)
-        baseline = dataclasses.replace(params, **overrides) if args.baseline else None
-        given = _given(args, options)
-    except ValueError as exc:
-        parser.error(str(exc))
+    args, params, baseline, given = _parse(parser, argv, params_cls, options, job_env)
     host = host_label(args.host)
     out = Path(args.out).resolve()  # where the job was asked to write, whatever directory the run leaves
     print(f"[{experiment}] {params}", file=sys.stderr, flush=True)

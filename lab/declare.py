@@ -190,6 +190,17 @@ class Experiment:
             decides its own rounds (the workload's search).
         chooses_points: its job chooses its own points (the workload's search) and gets
             ``run(..., max_oversubscription=factor)`` to skip the ones that ask too much.
+        job_env: the environment variables a point's job must start with (``{name: value}``,
+            ``None``: unset), for settings a library reads once, when it loads, so that the
+            job cannot set them itself (OpenMP's ``OMP_WAIT_POLICY``, read when torch loads
+            libgomp). The workflow sets them on the job's command line; the job server then
+            starts the job as a fresh process (:data:`lab.server.LOAD_TIME_VARIABLES`); a job
+            started without them stops before it measures (:func:`lab.cli.check_job_env`).
+        include: which points of the swept grid run (``{key: config value}`` -> bool; default:
+            every one), to leave out points where a swept value changes nothing.
+        later_keys: keys added after the experiment first wrote results; where a host's tables
+            lack one, the comparison of hosts reads it as not recorded (any other missing key
+            column is an error).
         check_config: checks the experiment's config section (defaults filled in) at parse time
             beyond what its JSON Schema can say, before any job runs (the workload's entry
             point must exist); raises ValueError with one line naming the key.
@@ -217,6 +228,9 @@ class Experiment:
     adaptive_rounds: bool = True
     chooses_points: bool = False
     check_config: Callable[[Mapping[str, Any]], None] | None = None
+    job_env: Callable[[Mapping[str, Any]], Mapping[str, str | None]] | None = None
+    later_keys: frozenset[str] = frozenset()
+    include: Callable[[Mapping[str, Any]], bool] | None = None
     order: int = 100
 
     def __post_init__(self) -> None:
@@ -324,6 +338,10 @@ class Experiment:
         if key in self.resolve:
             return list(self.resolve[key](value, ncpu))
         return list(value) if isinstance(value, (list, tuple)) else [value]
+
+    def env_of(self, point: Mapping[str, Any]) -> dict[str, str | None]:
+        """The environment a point's job must start with (see :attr:`job_env`); ``{}`` if none."""
+        return dict(self.job_env(point)) if self.job_env is not None else {}
 
     def needs(self, point: Mapping[str, Any]) -> list[dict]:
         """The points whose jobs must finish before this point's (see :attr:`depends`)."""

@@ -109,11 +109,12 @@ rule measure:
         **MEASURE_RESOURCES,
     params:
         args=point_args,
+        env=point_env,
         lock=MEASURE_LOCK,
         timeout=config["job_timeout_s"],
     shell:
         'mkdir -p "$TMPDIR" && '
-        "python -m lab.supervise --timeout-s {params.timeout} --log {log:q}"
+        "{params.env} python -m lab.supervise --timeout-s {params.timeout} --log {log:q}"
         ' --host {wildcards.host:q} --experiment {wildcards.experiment:q} --out "$(dirname {output.metrics:q})"'
         " -- python -m lab.server run --"
         " lab.point {wildcards.experiment:q} {params.args} --host {wildcards.host:q}"

@@ -25,6 +25,10 @@ Protocol (``AF_UNIX`` stream socket, one connection per job):
 
 Where no server answers (a job run by hand, a cluster node, a server that is not up), the
 client runs the module itself, in its own process (``os.execv``): the same job, slower to start.
+So does a job whose environment sets what a library reads only when it loads otherwise than the
+server's did (:data:`lab.threads.LOAD_TIME_VARIABLES`, e.g. ``OMP_WAIT_POLICY``): the server answers
+``{"fresh": [names]}`` instead of forking, since a forked job would run with the server's values,
+and the client runs the job through :func:`fresh`, which imports torch as the server did first.
 
 The workflow starts the server in Snakemake's ``onstart`` handler and stops it in ``onsuccess``
 and ``onerror`` (:func:`start`, :func:`stop`); it dies with Snakemake otherwise (its parent-death
@@ -35,6 +39,7 @@ Usage::
 
     python -m lab.server serve --socket PATH [--preload MODULE ...]
     python -m lab.server run --socket PATH -- experiments.gil --workers 2 ...
+    python -m lab.server fresh -- lab.point multiprocessing ...   (what ``run`` falls back to)
 """
 
 from __future__ import annotations
@@ -53,22 +58,8 @@ import sys
 import time
 from pathlib import Path
 
-#: Modules the server imports before it forks jobs (each experiment's measurement and analysis
-#: modules are added by :func:`serve`): what every job would otherwise import at its start.
-PRELOAD = (
-    "numpy",
-    "psutil",
-    "torch",
-    "torch.nn",
-    "torch.utils.data",
-    "lab.cli",
-    "lab.results",
-    "pandas",
-    "scipy.stats",
-    "analysis.plotting",  # matplotlib, headless
-    "analysis.__main__",
-    "report.__main__",
-)
+from lab.preload import PRELOAD, fresh, preload_one, warm
+from lab.threads import LOAD_TIME_VARIABLES
 
 #: The environment variable that names the server's socket for :func:`launch` (set by the
 #: workflow, common.smk).
@@ -154,24 +145,6 @@ def _kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
         pass
 
 
-def _preload(load, name: str) -> None:
-    """Import one module for the jobs; one that fails is left for the job to import (and to
-    report), and the server says so in its log."""
-    try:
-        load()
-    except Exception as exc:  # noqa: BLE001 - a job that needs it reports it properly
-        print(f"[server] not preloaded: {name} ({type(exc).__name__}: {exc})", file=sys.stderr, flush=True)
-
-
-def _warm() -> None:
-    """What torch imports lazily on first use, imported now: creating an optimizer imports
-    ``torch._dynamo`` and, with it, sympy (about 800 modules, 1.1 s a job). Creates one tensor of
-    one element; runs no parallel operation, so no OpenMP thread pool exists before a fork."""
-    import torch
-
-    torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
-
-
 def serve(path: str, preload: list[str] | None = None) -> int:
     """Import :data:`PRELOAD` (and ``preload``), then listen on ``path`` and fork one child per
     connection until SIGTERM, SIGINT or the death of the parent (see the module docstring)."""
@@ -181,11 +154,11 @@ def serve(path: str, preload: list[str] | None = None) -> int:
     parent = os.getppid()
     set_parent_death_signal(signal.SIGTERM)
     for name in [*PRELOAD, *(preload or [])]:
-        _preload(lambda name=name: importlib.import_module(name), name)
+        preload_one(lambda name=name: importlib.import_module(name), name)
     for exp in registry.experiments().values():
-        _preload(exp.measurement, f"{exp.package}.measure")
-        _preload(exp.analysis, f"{exp.package}.analysis")
-    _preload(_warm, "torch.optim")
+        preload_one(exp.measurement, f"{exp.package}.measure")
+        preload_one(exp.analysis, f"{exp.package}.analysis")
+    preload_one(warm, "torch.optim")
     gc.collect()
     gc.freeze()
     Path(path).unlink(missing_ok=True)
@@ -235,6 +208,16 @@ def _accept(listener: socket.socket, jobs: dict[int, socket.socket]) -> None:
         print(f"[server] bad request: {exc}", file=sys.stderr)
         conn.close()
         return
+    differ = [v for v in LOAD_TIME_VARIABLES if request.get("env", {}).get(v) != os.environ.get(v)]
+    if differ:  # the job needs what its libraries read at load: not this process's
+        for fd in fds:
+            os.close(fd)
+        try:
+            _send(conn, {"fresh": differ})
+        except OSError:
+            pass
+        conn.close()
+        return
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -266,7 +249,8 @@ def _reap(jobs: dict[int, socket.socket]) -> None:
 
 
 def launch(path: str | None, module: str, args: list[str]) -> int:
-    """Run ``python -m module args`` as a job of the server at ``path``; where none answers, in
+    """Run ``python -m module args`` as a job of the server at ``path``; where none answers, or
+    where the job's environment differs from the server's in :data:`lab.threads.LOAD_TIME_VARIABLES`, in
     this process (``os.execv``, which does not return). Returns the job's exit status."""
     conn = None
     if path:
@@ -293,6 +277,12 @@ def launch(path: str | None, module: str, args: list[str]) -> int:
     socket.send_fds(conn, [(json.dumps(request) + "\n").encode()], [0, 1, 2])
     replies = conn.makefile("rb")
     reply = _recv_line(replies)
+    if reply is not None and "fresh" in reply:
+        replies.close()
+        conn.close()
+        if received:  # interrupted before the job began: it does not begin
+            return 128 + received[0]
+        os.execv(sys.executable, [sys.executable, "-m", "lab.server", "fresh", "--", module, *args])
     if reply is None or "pid" not in reply:
         print(f"[server] the job server at {path} did not start the job", file=sys.stderr)
         return 1
@@ -358,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     if "--" in argv:
         argv, tail = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
     p = argparse.ArgumentParser(prog="python -m lab.server", description=__doc__.splitlines()[0])
-    p.add_argument("command", choices=["serve", "run"])
+    p.add_argument("command", choices=["serve", "run", "fresh"])
     p.add_argument(
         "--socket",
         default=os.environ.get(SOCKET_VARIABLE, ""),
@@ -371,7 +361,9 @@ def main(argv: list[str] | None = None) -> int:
             p.error("serve needs --socket PATH")
         return serve(args.socket, args.preload)
     if not tail:
-        p.error("run needs -- MODULE ARGS...")
+        p.error(f"{args.command} needs -- MODULE ARGS...")
+    if args.command == "fresh":
+        return fresh(tail[0], tail[1:])
     return launch(args.socket or None, tail[0], tail[1:])
 
 

@@ -4,11 +4,15 @@ Snakemake exports ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` equal to a rule's ``th
 all cores); experiments never rely on that and set their intra-op (and inter-op) threads with
 :func:`set_torch_threads`, as torch.utils.benchmark does with ``num_threads``. torch is imported
 inside the functions: the gil experiment never needs it, and importing it costs about 2.5 s.
+
+What the OpenMP runtime reads only when it loads (``OMP_WAIT_POLICY``, ...) cannot be set from
+inside a job: :data:`LOAD_TIME_VARIABLES` and :func:`check_job_env`.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 
 def torch_thread_info() -> dict:
@@ -55,3 +59,45 @@ def set_torch_threads(intra_op: int, inter_op: int | None = None) -> dict:
             f"reports {observed['interop_threads']}"
         )
     return observed
+
+
+#: Environment variables a library reads once, when it loads (the OpenMP runtimes torch brings:
+#: GNU libgomp's ``OMP_WAIT_POLICY`` and ``GOMP_SPINCOUNT``, LLVM/Intel libomp's ``KMP_*``; the
+#: dynamic loader's ``LD_PRELOAD``). A job forked from the server would run with the values the
+#: server loaded with, whatever its own environment says; so a job whose values differ (a point that
+#: sets ``OMP_WAIT_POLICY``, :attr:`lab.declare.Experiment.job_env`) is not forked: the server
+#: answers ``{"fresh": [names]}`` and the client starts the job as a fresh process. Thread counts
+#: (``OMP_NUM_THREADS``) are not among them: every job sets its own through torch.
+LOAD_TIME_VARIABLES = (
+    "OMP_WAIT_POLICY",
+    "GOMP_SPINCOUNT",
+    "OMP_PROC_BIND",
+    "OMP_PLACES",
+    "GOMP_CPU_AFFINITY",
+    "OMP_DYNAMIC",
+    "OMP_MAX_ACTIVE_LEVELS",
+    "OMP_STACKSIZE",
+    "GOMP_STACKSIZE",
+    "KMP_BLOCKTIME",
+    "KMP_AFFINITY",
+    "LD_PRELOAD",
+)
+
+
+def check_job_env(wanted: Mapping[str, str | None], command: str) -> str | None:
+    """Why this process cannot measure a point whose job must start with ``wanted``
+    (:attr:`lab.declare.Experiment.job_env`: ``{name: value}``, ``None`` for unset), or None
+    where its environment matches. The variables are read once, when a library loads (OpenMP's
+    ``OMP_WAIT_POLICY`` when torch loads libgomp), so setting them now would change nothing;
+    the message names the command line that would (``command``, the job's own)."""
+    wrong = {k: v for k, v in wanted.items() if os.environ.get(k) != v}
+    if not wrong:
+        return None
+    have = ", ".join(f"{k}={os.environ[k]}" if k in os.environ else f"{k} unset" for k in wrong)
+    need = ", ".join(f"{k}={v}" if v is not None else f"{k} unset" for k, v in wrong.items())
+    prefix = " ".join(["env", *(f"-u {k}" for k, v in wrong.items() if v is None)])
+    prefix += "".join(f" {k}={v}" for k, v in wrong.items() if v is not None)
+    return (
+        f"this point needs {need} in the environment its process started with ({have} here): the library reads it"
+        f" once, when it loads, so the job cannot set it itself. The workflow sets it; by hand: {prefix} {command} ..."
+    )

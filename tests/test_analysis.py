@@ -461,3 +461,68 @@ def test_the_capacity_line_counts_one_cpu_in_the_singular():
     d |= {"delivered_min": 1.0, "delivered_max": 1.0, "delivered_median": 1.0}
     assert "36 jobs; 1 CPU delivered 1.00-1.00 cores" in capacity_text({**d, "cpus": 1})
     assert "; 2 CPUs delivered" in capacity_text({**d, "cpus": 2})
+
+
+def _mp_point(root, processes: int, threads: int, policy: str, ratios: list[float], cpu: float):
+    """A multiprocessing point measured against its interleaved 1 x 1 (1,000 samples/s) under
+    the same wait policy, one round per ratio; its windows ``cpu`` % busy."""
+    over = processes * threads > 2
+    rows = [
+        {"role": "point", "wall_s": 1.0 / r, "samples_per_s": 1000.0 * r, "cpu_util_pct": cpu, "oversubscribed": over}
+        for r in ratios
+    ]
+    base = {"role": "baseline", "processes": 1, "threads": 1, "wall_s": 1.0, "samples_per_s": 1000.0}
+    rows += [{**base, "cpu_util_pct": 50.0, "oversubscribed": False}] * len(ratios)
+    point = {"processes": processes, "threads": threads, "omp_wait_policy": policy}
+    path = write_point(root, "multiprocessing", point, rows)
+    df = pd.read_csv(path)
+    df["repeat"] = [*range(len(ratios)), *range(len(ratios))]
+    df.to_csv(path, index=False)
+    return path
+
+
+def _mp_summary(root, passive_2x2: list[float]):
+    spread = [0.96, 0.98, 1.0, 1.0, 1.02, 1.04, 0.99, 1.01]
+    paths = []
+    for policy, one_by_two, two_by_two, cpu12, cpu22 in (
+        ("default", 1.0, 0.3, 96.0, 97.0),
+        ("passive", 0.4, None, 46.0, 88.0),
+    ):
+        if policy == "default":  # the workflow runs other policies only where a process has threads that wait
+            ones = [
+                {"role": "point", "wall_s": 1.0, "samples_per_s": 1000.0 * s, "oversubscribed": False} for s in spread
+            ]
+            one = {"processes": 1, "threads": 1, "omp_wait_policy": policy}
+            paths.append(write_point(root, "multiprocessing", one, ones))
+        paths.append(_mp_point(root, 1, 2, policy, [one_by_two * s for s in spread], cpu12))
+        two = [two_by_two * s for s in spread] if two_by_two else passive_2x2
+        paths.append(_mp_point(root, 2, 2, policy, two, cpu22))
+    return summarise(load_experiment(paths, "multiprocessing"), "multiprocessing")
+
+
+def test_the_wait_policy_finding_names_the_measured_cause_of_oversubscription(tmp_path):
+    """Passive clearly faster where threads outnumber the CPUs (spinning was the cost), clearly
+    slower where each has a CPU (wake-ups); the intervals decide "clearly", and where they
+    overlap the finding says no clear difference."""
+    s = _mp_summary(tmp_path / "a", [1.3 * x for x in (0.96, 0.98, 1.0, 1.0, 1.02, 1.04, 0.99, 1.01)])
+    out = findings("multiprocessing", s, {"available_cpus": 2})
+    (line,) = [f for f in out["findings"] if f.startswith("OpenMP wait policy passive")]
+    assert "1 x 2: 0.40x (95% CI" in line and "at 46% CPU against 1.00x (95% CI" in line
+    assert "clearly slower: 2.5x fewer samples/s: every thread had a CPU" in line
+    assert "2 x 2, oversubscribed: 1.30x (95% CI" in line and "at 88% CPU against 0.30x" in line
+    assert "clearly faster: 4.3x the samples/s: with 4 threads on 2 CPUs, threads that spin" in line
+    first, head = out["headlines"]
+    assert (
+        first["answer"].startswith("no clear winner")
+        and "; with OMP_WAIT_POLICY=passive: 2 x 2 at 1.30x" in first["answer"]
+    )
+    assert head["question"] == "What does oversubscription's cost come from?"
+    assert head["answer"].startswith("at 2 x 2, OMP_WAIT_POLICY=passive 1.30x") and "(clearly faster)" in head["answer"]
+    # the best split and the oversubscription line read the default policy only
+    assert any(f.startswith("Oversubscribed (2 x 2 = 4 threads") and "0.30x" in f for f in out["findings"])
+
+    wide = _mp_summary(tmp_path / "b", [0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.28, 0.32])  # overlaps default's 0.3x
+    out = findings("multiprocessing", wide, {"available_cpus": 2})
+    (line,) = [f for f in out["findings"] if f.startswith("OpenMP wait policy passive")]
+    assert "2 x 2, oversubscribed:" in line and line.endswith("no clear difference.")
+    assert "(no clear difference)" in out["headlines"][-1]["answer"]

@@ -328,3 +328,51 @@ def test_a_broken_host_is_not_comparable_and_the_rest_are_compared(two_hosts, tm
     args[2] = "zzz"  # a baseline that is no host at all
     assert analysis_main(args) == 0
     assert "baseline host zzz is not among the hosts (" in capsys.readouterr().err
+
+
+def test_a_host_measured_before_a_key_existed_is_compared_where_it_can_be(tmp_path):
+    """multiprocessing gained ``omp_wait_policy`` (a ``later_keys`` key): an older host's tables
+    lack it. They load, the key reads "not recorded", and its points are listed as one host's
+    only instead of being matched with the default policy's (which the older run may not have
+    had); a missing key that is not declared later stays an error (the test above)."""
+    new = _mp_host(tmp_path, "new", {"omp_wait_policy": "default"})
+    old = _mp_host(tmp_path, "old", {})
+    got = load_host(old, ["multiprocessing"])
+    assert set(got.summaries["multiprocessing"]["omp_wait_policy"]) == {"not recorded"}
+    rows = compare_hosts([load_host(new, ["multiprocessing"]), got], "new", ["multiprocessing"])["comparison"]
+    theirs = rows[(rows["host"] == "old") & rows["point"].str.contains("omp_wait_policy=not recorded")]
+    assert len(theirs) == 2 and (theirs["status"] == "not comparable").all()
+    assert (theirs["reason"] == "point measured on old only (not in new's grid)").all(), theirs.to_dict("records")
+
+
+def _mp_host(root, name, extra: dict):
+    d = root / name / "multiprocessing"
+    d.mkdir(parents=True)
+    (root / name / "host.json").write_text(json.dumps({"host": name, "available_cpus": 2, "schema_version": 3}))
+    paths = [
+        write_point(
+            root / f"{name}-points",
+            "multiprocessing",
+            {"processes": p, "threads": 1, **extra},
+            [{"wall_s": 1.0, "samples_per_s": 1000.0 * p, "oversubscribed": False}] * 6,
+        )
+        for p in (1, 2)
+    ]
+    if not extra:  # written as an older lab wrote them: no column for the later key
+        for path in paths:
+            df = pd.read_csv(path)
+            df.assign(omp_wait_policy="default").to_csv(path, index=False)
+    args = [
+        "summarise",
+        "--experiment",
+        "multiprocessing",
+        "--out-dir",
+        str(d),
+        "--host-json",
+        str(root / name / "host.json"),
+    ]
+    assert analysis_main([*args, *map(str, paths)]) == 0
+    if not extra:
+        for f in ("replicates.csv", "summary.csv"):
+            pd.read_csv(d / f).drop(columns="omp_wait_policy").to_csv(d / f, index=False)
+    return root / name

@@ -237,3 +237,48 @@ def test_without_a_server_the_client_runs_the_job_itself(tmp_path):
     _module(tmp_path, "alone", "import sys\nprint('alone', sys.argv[1:])\n")
     out = _run(str(tmp_path / "no.sock"), tmp_path, "alone", "x")
     assert out.returncode == 0 and out.stdout.strip() == "alone ['x']"
+
+
+def test_a_job_whose_openmp_settings_differ_from_the_servers_starts_afresh(job_server):
+    """OMP_WAIT_POLICY is read once, when torch loads libgomp: a job forked from the server would
+    run with the server's value. The server declines (naming the variable), and the client runs
+    the job as a fresh process with its own value, torch imported before the job began."""
+    path, d = job_server
+    _module(
+        d,
+        "omp_job",
+        # a job the server forks leads its own session; the client's own process does not
+        "import os, sys\n"
+        "print(os.environ.get('OMP_WAIT_POLICY'), 'torch' in sys.modules, os.getsid(0) == os.getpid())\n",
+    )
+    served = _run(path, d, "omp_job", env={k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"})
+    fresh = _run(path, d, "omp_job", env=dict(os.environ, OMP_WAIT_POLICY="PASSIVE"))
+    assert served.returncode == 0 and fresh.returncode == 0, served.stderr + fresh.stderr
+    assert served.stdout.split() == ["None", "True", "True"]
+    assert fresh.stdout.split() == ["PASSIVE", "True", "False"]
+    log = (d / "server.log").read_text()
+    assert "bad request" not in log, log
+
+
+def test_a_job_knows_whether_its_environment_is_what_its_point_needs(monkeypatch):
+    from lab.threads import check_job_env
+
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    assert check_job_env({"OMP_WAIT_POLICY": "PASSIVE"}, "python -m lab.point x") is None
+    why = check_job_env({"OMP_WAIT_POLICY": None}, "python -m lab.point x")
+    assert "OMP_WAIT_POLICY unset" in why and "OMP_WAIT_POLICY=PASSIVE here" in why
+    assert why.endswith("env -u OMP_WAIT_POLICY python -m lab.point x ...")
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    why = check_job_env({"OMP_WAIT_POLICY": "ACTIVE"}, "python -m lab.point x")
+    assert "needs OMP_WAIT_POLICY=ACTIVE" in why and why.endswith(
+        "env OMP_WAIT_POLICY=ACTIVE python -m lab.point x ..."
+    )
+
+
+def test_a_point_started_without_its_openmp_setting_stops_before_it_measures(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    cmd = [sys.executable, "-m", "lab.point", "multiprocessing", "--omp-wait-policy", "passive", "--out", str(tmp_path)]
+    out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "needs OMP_WAIT_POLICY=PASSIVE" in out.stderr, out.stderr
+    assert "env OMP_WAIT_POLICY=PASSIVE python -m lab.point multiprocessing ..." in out.stderr
+    assert not any(tmp_path.iterdir())  # nothing measured, nothing written

@@ -85,16 +85,21 @@ def test_timeline_points_per_experiment():
     mp = _summary(
         "multiprocessing",
         [
-            {"processes": 1, "threads": 1},
-            {"processes": 2, "threads": 1, "best": True},
-            {"processes": 2, "threads": 2},
-            {"processes": 4, "threads": 2, "status": "failed"},  # not ok: never chosen
+            {"processes": 1, "threads": 1, "omp_wait_policy": "default"},
+            {"processes": 2, "threads": 1, "omp_wait_policy": "default", "best": True},
+            {"processes": 2, "threads": 2, "omp_wait_policy": "default"},
+            {"processes": 4, "threads": 2, "omp_wait_policy": "default", "status": "failed"},  # not ok: never chosen
+            {"processes": 1, "threads": 1, "omp_wait_policy": "passive"},
+            {"processes": 2, "threads": 1, "omp_wait_policy": "passive", "best": True},
+            {"processes": 2, "threads": 2, "omp_wait_policy": "passive"},
         ],
     )
+    # the default policy's 1 x 1, best and most threads, then the most threads under passive
     assert hooks.timeline_points("multiprocessing", mp) == [
-        {"processes": 1, "threads": 1},
-        {"processes": 2, "threads": 1},
-        {"processes": 2, "threads": 2},
+        {"processes": 1, "threads": 1, "omp_wait_policy": "default"},
+        {"processes": 2, "threads": 1, "omp_wait_policy": "default"},
+        {"processes": 2, "threads": 2, "omp_wait_policy": "default"},
+        {"processes": 2, "threads": 2, "omp_wait_policy": "passive"},
     ]
     dl = _summary(
         "dataloader",
@@ -279,7 +284,7 @@ def test_cli_trace_and_stall_figure(tmp_path):
 def test_charts_draw_a_placeholder_when_no_point_completed(experiment):
     keys = {
         "gil": {"workload": "cpu", "mode": "threads", "workers": 2},
-        "multiprocessing": {"processes": 1, "threads": 1},
+        "multiprocessing": {"processes": 1, "threads": 1, "omp_wait_policy": "default"},
         "dataloader": {"dataset": "io", "num_workers": 0},
     }[experiment]
     summary = _summary(experiment, [{**keys, "status": "failed"}])

@@ -8,6 +8,7 @@ import re
 import shutil
 
 import pandas as pd
+import physics
 import pytest
 import yaml
 from conftest import FIXTURE_CONFIG, QUICK_CONFIG, ROOT, e2e_figures
@@ -194,6 +195,45 @@ def test_threads_recorded_and_explicit(quick_run):
     assert (intra["omp_num_threads_env"].astype(str) == "4").all()
     mp = pd.read_csv(host / "multiprocessing" / "replicates.csv")
     assert (mp["torch_threads"] == mp["threads"]).all()
+
+
+@pytest.mark.slow
+def test_each_wait_policy_ran_in_a_job_that_started_with_it(quick_run):
+    """OMP_WAIT_POLICY is read once, when torch loads libgomp: every multiprocessing job started
+    with its point's value (unset for default), recorded in its job.json; the passive policy ran
+    at every split with more than one thread per process, and only there."""
+    base = quick_run / "results" / "e2e" / "multiprocessing"
+    jobs = sorted(base.glob("processes~*/threads~*/omp_wait_policy~*/job.json"))
+    points = {tuple(part.split("~")[1] for part in j.parent.relative_to(base).parts) for j in jobs}
+    # another policy only where a process has threads that wait for each other (Experiment.include)
+    teams = {(p, t) for p, t, policy in points if policy == "default" and int(t) > 1}
+    assert teams and {(p, t) for p, t, policy in points if policy == "passive"} == teams, points
+    for j in jobs:
+        job = json.loads(j.read_text())
+        want = {"default": None, "passive": "PASSIVE"}[job["params"]["omp_wait_policy"]]
+        assert job["env"].get("OMP_WAIT_POLICY") == want, (j, job["env"])
+
+
+@pytest.mark.slow
+def test_oversubscribed_threads_that_sleep_while_they_wait_beat_threads_that_spin(quick_run):
+    """Where processes x threads exceed the CPUs, libgomp's default wait (spinning, as long as a
+    process's own team fits the CPUs) takes the CPUs the other process's threads need; waiting
+    threads that sleep at once give the CPUs back. The intervals must part, in that direction,
+    on a machine that delivered parallel capacity and was not contended."""
+    host = quick_run / "results" / "e2e"
+    physics.conditions(host).require()
+    s = pd.read_csv(host / "multiprocessing" / "summary.csv")
+    over = s[s["oversubscribed"].astype(bool) & (s["threads"] > 1) & (s["status"] == "ok")]
+    if over.empty:
+        pytest.skip("no multiprocessing point was oversubscribed on this machine's CPUs")
+    pairs = over.pivot_table(
+        index=["processes", "threads"], columns="omp_wait_policy", values=["speedup_ci_low", "speedup_ci_high"]
+    )
+    for split, row in pairs.iterrows():
+        assert row[("speedup_ci_low", "passive")] > row[("speedup_ci_high", "default")], (
+            split,
+            over.to_dict("records"),
+        )
 
 
 @pytest.mark.slow

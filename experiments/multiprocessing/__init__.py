@@ -13,6 +13,19 @@ def parallel_units(point) -> float:
     return float(point["processes"]) * float(point["threads"])
 
 
+def job_env(point) -> dict[str, str | None]:
+    """The job's ``OMP_WAIT_POLICY``: unset for ``default``, else the policy (libgomp reads it
+    once, when torch loads it)."""
+    policy = str(point["omp_wait_policy"])
+    return {"OMP_WAIT_POLICY": None if policy == "default" else policy.upper()}
+
+
+def include(point) -> bool:
+    """A wait policy other than the default only where a process has a team of threads that
+    wait for each other (more than one thread); with one thread the policy changes nothing."""
+    return str(point["omp_wait_policy"]) == "default" or int(point["threads"]) > 1
+
+
 def threads_per_process(point) -> int:
     """Intra-op threads of one training process (a timeline actor)."""
     return int(point["threads"])
@@ -20,13 +33,16 @@ def threads_per_process(point) -> int:
 
 EXPERIMENT = Experiment(
     name="multiprocessing",
-    keys=("processes", "threads"),
+    keys=("processes", "threads", "omp_wait_policy"),
     metrics={"samples_per_s": "samples/s"},
-    group=(),
+    group=("omp_wait_policy",),
     baseline={"processes": 1, "threads": 1},
     parallel_units=parallel_units,
     figures=("multiprocessing_throughput",),
     free_params=frozenset({"warmup_steps", "timeout_s"}),
+    job_env=job_env,
+    later_keys=frozenset({"omp_wait_policy"}),
+    include=include,
     timeline=Timeline(
         title="Training processes: work spans per process, and CPU utilisation",
         kinds=(SpanKind("train", "#009E73", "chunk of training steps"),),

@@ -1,5 +1,10 @@
 """Multiprocessing experiment, analysis: the best split of processes x threads, what
-oversubscription cost, the throughput chart and the points the timeline shows."""
+oversubscription cost, what the OpenMP wait policy changed (the measured cause of the cost),
+the throughput chart and the points the timeline shows.
+
+The best split and the cost of oversubscription are read under the default wait policy (what a
+user gets without setting ``OMP_WAIT_POLICY``), or under the one policy measured; every other
+policy is compared with it split by split."""
 
 from __future__ import annotations
 
@@ -11,21 +16,39 @@ from analysis.plotting import PALETTE, baseline_text, cpus_text, plt, speedup_li
 from analysis.timelines import point_of
 from lab.contract import Analysis, Context
 
-KEYS = ("processes", "threads")
+KEYS = ("processes", "threads", "omp_wait_policy")
+
+#: The wait policy that leaves ``OMP_WAIT_POLICY`` unset.
+DEFAULT = "default"
+
+#: What a waiting OpenMP thread does under each policy (libgomp's manual, "OMP_WAIT_POLICY").
+WAITS = {"default": "spin, then sleep", "passive": "sleep at once", "active": "spin"}
 
 
 def _split(row) -> str:
-    return f"{int(row['processes'])} x {int(row['threads'])}"
+    policy = str(row.get("omp_wait_policy", DEFAULT))
+    tail = "" if policy == DEFAULT else f" (OMP_WAIT_POLICY={policy})"
+    return f"{int(row['processes'])} x {int(row['threads'])}{tail}"
+
+
+def _main(ok):
+    """The rows of the default wait policy, or of the one policy measured (the first in
+    ``ok``'s order) where the default was not."""
+    policies = ok["omp_wait_policy"].astype(str)
+    main = DEFAULT if (policies == DEFAULT).any() or ok.empty else policies.iloc[0]
+    return ok[policies == main]
 
 
 def findings(ctx: Context) -> list[str]:
     """The best split (or that none is clearly faster than 1 x 1) and, if any point was
-    oversubscribed, the worst of those against it. Reads ``ctx.summary`` and ``ctx.host`` (its
-    available CPUs, what was measured while a point ran)."""
+    oversubscribed, the worst of those against it, both under the default wait policy; then
+    each other wait policy against the default (:func:`policy_findings`). Reads ``ctx.summary``
+    and ``ctx.host`` (its available CPUs, what was measured while a point ran)."""
     summary, host = ctx.summary, ctx.host
-    ok = measured(summary)
-    if ok.empty:
+    every = measured(summary)
+    if every.empty:
         return []
+    ok = _main(every)
     best = winner(ok)
     ncpu = host.get("available_cpus")
     if best is None:
@@ -50,13 +73,70 @@ def findings(ctx: Context) -> list[str]:
             f"Oversubscribed ({p} x {t} = {p * t} threads on {ncpu} available CPU{'s' if ncpu != 1 else ''}): "
             f"{fmt_x(worst)} of 1 x 1 where {than}{note(worst, host, p * t)}."
         )
+    return out + policy_findings(every, ncpu)
+
+
+def _verdict(other, base) -> int:
+    """1 where ``other``'s speedup CI lies above ``base``'s, -1 below, 0 where they overlap."""
+    if other["speedup_ci_low"] > base["speedup_ci_high"]:
+        return 1
+    return -1 if other["speedup_ci_high"] < base["speedup_ci_low"] else 0
+
+
+def _pair_text(base, other, ncpu) -> str:
+    """One split under two wait policies: each speedup with its CPU utilisation, and what the
+    difference says (the cause, where the intervals part)."""
+    p, t = int(base["processes"]), int(base["threads"])
+    over = bool(base["oversubscribed"])
+    head = f"{p} x {t}{', oversubscribed' if over else ''}: {fmt_x(other)} of 1 x 1 at {other['cpu_util_pct']:.0f}% CPU"
+    head += f" against {fmt_x(base)} at {base['cpu_util_pct']:.0f}%"
+    ratio = other["median"] / base["median"]
+    verdict = _verdict(other, base)
+    if verdict == 0:
+        return f"{head}, no clear difference"
+    if verdict > 0 and over:
+        why = (
+            f"{ratio:.1f}x the samples/s: with {p * t} threads on {plural(int(ncpu), 'CPU')}, threads that spin while"
+            " they wait held the CPUs the other threads needed"
+        )
+    elif verdict > 0:
+        why = f"{ratio:.1f}x the samples/s"
+    elif not over:
+        why = (
+            f"{1 / ratio:.1f}x fewer samples/s: every thread had a CPU, and a thread that sleeps while it waits wakes"
+            " late for every operation"
+        )
+    else:
+        why = f"{1 / ratio:.1f}x fewer samples/s"
+    return f"{head}, clearly {'faster' if verdict > 0 else 'slower'}: {why}"
+
+
+def policy_findings(every, ncpu) -> list[str]:
+    """One sentence per wait policy other than the default: every split with more than one
+    thread per process (a team whose threads wait for each other) measured under both, compared
+    by their speedups over 1 x 1 of the same policy; their 95% CIs decide "clearly"."""
+    if ncpu is None or "omp_wait_policy" not in every:
+        return []
+    teams = every[every["threads"] > 1]
+    base = teams[teams["omp_wait_policy"].astype(str) == DEFAULT]
+    out = []
+    for policy, sub in teams[teams["omp_wait_policy"].astype(str) != DEFAULT].groupby("omp_wait_policy"):
+        pairs = []
+        for _, row in sub.sort_values(["threads", "processes"]).iterrows():
+            match = base[(base["processes"] == row["processes"]) & (base["threads"] == row["threads"])]
+            if len(match):
+                pairs.append(_pair_text(match.iloc[0], row, ncpu))
+        if pairs:
+            head = f"OpenMP wait policy {policy} (waiting threads {WAITS.get(str(policy), policy)}) against the default"
+            out.append(f"{head} ({WAITS[DEFAULT]}): " + "; ".join(pairs) + ".")
     return out
 
 
 def headlines(ctx: Context) -> list[dict]:
-    """The best processes x threads split for training, from ``ctx.summary``."""
-    summary = ctx.summary
-    ok = measured(summary)
+    """The best processes x threads split for training under the default wait policy (and a
+    faster one under another policy), and where an oversubscribed split was measured under two
+    policies, what the other made of it; from ``ctx.summary``."""
+    ok = _main(measured(ctx.summary))
     if ok.empty:
         return []
     best = winner(ok)
@@ -67,25 +147,70 @@ def headlines(ctx: Context) -> list[dict]:
     else:
         answer = f"{int(best['processes'])} x {int(best['threads'])}, over 1 x 1: {fmt_transfer(best)}"
         answer += unranked_text(ok, best, _split, short=True)
-    return [{"question": "How many training processes x intra-op threads?", "answer": answer}]
+    answer += _better_elsewhere(measured(ctx.summary), ok, best)
+    out = [{"question": "How many training processes x intra-op threads?", "answer": answer}]
+    return out + _policy_headline(measured(ctx.summary))
+
+
+def _better_elsewhere(every, main, best) -> str:
+    """``"; with OMP_WAIT_POLICY=passive: 2 x 2 at 1.32x (95% CI ...)"`` for each other wait
+    policy whose clear winner has a higher speedup than ``best`` (of ``main``, the default
+    policy's points), each over 1 x 1 of its own policy; "" where none has."""
+    out = ""
+    others = every.drop(index=main.index)
+    others = others[others["threads"] > 1]  # with one thread per process no policy changes anything
+    for policy, grp in others.groupby(others["omp_wait_policy"].astype(str)):
+        w = winner(grp)
+        if w is None or w.get("speedup_source") == "baseline":
+            continue
+        if best is None or best.get("speedup_source") == "baseline" or w["speedup"] > best["speedup"]:
+            out += f"; with OMP_WAIT_POLICY={policy}: {int(w['processes'])} x {int(w['threads'])} at {fmt_x(w)}"
+    return out
+
+
+def _policy_headline(every) -> list[dict]:
+    """Where an oversubscribed split was measured under the default wait policy and another:
+    what the other made of it (the cause of oversubscription's cost, measured)."""
+    over = every[every["oversubscribed"].astype(bool) & (every["threads"] > 1)]
+    base = over[over["omp_wait_policy"].astype(str) == DEFAULT]
+    if base.empty:
+        return []
+    worst = base.loc[base["median"].idxmin()]
+    same = (over["processes"] == worst["processes"]) & (over["threads"] == worst["threads"])
+    others = over[same & (over["omp_wait_policy"].astype(str) != DEFAULT)]
+    if others.empty:
+        return []
+    other = others.loc[others["median"].idxmax()]
+    verdict = {1: "clearly faster", -1: "clearly slower", 0: "no clear difference"}[_verdict(other, worst)]
+    answer = (
+        f"at {_split(worst)}, OMP_WAIT_POLICY={other['omp_wait_policy']} {fmt_x(other)} of 1 x 1 against"
+        f" {fmt_x(worst)} with the default ({verdict})"
+    )
+    return [{"question": "What does oversubscription's cost come from?", "answer": answer}]
 
 
 def multiprocessing_throughput(ctx: Context) -> Figure:
-    """Speedup of total training samples/s over 1 process x 1 thread, against processes, one
-    line per threads-per-process; oversubscribed points marked. Reads ``ctx.summary`` and
-    ``ctx.host`` (its available CPUs: the ideal line)."""
+    """Speedup of total training samples/s over 1 process x 1 thread (of the same OpenMP wait
+    policy), against processes, one colour per threads-per-process and one line style per wait
+    policy (dashed: not the default, drawn a little to the right); oversubscribed points marked.
+    Reads ``ctx.summary`` and ``ctx.host`` (its available CPUs: the ideal line)."""
     summary, host = ctx.summary, ctx.host
     fig, ax = plt.subplots(figsize=(9.5, 4.4))
     ncpu = host.get("available_cpus")
-    for j, (threads, sub) in enumerate(summary.groupby("threads")):
+    threads_order = sorted(summary["threads"].unique())
+    policies = sorted(summary["omp_wait_policy"].astype(str).unique(), key=lambda v: (v != DEFAULT, v))
+    for (policy, threads), sub in summary.groupby([summary["omp_wait_policy"].astype(str), "threads"]):
         sub = sub.sort_values("processes")
-        speedup_line(
-            ax, sub["processes"], sub, PALETTE[j % len(PALETTE)], label=f"{plural(threads, 'thread')} per process"
-        )
+        k = policies.index(policy)
+        label = f"{plural(threads, 'thread')} per process"
+        label += "" if policy == DEFAULT else f", OMP_WAIT_POLICY={policy}"
+        x = sub["processes"] * (1 + 0.03 * k)
+        colour = PALETTE[threads_order.index(threads) % len(PALETTE)]
+        speedup_line(ax, x, sub, colour, label=label, linestyle="-" if policy == DEFAULT else "--")
         over = sub[sub["oversubscribed"].astype(bool)]
         if len(over):
             ax.scatter(
-                over["processes"],
+                over["processes"] * (1 + 0.03 * k),
                 over["speedup"],
                 s=110,
                 marker="s",
@@ -106,27 +231,39 @@ def multiprocessing_throughput(ctx: Context) -> Figure:
     ax.set_xlabel("training processes (P)")
     ax.set_ylabel("speedup of total samples/s over 1 x 1 (x)")
     ax.set_ylim(bottom=0)
+    base = summary[summary["omp_wait_policy"].astype(str) == policies[0]]
     ax.set_title(
         f"torch.multiprocessing: P processes x T threads on {cpus_text(ncpu)} available\n"
-        f"({baseline_text(summary, 'samples/s')} at 1 x 1)",
+        f"({baseline_text(base, 'samples/s')} at 1 x 1{'' if policies == [DEFAULT] else ', default wait policy'})",
         fontsize=10,
     )
-    speedup_note(fig, " Orange square: oversubscribed.")
+    waits = "" if policies == [DEFAULT] else " Dashed: OMP_WAIT_POLICY as labelled; solid: unset (the default)."
+    speedup_note(fig, " Orange square: oversubscribed." + waits)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     return fig
 
 
 def timeline_points(ctx: Context) -> list[dict]:
-    """1 x 1, the best point and the point with the most threads in all (P x T), from
-    ``ctx.summary``."""
+    """1 x 1, the best point and the point with the most threads in all (P x T) under the
+    default wait policy (or the one measured), then that last split under another policy where
+    one was measured, from ``ctx.summary``; each point once."""
     summary = ctx.summary
     ok = summary[summary["status"] == "ok"]
     if ok.empty:
         return []
-    base = ok[(ok["processes"] == 1) & (ok["threads"] == 1)]
-    best = ok[ok["best"]]
-    most = ok.loc[[(ok["processes"] * ok["threads"]).idxmax()]]
-    return [point_of(r, KEYS) for part in (base, best, most) for _, r in part.head(1).iterrows()]
+    main = _main(ok)
+    base = main[(main["processes"] == 1) & (main["threads"] == 1)]
+    best = main[main["best"]]
+    most = main.loc[[(main["processes"] * main["threads"]).idxmax()]]
+    top = most.iloc[0]
+    policy = ok["omp_wait_policy"].astype(str)
+    alt = ok[
+        (ok["processes"] == top["processes"])
+        & (ok["threads"] == top["threads"])
+        & (policy != str(top["omp_wait_policy"]))
+    ]
+    points = [point_of(r, KEYS) for part in (base, best, most, alt) for _, r in part.head(1).iterrows()]
+    return [p for i, p in enumerate(points) if p not in points[:i]]
 
 
 ANALYSIS = Analysis(

@@ -15,6 +15,17 @@ workers are forked; the method used is recorded in every row.
 
 Points where P x T exceeds the available CPUs are oversubscribed (column ``oversubscribed``):
 the threads then fight over cores and context-switch.
+
+OpenMP wait policy (``omp_wait_policy``): torch's intra-op threads are an OpenMP team (GNU
+libgomp in the Linux wheels). A thread that has finished its share of an operation waits for
+the next one: with ``OMP_WAIT_POLICY`` unset (``default``) libgomp spins (up to
+``GOMP_SPINCOUNT``, 300,000 iterations, when a process's team fits its CPUs; libgomp does not
+see the other processes), then sleeps; ``passive`` sleeps at once (a futex), ``active`` spins
+without a limit (libgomp's manual, "OMP_WAIT_POLICY" and "GOMP_SPINCOUNT"). Spinning costs a
+CPU that another process's thread may need; sleeping costs the wake-up latency of every
+operation. libgomp reads the variable once, when torch loads it, so the point's job starts
+with it set (:attr:`lab.declare.Experiment.job_env`) and its baseline 1 x 1 runs under the same
+policy (a single thread never waits for a team).
 """
 
 from __future__ import annotations
@@ -57,6 +68,12 @@ class Params(Declared):
     sample_hz: float = sample_hz_field()
     start_method: Literal["fork", "forkserver", "spawn"] = param(
         "fork", help="multiprocessing start method of the workers"
+    )
+    omp_wait_policy: Literal["default", "passive", "active"] = param(
+        "default",
+        config=["default", "passive"],
+        help="OMP_WAIT_POLICY of the job (default: unset, OpenMP threads spin a while before they sleep;"
+        " passive: sleep at once; active: spin)",
     )
     timeout_s: float = param(
         600.0, above=0, in_config=False, unit="s", help="give up waiting for a worker after this long"
