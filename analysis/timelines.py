@@ -177,8 +177,10 @@ def _utilisation(ax, sa: pd.DataFrame, ncpu) -> None:
 
 
 def _group_ends(experiment: str, points: list[dict], ends: list[float]) -> list[float]:
-    """Per point, the longest window among the points of its group: same work, same time scale."""
-    group = registry.get(experiment).spec.group
+    """Per point, the longest window among the points that share its time scale (same work: the
+    timeline's ``scale_keys``, else the experiment's group)."""
+    spec = registry.get(experiment).spec
+    group = spec.timeline.scale_keys if spec.timeline and spec.timeline.scale_keys is not None else spec.group
     keys = [tuple(p[g] for g in group) for p in points]
     longest: dict[tuple, float] = {}
     for k, e in zip(keys, ends):

@@ -136,6 +136,7 @@ class Timeline:
         roles: the windows drawn per point, by ``role`` (in order), and what each is called: by
             default the point's own (``{"point": ""}``); the workload draws its current settings
             (``baseline``) above the recommendation (``point``).
+        scale_keys: keys whose points share the time axis's scale (same work); None: the group.
     """
 
     title: str
@@ -143,6 +144,7 @@ class Timeline:
     on_cpu_share: bool = False
     threads_per_actor: Callable[[Mapping[str, Any]], int] = one_thread
     roles: Mapping[str, str] = field(default_factory=lambda: {"point": ""})
+    scale_keys: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -198,9 +200,8 @@ class Experiment:
             started without them stops before it measures (:func:`lab.cli.check_job_env`).
         include: which points of the swept grid run (``{key: config value}`` -> bool; default:
             every one), to leave out points where a swept value changes nothing.
-        later_keys: keys added after the experiment first wrote results; where a host's tables
-            lack one, the comparison of hosts reads it as not recorded (any other missing key
-            column is an error).
+        later_keys: keys added after it first wrote results: a host's tables without one are
+            compared with it read as not recorded (any other missing key column is an error).
         check_config: checks the experiment's config section (defaults filled in) at parse time
             beyond what its JSON Schema can say, before any job runs (the workload's entry
             point must exist); raises ValueError with one line naming the key.

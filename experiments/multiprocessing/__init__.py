@@ -48,6 +48,7 @@ EXPERIMENT = Experiment(
         kinds=(SpanKind("train", "#009E73", "chunk of training steps"),),
         on_cpu_share=True,
         threads_per_actor=threads_per_process,
+        scale_keys=(),  # the same work per process at every point, under every wait policy
     ),
     columns={
         "samples_per_s": Col("float", "`processes x steps x batch_size / wall_s`, all processes together"),
