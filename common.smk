@@ -18,6 +18,7 @@ from analysis.runinfo import RUN_FIGURES
 from lab import registry
 from lab.userenv import capture as capture_user_env
 from lab.server import export as export_job_server
+from lab.threads import env_command
 from lab.interpreters import labels as interpreter_labels
 from lab.host import (
     available_cpus,
@@ -249,12 +250,7 @@ def point_args(wildcards):
 def point_env(wildcards):
     """`env` words that start a point's job with what its experiment's `job_env` asks for
     (`env -u NAME` unsets, `env NAME=VALUE` sets); '' where it asks for nothing."""
-    env = REGISTRY[wildcards.experiment].spec.env_of(point_of(wildcards))
-    if not env:
-        return ""
-    unset = [f"-u {shlex.quote(k)}" for k, v in env.items() if v is None]
-    assign = [shlex.quote(f"{k}={v}") for k, v in env.items() if v is not None]
-    return " ".join(["env", *unset, *assign])
+    return env_command(REGISTRY[wildcards.experiment].spec.env_of(point_of(wildcards)))
 
 
 def point_dirs(wildcards):

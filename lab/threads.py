@@ -12,6 +12,7 @@ inside a job: :data:`LOAD_TIME_VARIABLES` and :func:`check_job_env`.
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Mapping
 
 
@@ -84,6 +85,17 @@ LOAD_TIME_VARIABLES = (
 )
 
 
+def env_command(wanted: Mapping[str, str | None]) -> str:
+    """The ``env`` words that start a command with ``wanted`` (``{name: value}``; ``None``:
+    unset), shell-quoted: ``env -u OMP_WAIT_POLICY`` or ``env OMP_WAIT_POLICY=PASSIVE``; ""
+    for nothing."""
+    if not wanted:
+        return ""
+    unset = [f"-u {shlex.quote(k)}" for k, v in wanted.items() if v is None]
+    assign = [shlex.quote(f"{k}={v}") for k, v in wanted.items() if v is not None]
+    return " ".join(["env", *unset, *assign])
+
+
 def check_job_env(wanted: Mapping[str, str | None], command: str) -> str | None:
     """Why this process cannot measure a point whose job must start with ``wanted``
     (:attr:`lab.declare.Experiment.job_env`: ``{name: value}``, ``None`` for unset), or None
@@ -95,8 +107,7 @@ def check_job_env(wanted: Mapping[str, str | None], command: str) -> str | None:
         return None
     have = ", ".join(f"{k}={os.environ[k]}" if k in os.environ else f"{k} unset" for k in wrong)
     need = ", ".join(f"{k}={v}" if v is not None else f"{k} unset" for k, v in wrong.items())
-    prefix = " ".join(["env", *(f"-u {k}" for k, v in wrong.items() if v is None)])
-    prefix += "".join(f" {k}={v}" for k, v in wrong.items() if v is not None)
+    prefix = env_command(wrong)
     return (
         f"this point needs {need} in the environment its process started with ({have} here): the library reads it"
         f" once, when it loads, so the job cannot set it itself. The workflow sets it; by hand: {prefix} {command} ..."
