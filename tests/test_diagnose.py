@@ -98,4 +98,10 @@ def test_three_answers_and_what_an_incomplete_search_did_not_try():
         " (the diagnosis expected about 22 s: the comparisons took longer than its steps predicted)"
     )
     assert incomplete_text(slow | {"search": {**slow["search"], "needed_s": 60}}).endswith("before it converged")
+    # knobs left untried although the estimate fit the budget (seen: 3 of 4 in 34 s, 25 s expected)
+    short = _d(stopped="budget", untried=["num_workers"], order=list(KNOBS[:4]), budget_s=34, needed_s=25)
+    assert incomplete_text(short) == (
+        "search incomplete: 3 of 4 knobs tried in its 34 s budget; the diagnosis expected about 25 s for all:"
+        " the comparisons took longer than its steps predicted; not tried: num_workers"
+    )
     assert outcome({"status": "failed"}) == "failed"

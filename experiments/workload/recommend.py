@@ -173,8 +173,10 @@ def outcome(d: dict) -> str:
 
 def incomplete_text(d: dict) -> str:
     """``search incomplete: 4 of 6 knobs tried in its 45 s budget; about 240 s would try all;
-    not tried: threads, precision``; where every knob was tried but the budget ended the search
-    before it converged, that, and the diagnosis's estimate it overran (``needed_s``, from the
+    not tried: threads, precision`` (where the diagnosis's estimate was within the budget, that
+    the comparisons took longer than it predicted, instead of "would try all"); where every knob
+    was tried but the budget ended the search before it converged, that, and the diagnosis's
+    estimate it overran (``needed_s``, from the
     diagnosis's step time: contention or a slower machine stretches the comparisons); "" for a
     search that tried every knob and ended on its own."""
     s = d.get("search") or {}
@@ -193,8 +195,11 @@ def incomplete_text(d: dict) -> str:
         return text
     head = f"{len(planned) - len(untried)} of {len(planned)} knobs tried" if planned else "its budget ran out"
     text = f"search incomplete: {head} in its {budget:.0f} s budget"
-    if needed:
+    if needed and needed > budget:
         text += f"; about {needed:.0f} s would try all"
+    elif needed:  # within the budget by the diagnosis's estimate, yet the budget ran out
+        text += f"; the diagnosis expected about {needed:.0f} s for all: the comparisons took longer"
+        text += " than its steps predicted"
     return text + (f"; not tried: {', '.join(untried)}" if untried else "")
 
 
