@@ -279,7 +279,7 @@ multiprocessing:
 #: A point of each experiment of INTERRUPT_CONFIG: the interrupted runs target one each.
 INTERRUPT_TARGETS = {
     "dataloader": "results/int/dataloader/dataset~io/num_workers~2/metrics.csv",
-    "multiprocessing": "results/int/multiprocessing/processes~2/threads~1/metrics.csv",
+    "multiprocessing": "results/int/multiprocessing/processes~2/threads~1/omp_wait_policy~default/metrics.csv",
 }
 
 #: How long the processes of an interrupted run may take to end (s): an orphan never does.

@@ -308,9 +308,11 @@ def test_adaptive_rounds_stop_on_target_and_on_budget():
 
     p = gil.Params(workload="io", mode="threads", workers=2, io_iterations=2, warmup=0, repeats=6)
     base = gil.Params(workload="io", mode="sequential", workers=2, io_iterations=2, warmup=0, repeats=6)
-    # sleeping threads: the ratio is about 2.00 every round, so 6 rounds reach a 10% target
+    # sleeping threads: the ratio is about 2.00 every round, so a 10% target is reached, after 6
+    # rounds on an idle machine (12 in a CI run where kdamond contended most points)
     res = gil.run(p, base, rounds=Rounds(6, 10.0, 30.0, 40, "tasks_per_s"))
-    assert res.rounds["stopped"] == "target" and res.rounds["done"] == 6, res.rounds
+    assert res.rounds["stopped"] == "target" and 6 <= res.rounds["done"] < 40, res.rounds
+    assert res.rounds["ci_half_width_pct"] <= 10.0, res.rounds
     assert {r["rounds_stopped"] for r in res.rows} == {"target"}
     # an impossible target: the budget ends it, after at least the 6 rounds
     res = gil.run(p, base, rounds=Rounds(6, 0.001, 1.0, 40, "tasks_per_s"))

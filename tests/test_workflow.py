@@ -162,12 +162,13 @@ def test_measurement_jobs_never_overlap(quick_run):
     jobs = [json.loads(p.read_text()) for p in (quick_run / "results" / "e2e").rglob("job.json")]
     assert len(jobs) >= 20
     from lab.host import NO_SPACES, measurement_tmpdir
+    from lab.threads import LOAD_TIME_VARIABLES
 
     short_tmp = measurement_tmpdir(str(quick_run))
     assert " " in str(quick_run) and not re.search(r"\s", short_tmp)
     for j in jobs:  # caches inside the pipeline's directory, TMPDIR in the short one it owns
         for var, path in j["env"].items():
-            if var.endswith("_NUM_THREADS"):
+            if var.endswith("_NUM_THREADS") or var in LOAD_TIME_VARIABLES:  # counts and settings, not paths
                 continue
             if var == "TMPDIR":
                 assert path == short_tmp and len(path) < 50, path
@@ -394,6 +395,26 @@ def test_changing_one_sweep_value_reruns_only_what_depends_on_it(quick_run, tmp_
 
     assert counts.get("figure", 0) <= 3 + len(RUN_FIGURES)  # the three gil figures and the run's own
     assert "selfcheck" not in counts and "host_info" not in counts
+
+
+@pytest.mark.slow
+def test_changed_analysis_code_redoes_its_analysis_and_measures_nothing(quick_run):
+    """An update that changes one experiment's analysis module (its mtime, as a checkout leaves
+    it) redoes that experiment's analysis, figures and the report, and measures nothing; the
+    file's time is put back, so the run is as it was for the other tests."""
+    module = quick_run / "experiments" / "jit" / "analysis.py"
+    before = module.stat()
+    os.utime(module, (before.st_atime + 3600 * 24, before.st_mtime + 3600 * 24))
+    try:
+        proc = snakemake_in(quick_run, "-n", "--cores", "4", *QUICK_CONFIG, "--config", "host=e2e")
+    finally:
+        os.utime(module, (before.st_atime, before.st_mtime))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    stats = proc.stdout.split("Job stats:")[1].split("\n\n")[0]
+    counts = {line.split()[0]: int(line.split()[1]) for line in stats.splitlines()[3:] if line.strip()}
+    assert counts["analyse"] == 1 and counts["report"] == 1, counts  # jit's, and the report built on it
+    assert counts["figure"] == len(SPECS["jit"].all_figures), counts
+    assert "measure" not in counts and "selfcheck" not in counts, counts
 
 
 @pytest.mark.slow
