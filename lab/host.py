@@ -75,6 +75,9 @@ NO_SPACES = ("TMPDIR", "TORCHINDUCTOR_CACHE_DIR")
 #: shared by its worker processes and removed when it ends (:func:`job_scratch`).
 JOB_SCRATCH = "LAB_JOB_SCRATCH"
 
+#: torch.compile's cache inside a job's scratch directory (:func:`job_scratch`).
+INDUCTOR_CACHE = "inductor"
+
 
 @contextmanager
 def job_scratch(sweep: bool = False) -> Iterator[Path]:
@@ -82,9 +85,11 @@ def job_scratch(sweep: bool = False) -> Iterator[Path]:
     ``$TMPDIR`` (the pipeline's own, without spaces: :data:`NO_SPACES`), removed after.
 
     A job's worker processes are forked inside it and inherit the variable, so the first one
-    finds the directory empty and later ones find what it wrote: the jit experiment keeps
-    torch.compile's cache there, so that its first call is measured cold in the first worker
-    process and with the cache filled in later ones, whatever earlier runs left behind.
+    finds the directory empty and later ones find what it wrote. torch.compile's on-disk cache
+    (``$TORCHINDUCTOR_CACHE_DIR``, :data:`INDUCTOR_CACHE` inside it) is kept there for every
+    experiment, its previous value put back after: a first call is measured cold in a job's first
+    worker process and with the cache filled in later ones, whatever earlier runs left behind
+    (the jit experiment reports both; the workload's torch.compile candidates pay the same).
 
     Args:
         sweep: first remove the ``job-*`` directories of earlier jobs in ``$TMPDIR`` (a job
@@ -96,12 +101,18 @@ def job_scratch(sweep: bool = False) -> Iterator[Path]:
         for old in Path(tempfile.gettempdir()).glob("job-*"):
             shutil.rmtree(old, ignore_errors=True)
     path = Path(tempfile.mkdtemp(prefix="job-"))
+    cache_before = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     os.environ[JOB_SCRATCH] = str(path)
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path / INDUCTOR_CACHE)
     try:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
         os.environ.pop(JOB_SCRATCH, None)
+        if cache_before is None:
+            os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+        else:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_before
 
 
 def prepare_environment(code_dir: str, owned_dir: str, short_dir: str | None = None) -> dict[str, str]:

@@ -351,10 +351,13 @@ def test_job_scratch_is_fresh_named_removed_and_swept(monkeypatch, tmp_path):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     (tmp_path / "job-left-by-a-killed-job").mkdir()
     (tmp_path / "other").mkdir()
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "pipeline-cache"))
     with job_scratch() as first:
         assert os.environ[JOB_SCRATCH] == str(first) and first.parent == tmp_path and not any(first.iterdir())
+        assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(first / "inductor")  # every job compiles cold
         (first / "f").write_text("x")
     assert JOB_SCRATCH not in os.environ and not first.exists()
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "pipeline-cache")  # put back
     assert (tmp_path / "job-left-by-a-killed-job").exists()  # without the lock, nothing is swept
     with job_scratch(sweep=True) as second:
         assert sorted(p.name for p in tmp_path.iterdir()) == sorted([second.name, "other"])

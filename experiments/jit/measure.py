@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Literal
 
 from lab.capabilities import cxx_compiler
-from lab.host import JOB_SCRATCH
+from lab.host import INDUCTOR_CACHE, JOB_SCRATCH
 from lab.params import Declared, param, repeats_field, sample_hz_field
 from lab.results import Measured, RunResult, interleave
 from lab.rounds import Rounds
@@ -128,7 +128,7 @@ def inductor_cache() -> tuple[bool, Path | None]:
     also puts the variable back)."""
     scratch = os.environ.get(JOB_SCRATCH)
     own = None if scratch else Path(tempfile.mkdtemp(prefix="inductor-"))
-    cache = own or Path(scratch) / "inductor"
+    cache = own or Path(scratch) / INDUCTOR_CACHE
     cold = not cache.is_dir() or not any(cache.iterdir())
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
     return cold, own
