@@ -298,9 +298,27 @@ def mixed_nodes_flag():
     return "--allow-mixed-nodes" if allow else ""
 
 
+def code_files(*packages):
+    """The Python modules of `packages` (directories of the checkout), sorted: inputs of the
+    rules that run them, so that changed analysis or report code redoes the analysis, figures
+    and report from the measurements there are (code alone never reruns a measurement).
+    """
+    return sorted(str(p) for d in packages for p in Path(d).glob("*.py"))
+
+
+#: What every analysis job runs: the analysis package and the lab's core.
+ANALYSIS_CODE = code_files("analysis", "lab")
+
+
+def experiment_code(exp):
+    """The analysis code of one experiment: :data:`ANALYSIS_CODE` and its package's modules."""
+    return ANALYSIS_CODE + code_files(os.path.relpath(REGISTRY[exp].path))
+
+
 def analysis_inputs(wildcards):
     exp = wildcards.experiment
     return {
+        "code": experiment_code(exp),
         "host": f"results/{wildcards.host}/host.json",
         "user_env": f"results/{wildcards.host}/user_env.json",
         "interpreters": f"results/{wildcards.host}/interpreters.json",
@@ -316,11 +334,13 @@ def figure_inputs(wildcards):
     host = f"results/{wildcards.host}"
     if exp is None:  # a figure of the whole run
         return {
+            "code": ANALYSIS_CODE,
             "jobs": f"{host}/jobs.csv",
             "capacity": f"{host}/capacity.csv",
             "host": f"{host}/host.json",
         }
     return {
+        "code": experiment_code(exp),
         "summary": f"{host}/{exp}/summary.csv",
         "replicates": f"{host}/{exp}/replicates.csv",
         "findings": f"{host}/{exp}/findings.json",
@@ -334,9 +354,10 @@ def figure_inputs(wildcards):
 def trace_inputs(wildcards):
     host = f"results/{wildcards.host}"
     if wildcards.trace == "jobs":
-        return {"jobs": f"{host}/jobs.csv"}
+        return {"code": ANALYSIS_CODE, "jobs": f"{host}/jobs.csv"}
     exp = wildcards.trace
-    return {"spans": f"{host}/{exp}/spans.csv", "samples": f"{host}/{exp}/samples.csv"}
+    spans, samples = f"{host}/{exp}/spans.csv", f"{host}/{exp}/samples.csv"
+    return {"code": experiment_code(exp), "spans": spans, "samples": samples}
 
 
 def summary_files(wildcards):
@@ -346,6 +367,7 @@ def summary_files(wildcards):
 def fidelity_inputs(wildcards):
     host = wildcards.host
     return {
+        "code": ANALYSIS_CODE,
         "host": f"results/{host}/host.json",
         "selfcheck": f"results/{host}/selfcheck/metrics.csv",
         "summaries": summary_files(wildcards),
@@ -386,6 +408,7 @@ def report_inputs(wildcards):
         "figures": [f"results/{host}/figures/{fig}.png" for fig in RUN_FIGURES],
         "traces": [f"results/{host}/traces/jobs.json"],
         "text": report_text(),
+        "code": ANALYSIS_CODE + code_files("report"),
     }
     for exp in EXPERIMENTS:
         files["summaries"].append(f"results/{host}/{exp}/summary.csv")

@@ -55,6 +55,7 @@ rule run_info:
     input:
         host="results/{host}/host.json",
         jobs=job_files,
+        code=ANALYSIS_CODE,
     output:
         run="results/{host}/run.json",
         jobs="results/{host}/jobs.csv",
@@ -108,6 +109,7 @@ rule trace:
 rule artefact:
     input:
         findings="results/{host}/{experiment}/findings.json",
+        code=lambda wildcards: experiment_code(wildcards.experiment),
     output:
         "results/{host}/{experiment}/{artefact}",
     log:
