@@ -284,7 +284,7 @@ def cli_main(exp, argv: list[str] | None = None) -> int:
         metric=exp.spec.metric,
         columns=exp.spec.columns,
         columns_at=f"EXPERIMENT.columns ({exp.path / '__init__.py'})",
-        job_env=exp.spec.env_of if exp.spec.job_env is not None else None,
+        job_env=exp.spec.env_of,
     )
 
 
