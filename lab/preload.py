@@ -13,16 +13,13 @@ import importlib
 import runpy
 import sys
 
+#: What :func:`fresh` imports before the job: what a measurement job that uses torch needs.
+FRESH_PRELOAD = ("numpy", "psutil", "torch", "torch.nn", "torch.utils.data", "lab.cli", "lab.results")
+
 #: Modules the server imports before it forks jobs (each experiment's measurement and analysis
-#: modules are added by :func:`serve`): what every job would otherwise import at its start.
+#: modules are added by :func:`lab.server.serve`): what every job would otherwise import at its start.
 PRELOAD = (
-    "numpy",
-    "psutil",
-    "torch",
-    "torch.nn",
-    "torch.utils.data",
-    "lab.cli",
-    "lab.results",
+    *FRESH_PRELOAD,
     "pandas",
     "scipy.stats",
     "analysis.plotting",  # matplotlib, headless
@@ -47,10 +44,6 @@ def warm() -> None:
     import torch
 
     torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
-
-
-#: What :func:`fresh` imports before the job: what a measurement job that uses torch needs.
-FRESH_PRELOAD = ("numpy", "psutil", "torch", "torch.nn", "torch.utils.data", "lab.cli", "lab.results")
 
 
 def fresh(module: str, args: list[str]) -> int:
