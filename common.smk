@@ -69,10 +69,12 @@ _SERVER = {}
 def start_job_server():
     """Snakemake's onstart: start the job server if this run has jobs for it, with the
     environment Snakemake gives a measurement job (thread variables = all cores, its TMPDIR), so
-    that what torch and OpenMP read when they load is what a job would read."""
+    that what torch and OpenMP read when they load is what a job would read; and a variant
+    server for each load-time setting the run's measurement jobs ask for (`job_env`)."""
     if executor_name().rsplit("-", 1)[-1] != "local" or not JOB_SERVER:
         return
-    if all(j.rule.name in UNSERVED_RULES for j in workflow.dag.needrun_jobs()):
+    jobs = list(workflow.dag.needrun_jobs())
+    if all(j.rule.name in UNSERVED_RULES for j in jobs):
         return
     from lab import server
 
@@ -81,14 +83,21 @@ def start_job_server():
         env[f"{var}_NUM_THREADS"] = str(workflow.cores)
     env["VECLIB_MAXIMUM_THREADS"] = str(workflow.cores)
     os.makedirs(MEASURE_TMPDIR, exist_ok=True)
-    _SERVER["proc"] = server.start(JOB_SERVER, env, f"{MEASURE_TMPDIR}/server.log")
+    wanted = [
+        REGISTRY[j.wildcards.experiment].spec.env_of(point_of(j.wildcards))
+        for j in jobs
+        if j.rule.name == "measure"
+    ]
+    _SERVER["procs"] = server.start(
+        JOB_SERVER, env, f"{MEASURE_TMPDIR}/server.log", wanted
+    )
 
 
 def stop_job_server():
     """Snakemake's onsuccess and onerror: stop the job server, if one was started."""
     from lab import server
 
-    server.stop(_SERVER.pop("proc", None))
+    server.stop(_SERVER.pop("procs", []))
 
 
 def host_cpus(host):

@@ -1,10 +1,11 @@
 """What a job finds imported when it starts: the job server's preload, and a fresh job's.
 
-A measurement job forked from the job server (:mod:`lab.server`) starts with torch, numpy,
+A measurement job forked from a job server (:mod:`lab.server`) starts with torch, numpy,
 psutil and every experiment's modules already imported; a job that must start as a fresh
-process (its OpenMP settings differ from the server's: :data:`lab.threads.LOAD_TIME_VARIABLES`)
-imports what a measurement that uses torch needs before it begins (:func:`fresh`), so that its
-worker processes, and the processes they fork, do not import it each again.
+process (its OpenMP settings differ from every server's, :data:`lab.threads.LOAD_TIME_VARIABLES`:
+a job run by hand beside a running workflow) imports what a measurement that uses torch needs
+before it begins (:func:`fresh`), so that its worker processes, and the processes they fork, do
+not import it each again.
 """
 
 from __future__ import annotations

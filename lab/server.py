@@ -23,12 +23,12 @@ Protocol (``AF_UNIX`` stream socket, one connection per job):
   status (``128 + signal`` for a job killed by a signal, as a shell reports it); a client that
   vanishes (SIGKILL) closes its connection, and the server then kills the job's group.
 
-Where no server answers (a job run by hand, a cluster node, a server that is not up), the
-client runs the module itself, in its own process (``os.execv``): the same job, slower to start.
-So does a job whose environment sets what a library reads only when it loads otherwise than the
-server's did (:data:`lab.threads.LOAD_TIME_VARIABLES`, e.g. ``OMP_WAIT_POLICY``): the server answers
-``{"fresh": [names]}`` instead of forking, since a forked job would run with the server's values,
-and the client runs the job through :func:`fresh`, which imports torch as the server did first.
+A job whose environment sets what a library reads only when it loads otherwise than the server's
+did (:data:`lab.threads.LOAD_TIME_VARIABLES`, e.g. ``OMP_WAIT_POLICY``) would run with the server's
+values if forked: the server answers ``{"fresh": [names]}``, and the client asks the variant server
+started with those settings (:func:`variant_socket`; :func:`start` starts one per setting the run's
+jobs ask for). Where none answers (a job run by hand, a cluster node), the client runs the module
+itself (``os.execv``; through :func:`fresh`, which imports torch first, for such a job).
 
 The workflow starts the server in Snakemake's ``onstart`` handler and stops it in ``onsuccess``
 and ``onerror`` (:func:`start`, :func:`stop`); it dies with Snakemake otherwise (its parent-death
@@ -37,7 +37,7 @@ whole process group.
 
 Usage::
 
-    python -m lab.server serve --socket PATH [--preload MODULE ...]
+    python -m lab.server serve --socket PATH
     python -m lab.server run --socket PATH -- experiments.gil --workers 2 ...
     python -m lab.server fresh -- lab.point multiprocessing ...   (what ``run`` falls back to)
 """
@@ -56,10 +56,11 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from lab.preload import PRELOAD, fresh, preload_one, warm
-from lab.threads import LOAD_TIME_VARIABLES
+from lab.threads import LOAD_TIME_VARIABLES, load_time_key, with_env
 
 #: The environment variable that names the server's socket for :func:`launch` (set by the
 #: workflow, common.smk).
@@ -145,15 +146,15 @@ def _kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
         pass
 
 
-def serve(path: str, preload: list[str] | None = None) -> int:
-    """Import :data:`PRELOAD` (and ``preload``), then listen on ``path`` and fork one child per
+def serve(path: str) -> int:
+    """Import :data:`PRELOAD` and every experiment's modules, then listen on ``path`` and fork one child per
     connection until SIGTERM, SIGINT or the death of the parent (see the module docstring)."""
     from lab import registry
     from lab.host import set_parent_death_signal
 
     parent = os.getppid()
     set_parent_death_signal(signal.SIGTERM)
-    for name in [*PRELOAD, *(preload or [])]:
+    for name in PRELOAD:
         preload_one(lambda name=name: importlib.import_module(name), name)
     for exp in registry.experiments().values():
         preload_one(exp.measurement, f"{exp.package}.measure")
@@ -248,17 +249,31 @@ def _reap(jobs: dict[int, socket.socket]) -> None:
             conn.close()
 
 
+def _connect(path: str | None) -> socket.socket | None:
+    """A connection to the server at ``path``; None where none answers."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(path or "")
+        return conn
+    except OSError:
+        conn.close()
+
+
+def _ask(conn: socket.socket, request: dict):
+    """Send ``request`` with this process's standard streams; ``(replies, first reply)``."""
+    socket.send_fds(conn, [(json.dumps(request) + "\n").encode()], [0, 1, 2])
+    replies = conn.makefile("rb")
+    return replies, _recv_line(replies)
+
+
 def launch(path: str | None, module: str, args: list[str]) -> int:
-    """Run ``python -m module args`` as a job of the server at ``path``; where none answers, or
-    where the job's environment differs from the server's in :data:`lab.threads.LOAD_TIME_VARIABLES`, in
-    this process (``os.execv``, which does not return). Returns the job's exit status."""
-    conn = None
-    if path:
-        try:
-            conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            conn.connect(path)
-        except OSError:
-            conn = None
+    """Run ``python -m module args`` as a job of the server at ``path``. A job whose environment
+    differs from that server's in :data:`lab.threads.LOAD_TIME_VARIABLES` goes to the variant
+    server started with its settings (:func:`variant_socket`), where there is one. Where no
+    server answers, or none has the job's settings, the job runs in this process (``os.execv``,
+    which does not return; through :func:`lab.preload.fresh` for the latter). Returns the job's
+    exit status."""
+    conn = _connect(path)
     if conn is None:
         os.execv(sys.executable, [sys.executable, "-m", module, *args])
     # The relay is in place before the job can start: a signal that arrives before the server
@@ -274,12 +289,14 @@ def launch(path: str | None, module: str, args: list[str]) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, relay)
     request = {"module": module, "args": args, "cwd": os.getcwd(), "env": dict(os.environ)}
-    socket.send_fds(conn, [(json.dumps(request) + "\n").encode()], [0, 1, 2])
-    replies = conn.makefile("rb")
-    reply = _recv_line(replies)
+    replies, reply = _ask(conn, request)
     if reply is not None and "fresh" in reply:
         replies.close()
         conn.close()
+        conn = None if received else _connect(variant_socket(path, os.environ))
+        if conn is not None:
+            replies, reply = _ask(conn, request)
+    if conn is None or (reply is not None and "fresh" in reply):
         if received:  # interrupted before the job began: it does not begin
             return 128 + received[0]
         os.execv(sys.executable, [sys.executable, "-m", "lab.server", "fresh", "--", module, *args])
@@ -303,42 +320,55 @@ def export(path: str) -> None:
     os.environ[SOCKET_VARIABLE] = path
 
 
-def start(path: str, env: dict[str, str], log: str) -> subprocess.Popen:
+def variant_socket(path: str, env: Mapping[str, str]) -> str:
+    """The socket of the server started with ``env``'s load-time settings beside the server at
+    ``path``: ``path.<digest>`` (:func:`lab.threads.load_time_key`), found from a job's own env."""
+    return f"{path}.{load_time_key(env)}"
+
+
+def start(path: str, env: dict[str, str], log: str, variants: Iterable[Mapping] = ()) -> list[subprocess.Popen]:
     """Start a server on ``path`` with environment ``env`` (a measurement job's, so that what torch
-    reads at import is what a job would read), its output to ``log``; wait until it listens.
+    reads at import is what a job would read), its output to ``log``, and one variant server for
+    each distinct environment of ``variants`` (``{name: value}``, ``None``: unset; what the run's
+    jobs ask for, :attr:`lab.declare.Experiment.job_env`) whose load-time settings differ from
+    ``env``'s, on :func:`variant_socket` with its log beside ``log``. They import at once (on 2
+    CPUs two imports take about as long as one); returns when all listen, the main one first.
 
     Raises:
-        RuntimeError: if it exits or does not listen within :data:`READY_TIMEOUT_S`, naming its log.
+        RuntimeError: if one exits or does not listen within :data:`READY_TIMEOUT_S`, naming its log.
     """
     from lab.fileio import log_stream
 
-    Path(path).unlink(missing_ok=True)
-    with log_stream(log) as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "lab.server", "serve", "--socket", path],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    envs = {path: (env, log)}
+    for venv in (with_env(env, wanted) for wanted in variants):
+        if load_time_key(venv) != load_time_key(env):
+            envs.setdefault(variant_socket(path, venv), (venv, f"{log}.{load_time_key(venv)}"))
+    started = []
+    for where, (e, lg) in envs.items():
+        Path(where).unlink(missing_ok=True)
+        with log_stream(lg) as out:
+            cmd = [sys.executable, "-m", "lab.server", "serve", "--socket", where]
+            started.append(subprocess.Popen(cmd, env=e, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT))
     deadline = time.monotonic() + READY_TIMEOUT_S
-    while not Path(path).exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
+    for proc, (where, (_, lg)) in zip(started, envs.items()):
+        while not Path(where).exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                stop(started)
+                raise RuntimeError(f"the job server did not start (exit code {proc.poll()}); log: {lg}")
+            time.sleep(0.05)
+    return started
+
+
+def stop(procs: Iterable[subprocess.Popen]) -> None:
+    """Stop the servers :func:`start` started (SIGTERM, then SIGKILL after 5 s)."""
+    procs = [p for p in procs if p.poll() is None]
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
             proc.kill()
-            raise RuntimeError(f"the job server did not start (exit code {proc.poll()}); log: {log}")
-        time.sleep(0.05)
-    return proc
-
-
-def stop(proc: subprocess.Popen | None) -> None:
-    """Stop a server :func:`start` started (SIGTERM, then SIGKILL after 5 s)."""
-    if proc is None or proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -354,12 +384,11 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get(SOCKET_VARIABLE, ""),
         help=f"the server's socket path (default: ${SOCKET_VARIABLE}; '': no server, run in this process)",
     )
-    p.add_argument("--preload", nargs="*", default=[], help="more modules to import before forking (serve)")
     args = p.parse_args(argv)
     if args.command == "serve":
         if not args.socket:
             p.error("serve needs --socket PATH")
-        return serve(args.socket, args.preload)
+        return serve(args.socket)
     if not tail:
         p.error(f"{args.command} needs -- MODULE ARGS...")
     if args.command == "fresh":

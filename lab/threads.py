@@ -11,6 +11,8 @@ inside a job: :data:`LOAD_TIME_VARIABLES` and :func:`check_job_env`.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shlex
 from collections.abc import Mapping
@@ -67,7 +69,9 @@ def set_torch_threads(intra_op: int, inter_op: int | None = None) -> dict:
 #: dynamic loader's ``LD_PRELOAD``). A job forked from the server would run with the values the
 #: server loaded with, whatever its own environment says; so a job whose values differ (a point that
 #: sets ``OMP_WAIT_POLICY``, :attr:`lab.declare.Experiment.job_env`) is not forked: the server
-#: answers ``{"fresh": [names]}`` and the client starts the job as a fresh process. Thread counts
+#: answers ``{"fresh": [names]}``, and the client takes the job to the variant server started
+#: with those values (:func:`lab.server.variant_socket`), or where there is none starts it as a
+#: fresh process. Thread counts
 #: (``OMP_NUM_THREADS``) are not among them: every job sets its own through torch.
 LOAD_TIME_VARIABLES = (
     "OMP_WAIT_POLICY",
@@ -83,6 +87,30 @@ LOAD_TIME_VARIABLES = (
     "KMP_AFFINITY",
     "LD_PRELOAD",
 )
+
+
+def load_time_settings(env: Mapping[str, str]) -> dict[str, str]:
+    """The :data:`LOAD_TIME_VARIABLES` that ``env`` sets, ``{name: value}``: two environments with
+    the same settings load torch's OpenMP runtime alike."""
+    return {k: env[k] for k in LOAD_TIME_VARIABLES if k in env}
+
+
+def load_time_key(env: Mapping[str, str]) -> str:
+    """A digest of :func:`load_time_settings` (10 hex digits): equal for environments that load
+    torch's OpenMP runtime alike."""
+    return hashlib.sha1(json.dumps(load_time_settings(env), sort_keys=True).encode()).hexdigest()[:10]
+
+
+def with_env(base: Mapping[str, str], wanted: Mapping[str, str | None]) -> dict[str, str]:
+    """``base`` with ``wanted`` applied (``{name: value}``; ``None``: unset), as
+    :func:`env_command`'s words would start a command from ``base``."""
+    out = dict(base)
+    for k, v in wanted.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = v
+    return out
 
 
 def env_command(wanted: Mapping[str, str | None]) -> str:

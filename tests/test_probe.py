@@ -150,13 +150,17 @@ def test_files_without_the_probe_keep_the_speedup():
 
 @pytest.fixture(scope="module")
 def job_server(tmp_path_factory):
+    """A job server, and a variant server for jobs that ask for OMP_WAIT_POLICY=PASSIVE (asked
+    twice, and once for the main server's own setting: one variant only)."""
     d = tmp_path_factory.mktemp("srv")
     path = str(d / "s.sock")
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = server.start(path, env, str(d / "server.log"))
-    yield path, d
-    server.stop(proc)
-    assert proc.poll() is not None and not Path(path).exists()
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"} | {"PYTHONPATH": str(ROOT)}
+    variants = [{"OMP_WAIT_POLICY": "PASSIVE"}, {"OMP_WAIT_POLICY": None}, {}, {"OMP_WAIT_POLICY": "PASSIVE"}]
+    procs = server.start(path, env, str(d / "server.log"), variants)
+    assert len(procs) == 2
+    yield path, d, procs
+    server.stop(procs)
+    assert all(p.poll() is not None for p in procs) and not list(d.glob("s.sock*"))
 
 
 def _module(d: Path, name: str, body: str) -> None:
@@ -170,7 +174,7 @@ def _run(path: str, d: Path, *args: str, env: dict | None = None) -> subprocess.
 
 
 def test_a_served_job_is_a_fresh_process_with_torch_loaded(job_server):
-    path, d = job_server
+    path, d, _ = job_server
     _module(
         d,
         "probe_job",
@@ -188,14 +192,14 @@ def test_a_served_job_is_a_fresh_process_with_torch_loaded(job_server):
 
 
 def test_a_preloaded_package_runs_as_main_without_a_warning(job_server):
-    path, d = job_server
+    path, d, _ = job_server
     out = _run(path, d, "analysis", "--help")
     assert out.returncode == 0 and "summarise" in out.stdout, out.stderr
     assert "RuntimeWarning" not in out.stderr, out.stderr  # analysis.__main__ is preloaded by the server
 
 
 def test_a_served_job_dies_with_its_client_and_relays_signals(job_server):
-    path, d = job_server
+    path, d, _ = job_server
     _module(d, "sleeper", "import os, sys, time\nprint(os.getpid(), flush=True)\ntime.sleep(60)\n")
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{d}")
     cmd = [sys.executable, "-m", "lab.server", "run", "--socket", path, "--", "sleeper"]
@@ -239,25 +243,31 @@ def test_without_a_server_the_client_runs_the_job_itself(tmp_path):
     assert out.returncode == 0 and out.stdout.strip() == "alone ['x']"
 
 
-def test_a_job_whose_openmp_settings_differ_from_the_servers_starts_afresh(job_server):
+def test_a_job_whose_openmp_settings_differ_from_the_servers_forks_from_their_variant_or_starts_afresh(job_server):
     """OMP_WAIT_POLICY is read once, when torch loads libgomp: a job forked from the server would
-    run with the server's value. The server declines (naming the variable), and the client runs
+    run with the server's value. The server declines (naming the variable); the client asks the
+    variant server started with the job's value, which forks it, and where there is none runs
     the job as a fresh process with its own value, torch imported before the job began."""
-    path, d = job_server
+    path, d, procs = job_server
     _module(
         d,
         "omp_job",
-        # a job the server forks leads its own session; the client's own process does not
+        # a job a server forks leads its own session, and its parent is that server
         "import os, sys\n"
-        "print(os.environ.get('OMP_WAIT_POLICY'), 'torch' in sys.modules, os.getsid(0) == os.getpid())\n",
+        "parent = open(f'/proc/{os.getppid()}/environ', 'rb').read().split(b'\\0')\n"
+        "print(os.environ.get('OMP_WAIT_POLICY'), 'torch' in sys.modules, os.getsid(0) == os.getpid(),\n"
+        "      os.getppid(), [v for v in parent if v.startswith(b'OMP_WAIT_POLICY=')])\n",
     )
+    main, variant = (str(p.pid) for p in procs)
     served = _run(path, d, "omp_job", env={k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"})
-    fresh = _run(path, d, "omp_job", env=dict(os.environ, OMP_WAIT_POLICY="PASSIVE"))
-    assert served.returncode == 0 and fresh.returncode == 0, served.stderr + fresh.stderr
-    assert served.stdout.split() == ["None", "True", "True"]
-    assert fresh.stdout.split() == ["PASSIVE", "True", "False"]
-    log = (d / "server.log").read_text()
-    assert "bad request" not in log, log
+    forked = _run(path, d, "omp_job", env=dict(os.environ, OMP_WAIT_POLICY="PASSIVE"))
+    fresh = _run(path, d, "omp_job", env=dict(os.environ, OMP_WAIT_POLICY="ACTIVE"))
+    assert served.returncode == 0 and forked.returncode == 0 and fresh.returncode == 0, served.stderr + fresh.stderr
+    assert served.stdout.split() == ["None", "True", "True", main, "[]"]
+    assert forked.stdout.split() == ["PASSIVE", "True", "True", variant, "[b'OMP_WAIT_POLICY=PASSIVE']"]
+    assert fresh.stdout.split()[:3] == ["ACTIVE", "True", "False"]  # the client's own process
+    for log in d.glob("server.log*"):
+        assert "bad request" not in log.read_text(), log.read_text()
 
 
 def test_a_job_knows_whether_its_environment_is_what_its_point_needs(monkeypatch):
