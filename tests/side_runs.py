@@ -5,8 +5,11 @@ same run measured about the machine (the quick run of ``quick_run``, the interpr
 nothing may run beside them. The other five assert no measured value: the SLURM executor's two
 host labels (tests/test_slurm.py), an interrupted and resumed run, a second host on one CPU, the
 image workload and a workload that does not import (tests/test_workflow.py) check files,
-refusals, statuses and report text. They run concurrently here, each in its own copy of the
-repository (under a path with a space and a non-ASCII character), while no other test runs:
+refusals, statuses and report text. A sixth job, torch.compile's cold first call against one
+with the cache filled (tests/test_experiments.py), asserts a difference of orders of magnitude
+that sharing the CPUs cannot hide, and runs here for the half minute its compiling takes. They
+run concurrently here, each run in its own copy of the repository (under a path with a space
+and a non-ASCII character), while no other test runs:
 the session fixture ``side_runs`` (conftest.py) starts the runs the selected tests name (marker
 ``side_run``) and returns only when every one has ended. Their measurements share the two CPUs,
 and the lab says so in their reports (contended windows); their tests do not read them.
@@ -482,6 +485,30 @@ def run_broken(base: Path) -> dict:
     return {"work": work, "host": work / "results" / "e2e-broken", "proc": _run(cmd, 600, cwd=work, env=venv_env(env))}
 
 
+# --- torch.compile: a cold first call, then one with the job's cache filled ---------------
+
+#: The jit experiment's command line for one compile point in two worker processes (no workflow).
+JIT_COMPILE_ARGS = ["--model", "mlp", "--mode", "compile", "--iterations", "5", "--warmup-calls", "1", "--repeats", "2"]
+
+
+def run_jit_compile(base: Path) -> dict:
+    """A compile job of the jit experiment in two worker processes, one after the other: the first
+    compiles with the job's compile cache empty, the second finds it filled (half a minute of
+    compiling on 2 CPUs, which needs no workflow around it). Skipped (``skipped``: why) without a
+    C++ compiler. Returns ``out`` (the point's directory), ``tmp`` (the job's TMPDIR) and
+    ``proc`` (exit status and output tail)."""
+    from experiments.jit import measure as jit
+
+    if jit.cxx_compiler()[0] is None:
+        return {"skipped": "no C++ compiler for inductor here"}
+    out, tmp = base / "point", base / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp), "TORCHINDUCTOR_CACHE_DIR": str(base / "pipeline-cache")}
+    cmd = [sys.executable, "-m", "lab.point", "jit", *JIT_COMPILE_ARGS, "--rounds-workers", "2", "--out", str(out)]
+    proc = _run([*cmd, "--baseline", "mode=eager"], 600, cwd=ROOT, env=venv_env(env))
+    return {"out": out, "tmp": tmp, "proc": proc}
+
+
 #: Every side run by the name its tests give in ``@pytest.mark.side_run(name)``.
 RUNS: dict[str, Callable[..., dict]] = {
     "slurm": run_slurm,  # run_slurm(base, cluster): the cluster is run_all's
@@ -489,6 +516,7 @@ RUNS: dict[str, Callable[..., dict]] = {
     "one_cpu": run_one_cpu,
     "images": run_images,
     "broken": run_broken,
+    "jit_compile": run_jit_compile,
 }
 
 
