@@ -76,7 +76,7 @@ def start_job_server():
     jobs = list(workflow.dag.needrun_jobs())
     if all(j.rule.name in UNSERVED_RULES for j in jobs):
         return
-    from lab import server
+    from lab import serverctl
 
     env = dict(os.environ) | {"TMPDIR": MEASURE_TMPDIR}
     for var in ("OMP", "GOTO", "OPENBLAS", "MKL", "NUMEXPR"):
@@ -88,16 +88,16 @@ def start_job_server():
         for j in jobs
         if j.rule.name == "measure"
     ]
-    _SERVER["procs"] = server.start(
+    _SERVER["procs"] = serverctl.start(
         JOB_SERVER, env, f"{MEASURE_TMPDIR}/server.log", wanted
     )
 
 
 def stop_job_server():
     """Snakemake's onsuccess and onerror: stop the job server, if one was started."""
-    from lab import server
+    from lab import serverctl
 
-    server.stop(_SERVER.pop("procs", []))
+    serverctl.stop(_SERVER.pop("procs", []))
 
 
 def host_cpus(host):

@@ -26,12 +26,13 @@ Protocol (``AF_UNIX`` stream socket, one connection per job):
 A job whose environment sets what a library reads only when it loads otherwise than the server's
 did (:data:`lab.threads.LOAD_TIME_VARIABLES`, e.g. ``OMP_WAIT_POLICY``) would run with the server's
 values if forked: the server answers ``{"fresh": [names]}``, and the client asks the variant server
-started with those settings (:func:`variant_socket`; :func:`start` starts one per setting the run's
-jobs ask for). Where none answers (a job run by hand, a cluster node), the client runs the module
-itself (``os.execv``; through :func:`fresh`, which imports torch first, for such a job).
+started with those settings (:func:`lab.serverctl.variant_socket`; :func:`lab.serverctl.start`
+starts one per setting the run's jobs ask for). Where no server answers (a job run by hand, a
+cluster node, ``--no-hooks``), the client runs the module itself (``os.execv``); where only the
+variant is missing, through :func:`fresh`, which imports torch first.
 
 The workflow starts the server in Snakemake's ``onstart`` handler and stops it in ``onsuccess``
-and ``onerror`` (:func:`start`, :func:`stop`); it dies with Snakemake otherwise (its parent-death
+and ``onerror`` (:mod:`lab.serverctl`); it dies with Snakemake otherwise (its parent-death
 signal, and a check of its parent every second), and with Ctrl-C, which reaches Snakemake's
 whole process group.
 
@@ -53,21 +54,17 @@ import runpy
 import select
 import signal
 import socket
-import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from lab.preload import PRELOAD, fresh, preload_one, warm
-from lab.threads import LOAD_TIME_VARIABLES, load_time_key, with_env
+from lab.serverctl import variant_socket
+from lab.threads import LOAD_TIME_VARIABLES
 
 #: The environment variable that names the server's socket for :func:`launch` (set by the
 #: workflow, common.smk).
 SOCKET_VARIABLE = "LAB_JOB_SERVER"
-
-#: Seconds :func:`start` waits for the server's socket (it appears once the imports are done).
-READY_TIMEOUT_S = 120.0
 
 
 def _send(conn: socket.socket, obj: dict) -> None:
@@ -250,13 +247,16 @@ def _reap(jobs: dict[int, socket.socket]) -> None:
 
 
 def _connect(path: str | None) -> socket.socket | None:
-    """A connection to the server at ``path``; None where none answers."""
+    """A connection to the server at ``path``; None where none answers (or ``path`` is empty)."""
+    if not path:
+        return None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        conn.connect(path or "")
-        return conn
+        conn.connect(path)
     except OSError:
         conn.close()
+        return None
+    return conn
 
 
 def _ask(conn: socket.socket, request: dict):
@@ -293,7 +293,8 @@ def launch(path: str | None, module: str, args: list[str]) -> int:
     if reply is not None and "fresh" in reply:
         replies.close()
         conn.close()
-        conn = None if received else _connect(variant_socket(path, os.environ))
+        path = variant_socket(path, os.environ)
+        conn = None if received else _connect(path)
         if conn is not None:
             replies, reply = _ask(conn, request)
     if conn is None or (reply is not None and "fresh" in reply):
@@ -318,57 +319,6 @@ def export(path: str) -> None:
     """Name the server's socket in this process's environment (:data:`SOCKET_VARIABLE`), which
     every job's command line inherits; "" where no server runs (a cluster)."""
     os.environ[SOCKET_VARIABLE] = path
-
-
-def variant_socket(path: str, env: Mapping[str, str]) -> str:
-    """The socket of the server started with ``env``'s load-time settings beside the server at
-    ``path``: ``path.<digest>`` (:func:`lab.threads.load_time_key`), found from a job's own env."""
-    return f"{path}.{load_time_key(env)}"
-
-
-def start(path: str, env: dict[str, str], log: str, variants: Iterable[Mapping] = ()) -> list[subprocess.Popen]:
-    """Start a server on ``path`` with environment ``env`` (a measurement job's, so that what torch
-    reads at import is what a job would read), its output to ``log``, and one variant server for
-    each distinct environment of ``variants`` (``{name: value}``, ``None``: unset; what the run's
-    jobs ask for, :attr:`lab.declare.Experiment.job_env`) whose load-time settings differ from
-    ``env``'s, on :func:`variant_socket` with its log beside ``log``. They import at once (on 2
-    CPUs two imports take about as long as one); returns when all listen, the main one first.
-
-    Raises:
-        RuntimeError: if one exits or does not listen within :data:`READY_TIMEOUT_S`, naming its log.
-    """
-    from lab.fileio import log_stream
-
-    envs = {path: (env, log)}
-    for venv in (with_env(env, wanted) for wanted in variants):
-        if load_time_key(venv) != load_time_key(env):
-            envs.setdefault(variant_socket(path, venv), (venv, f"{log}.{load_time_key(venv)}"))
-    started = []
-    for where, (e, lg) in envs.items():
-        Path(where).unlink(missing_ok=True)
-        with log_stream(lg) as out:
-            cmd = [sys.executable, "-m", "lab.server", "serve", "--socket", where]
-            started.append(subprocess.Popen(cmd, env=e, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT))
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    for proc, (where, (_, lg)) in zip(started, envs.items()):
-        while not Path(where).exists():
-            if proc.poll() is not None or time.monotonic() > deadline:
-                stop(started)
-                raise RuntimeError(f"the job server did not start (exit code {proc.poll()}); log: {lg}")
-            time.sleep(0.05)
-    return started
-
-
-def stop(procs: Iterable[subprocess.Popen]) -> None:
-    """Stop the servers :func:`start` started (SIGTERM, then SIGKILL after 5 s)."""
-    procs = [p for p in procs if p.poll() is None]
-    for proc in procs:
-        proc.terminate()
-    for proc in procs:
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from helpers import start_busy_stranger
 
-from lab import probe, server
+from lab import probe, server, serverctl
 from lab.host import available_cpus
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -156,10 +156,12 @@ def job_server(tmp_path_factory):
     path = str(d / "s.sock")
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"} | {"PYTHONPATH": str(ROOT)}
     variants = [{"OMP_WAIT_POLICY": "PASSIVE"}, {"OMP_WAIT_POLICY": None}, {}, {"OMP_WAIT_POLICY": "PASSIVE"}]
-    procs = server.start(path, env, str(d / "server.log"), variants)
-    assert len(procs) == 2
-    yield path, d, procs
-    server.stop(procs)
+    procs = serverctl.start(path, env, str(d / "server.log"), variants)
+    try:
+        assert len(procs) == 2
+        yield path, d, procs
+    finally:
+        serverctl.stop(procs)
     assert all(p.poll() is not None for p in procs) and not list(d.glob("s.sock*"))
 
 
@@ -262,12 +264,33 @@ def test_a_job_whose_openmp_settings_differ_from_the_servers_forks_from_their_va
     served = _run(path, d, "omp_job", env={k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"})
     forked = _run(path, d, "omp_job", env=dict(os.environ, OMP_WAIT_POLICY="PASSIVE"))
     fresh = _run(path, d, "omp_job", env=dict(os.environ, OMP_WAIT_POLICY="ACTIVE"))
-    assert served.returncode == 0 and forked.returncode == 0 and fresh.returncode == 0, served.stderr + fresh.stderr
+    for out in (served, forked, fresh):
+        assert out.returncode == 0, out.stderr
     assert served.stdout.split() == ["None", "True", "True", main, "[]"]
     assert forked.stdout.split() == ["PASSIVE", "True", "True", variant, "[b'OMP_WAIT_POLICY=PASSIVE']"]
     assert fresh.stdout.split()[:3] == ["ACTIVE", "True", "False"]  # the client's own process
     for log in d.glob("server.log*"):
         assert "bad request" not in log.read_text(), log.read_text()
+
+
+def test_a_variant_server_that_does_not_start_is_left_out_and_its_jobs_start_afresh(tmp_path, capfd):
+    """An AF_UNIX path holds at most 107 bytes: with the main socket's path that long, the
+    variant's (11 bytes longer) cannot bind, and that server exits. The run goes on without it:
+    its jobs start afresh, as they would without variants."""
+    room = 107 - len(str(tmp_path)) - 1
+    if room < 1:
+        pytest.skip(f"the temporary directory's path is too long ({tmp_path})")
+    path = str(tmp_path / ("s" * room))
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"} | {"PYTHONPATH": str(ROOT)}
+    procs = serverctl.start(path, env, str(tmp_path / "server.log"), [{"OMP_WAIT_POLICY": "PASSIVE"}])
+    try:
+        assert len(procs) == 1 and Path(path).exists()
+        assert "a variant job server did not start; log: " in capfd.readouterr().err
+        _module(tmp_path, "omp_job", "import os\nprint(os.environ['OMP_WAIT_POLICY'], os.getsid(0) == os.getpid())\n")
+        out = _run(path, tmp_path, "omp_job", env=dict(os.environ, OMP_WAIT_POLICY="PASSIVE"))
+        assert out.returncode == 0 and out.stdout.split() == ["PASSIVE", "False"], out.stderr  # the client's own
+    finally:
+        serverctl.stop(procs)
 
 
 def test_a_job_knows_whether_its_environment_is_what_its_point_needs(monkeypatch):
