@@ -37,7 +37,7 @@ from lab.params import (
 )
 from lab.results import SAMPLE_COLUMNS, RunResult, check_rows, metrics_rows, span_columns
 from lab.rounds import Rounds
-from lab.threads import LOAD_TIME_VARIABLES, check_job_env
+from lab.threads import check_job_env, load_time_settings
 from lab.workers import run_workers
 
 
@@ -207,7 +207,7 @@ def job_record(experiment: str, host: str, params, baseline, times: dict, result
         **times,
         "job_end_unix": time.time(),
         "env": {var: os.environ.get(var) for var in (*OWNED_DIRS, "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-        | {var: os.environ[var] for var in LOAD_TIME_VARIABLES if var in os.environ},
+        | load_time_settings(os.environ),
     }
 
 
