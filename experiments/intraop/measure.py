@@ -69,11 +69,14 @@ class Params(Declared):
         help="timed iterations per repeat, per workload",
         quick={"matmul": 8, "matmul_bf16": 8, "mlp": 20, "tiny": 200},
     )
-    # One untimed call is enough after the thread count changes: the first call after a switch
-    # to 2 threads ran 5-16% slower than settled calls, the second within 4% (the matmul, mlp
-    # and tiny workloads; benchmarks/warmup.py, docs/benchmarks.md). Each more would be time
-    # outside the measured windows.
-    warmup: int = param(1, min=0, help="untimed iterations before every window, after its thread count is set")
+    # Two untimed calls after the thread count changes. On an AMD EPYC VM the first call after a
+    # switch to 2 threads ran 5-16% slower than settled calls and the second within 4%. On an
+    # Intel Xeon VM the second ran 27% (matmul) and 12% (mlp) slow in one of two readings (3% and
+    # 5% in the other), the third within 6% in both (benchmarks/warmup.py, docs/benchmarks.md);
+    # in the same minutes, with one untimed call, the lab's 2-thread matmul read 1.67x over one
+    # thread, against 1.75x and 1.76x with two or three. The extra call costs about 0.4 s of the
+    # quick run's 66 intraop windows.
+    warmup: int = param(2, min=0, help="untimed iterations before every window, after its thread count is set")
     repeats: int = repeats_field(6)
     sample_hz: float = sample_hz_field()
     bf16: Literal["native", "any"] = param(
