@@ -226,16 +226,28 @@ class Child:
     """A script (:mod:`lab.pytasks`) running under one interpreter: started on
     creation, it answers one JSON line per request line.
 
+    Creating it does not wait for the interpreter (about 50 ms): the first use of
+    :attr:`hello` or :meth:`ask` does, so two children created one after the other start at
+    the same time.
+
     Raises:
         RuntimeError: when the child does not start or a run fails in it (the message holds
-            the child's error and the end of its stderr).
+            the child's error and the end of its stderr); raised by the first :attr:`hello` or
+            :meth:`ask`.
     """
 
     def __init__(self, entry: Mapping, script: Path, extra: tuple[Path, ...] = ()) -> None:
         self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 - open for the child's life, closed in close()
         self.label = entry["label"]
         self.proc = start(entry, script, self.stderr, extra)
-        self.hello = self._read()["hello"]
+        self._hello: dict | None = None
+
+    @property
+    def hello(self) -> dict:
+        """What the interpreter said of itself when it started (version, build, GIL at run time)."""
+        if self._hello is None:
+            self._hello = self._read()["hello"]
+        return self._hello
 
     def _read(self) -> dict:
         line = self.proc.stdout.readline()
@@ -259,6 +271,7 @@ class Child:
 
     def ask(self, request: dict) -> dict:
         """Send one request line; return the child's answer (raises on ``{"error": ...}``)."""
+        _ = self.hello  # its first line
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
         reply = self._read()

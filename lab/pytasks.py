@@ -30,7 +30,6 @@ spent inside):
 
 import hashlib
 import json
-import multiprocessing
 import sys
 import sysconfig
 import threading
@@ -151,6 +150,8 @@ def run_threads(spec):
 
 def run_processes(spec):
     """``workers`` tasks, one forked ``multiprocessing.Process`` each, all joined."""
+    import multiprocessing  # here, not at the top: 12 ms of every child's start, needed by this mode only
+
     ctx = multiprocessing.get_context("fork")
     queue = ctx.SimpleQueue()
     procs = [ctx.Process(target=_process_target, args=(spec, i, queue)) for i in range(spec["workers"])]

@@ -133,9 +133,12 @@ class Measured:
 
 
 class Runner(typing.Protocol):
-    """A configuration point made ready to measure: set-up and warm-up happen when it is
-    created (``Runner(params, meter)``), ``once()`` measures one window with the meter,
-    ``close()`` releases processes."""
+    """A configuration point made ready to measure: set-up happens when it is created
+    (``Runner(params, meter)``), ``once()`` measures one window with the meter, ``close()``
+    releases processes. A runner may also have ``warm_up()``, which :func:`interleave` calls
+    once every runner of the job is created: a runner that starts a process when created and
+    waits for it in ``warm_up()`` lets the point's and the baseline's processes start at the
+    same time (two interpreters of about 50 ms each, once per worker process)."""
 
     def once(self) -> Measured: ...
 
@@ -147,13 +150,13 @@ def interleave(
 ) -> RunResult:
     """Measure rounds of a point and, interleaved, its baseline.
 
-    Both are set up (and warmed up) first, with one :class:`~lab.window.Meter` at
-    ``params.sample_hz``. In round ``r`` the point and the baseline are each measured once, in
-    the order point, baseline for even ``r`` and baseline, point for odd ``r`` (A B B A ...),
-    so that slow drift of a shared machine (timings here move by up to 30% between runs)
-    affects both alike and cancels out of their ratio, as in asv's rounds and pyperf's worker
-    processes. Without a baseline, or when the point is its own baseline, only the point is
-    measured.
+    Both are set up first, then warmed up (their ``warm_up()``, where they have one), with one
+    :class:`~lab.window.Meter` at ``params.sample_hz``. In round ``r`` the point and the
+    baseline are each measured once, in the order point, baseline for even ``r`` and
+    baseline, point for odd ``r`` (A B B A ...), so that slow drift of a shared machine
+    (timings here move by up to 30% between runs) affects both alike and cancels out of their
+    ratio, as in asv's rounds and pyperf's worker processes. Without a baseline, or when the
+    point is its own baseline, only the point is measured.
 
     Before each round, where ``rounds.probe_ms`` is above 0, the capacity probe
     (:mod:`lab.probe`) measures what the machine delivers: its columns
@@ -175,6 +178,9 @@ def interleave(
         try:
             if baseline is not None and baseline != params:
                 runners.append(("baseline", baseline, make_runner(baseline, meter)))
+            for _, _, runner in runners:
+                if hasattr(runner, "warm_up"):
+                    runner.warm_up()
             asked = {role: _cpus_asked(p) for role, p, _ in runners}
             if rounds.probe_ms > 0:
                 probe = probe_mod.Probe(meter.ncpu, rounds.probe_ms)

@@ -69,12 +69,16 @@ def percentile(values: list[float], q: float) -> float:
 
 
 class Runner:
-    """One side of a convoy point (with or without the CPU-bound thread), its interpreter started."""
+    """One side of a convoy point (with or without the CPU-bound thread): its interpreter started
+    when created, warmed up by :meth:`warm_up`."""
 
     def __init__(self, params: Params, meter: Meter, entry: dict) -> None:
         self.params, self.meter = params, meter
         self.child = interpreters.Child(entry, TASKS, extra=(CONVOY_TASKS,))
-        self.child.warm_up(params.request(), params.warmup)
+
+    def warm_up(self) -> None:
+        """Wait for the interpreter, then run the untimed warm-up (:meth:`lab.interpreters.Child.warm_up`)."""
+        self.child.warm_up(self.params.request(), self.params.warmup)
 
     def once(self) -> Measured:
         """One window: the sleeper's iterations (and the neighbour's chunks)."""

@@ -111,13 +111,16 @@ class Params(Declared):
 
 
 class Runner:
-    """One gil point made ready to measure: its interpreter started, warm-up runs done."""
+    """One gil point made ready to measure: its interpreter started when created, warmed up by :meth:`warm_up`."""
 
     def __init__(self, params: Params, meter: Meter, entry: dict) -> None:
         self.params, self.meter = params, meter
         self.child = interpreters.Child(entry, PAYLOAD)
         self.request = {"run": params.task_spec()}
-        self.child.warm_up(self.request, params.warmup)
+
+    def warm_up(self) -> None:
+        """Wait for the interpreter, then run the untimed warm-up (:meth:`lab.interpreters.Child.warm_up`)."""
+        self.child.warm_up(self.request, self.params.warmup)
 
     def once(self) -> Measured:
         """Run the point's tasks once inside a measured window."""

@@ -71,13 +71,16 @@ class Params(Declared):
 
 
 class Runner:
-    """One interpreter made ready to measure: started, warm-up runs done."""
+    """One interpreter made ready to measure: started when created, warmed up by :meth:`warm_up`."""
 
     def __init__(self, params: Params, meter: Meter, entry: dict) -> None:
-        self.meter, self.entry = meter, entry
+        self.meter, self.entry, self.warmup = meter, entry, params.warmup
         self.child = interpreters.Child(entry, TASKS)
         self.request = {"run": params.task_spec()}
-        self.child.warm_up(self.request, params.warmup)
+
+    def warm_up(self) -> None:
+        """Wait for the interpreter, then run the untimed warm-up (:meth:`lab.interpreters.Child.warm_up`)."""
+        self.child.warm_up(self.request, self.warmup)
 
     def once(self) -> Measured:
         """Run the task once inside a measured window."""
