@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import platform
 import statistics
 import subprocess
@@ -61,8 +62,6 @@ PYPERF_BENCHMARKS = ("cpu_sequential", "cpu_threads", "cpu_processes", "io_seque
 
 def probe_reading(seconds: float = 1.0) -> tuple[float, float]:
     """``(one CPU's speed, delivered CPUs with all busy)``: medians over ``seconds`` of 20 ms probes."""
-    import os
-
     ncpu = len(os.sched_getaffinity(0))
     single, delivered = [], []
     with Probe(ncpu, 20) as p:
@@ -120,18 +119,9 @@ def run_pyperf(work: Path) -> dict:
 
 def _steal_s() -> float | None:
     """Steal time (s) of this process's CPUs so far (/proc/stat; None without the column)."""
-    import os
-
     from lab.capacity import read_proc_stat, steal_seconds
 
     return steal_seconds(read_proc_stat(), sorted(os.sched_getaffinity(0)))
-
-
-def _stolen_pct(before: float | None, after: float | None, wall_s: float, ncpu: int) -> float:
-    """Steal between two :func:`_steal_s` readings as % of ``ncpu`` CPUs over ``wall_s``."""
-    if before is None or after is None or wall_s <= 0:
-        return math.nan
-    return 100.0 * (after - before) / (wall_s * ncpu)
 
 
 def run_tub() -> dict:
@@ -143,8 +133,6 @@ def run_tub() -> dict:
     under half; the lab states throughput over windows of 0.1-0.3 s, which include them. So each
     matmul point is also given ``sustained``: all its calls' flop over all its blocks' time
     (what a long run gets), with the steal time /proc/stat counted over its measurement."""
-    import os
-
     import torch
     import torch.utils.benchmark as tub
 
@@ -158,7 +146,8 @@ def run_tub() -> dict:
     for threads in (1, 2):
         steal0, t0 = _steal_s(), time.perf_counter()
         m = tub.Timer("a @ b", globals={"a": a, "b": b}, num_threads=threads).blocked_autorange(min_run_time=1.0)
-        stolen = _stolen_pct(steal0, _steal_s(), time.perf_counter() - t0, len(os.sched_getaffinity(0)))
+        steal1, wall = _steal_s(), (time.perf_counter() - t0) * len(os.sched_getaffinity(0))
+        stolen = 100.0 * (steal1 - steal0) / wall if None not in (steal0, steal1) else math.nan
         per[threads] = m
         sustained[threads] = flop * m.number_per_run * len(m.raw_times) / sum(m.raw_times) / 1e9
         values[f"intraop matmul: GFLOP/s at {threads} thread{'s' if threads > 1 else ''}"] = {

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from lab import capacity, hostinfo
-from lab.fileio import write_csv, write_json
+from lab.fileio import output_dir_problem, write_csv, write_json
 from lab.host import OWNED_DIRS, affinity, available_cpus, host_label, job_scratch
 from lab.params import (
     declaration,
@@ -366,6 +366,8 @@ def measure_point(
     parser = build_parser(params_cls, description, prog=prog or f"python -m lab.point {experiment}")
     args, params, baseline, given = _parse(parser, argv, params_cls, options, job_env)
     host = host_label(args.host)
+    if (problem := output_dir_problem(args.out)) is not None:
+        parser.error(f"--out {args.out!r} {problem}")
     out = Path(args.out).resolve()  # where the job was asked to write, whatever directory the run leaves
     print(f"[{experiment}] {params}", file=sys.stderr, flush=True)
     skip = oversubscription_skip(params, args.max_oversubscription, available_cpus())

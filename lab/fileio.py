@@ -125,3 +125,19 @@ def write_figure(path: str | Path, fig) -> Path:
     return atomic_write(
         path, lambda fh: fig.savefig(fh, format="png", bbox_inches="tight", metadata={"Software": None}), binary=True
     )
+
+
+def output_dir_problem(path: str) -> str | None:
+    """Why ``path`` cannot be the directory a job writes its files into, or None if it can: it
+    is empty, it or one of its parents is a file, or the nearest existing ancestor is not
+    writable. Checked before a job measures, so that a typo costs no measurement."""
+    if not path.strip():
+        return "is empty: name the directory for the point's files"
+    p = Path(path).resolve()
+    while not p.exists():
+        p = p.parent
+    if not p.is_dir():
+        return f"cannot be a directory: {p} is a file"
+    if not os.access(p, os.W_OK | os.X_OK):
+        return f"cannot be written: {p} is not writable by this user"
+    return None

@@ -179,8 +179,7 @@ def interleave(
             if baseline is not None and baseline != params:
                 runners.append(("baseline", baseline, make_runner(baseline, meter)))
             for _, _, runner in runners:
-                if hasattr(runner, "warm_up"):
-                    runner.warm_up()
+                getattr(runner, "warm_up", lambda: None)()  # optional (see Runner)
             asked = {role: _cpus_asked(p) for role, p, _ in runners}
             if rounds.probe_ms > 0:
                 probe = probe_mod.Probe(meter.ncpu, rounds.probe_ms)

@@ -112,6 +112,14 @@ def test_a_point_whose_interpreter_does_not_start_is_skipped_with_the_reason():
     assert res.rows[0]["reason"].startswith("interpreter '/no/such/python' not found")
 
 
+def test_an_interpreter_not_in_interpreters_json_skips_the_point_and_names_the_labels():
+    known = _json({"label": "default"})
+    for point, base in ((Params(interpreter="nosuch"), None), (Params(), Params(interpreter="nosuch"))):
+        res = run(point, base, host_files=known)
+        assert [r["status"] for r in res.rows] == ["skipped"]
+        assert res.rows[0]["reason"] == "interpreter 'nosuch' is not in interpreters.json (labels: ['default'])"
+
+
 def test_processes_of_a_child_interpreter_count_in_the_trees_cpu():
     """Workers forked by the child interpreter are the job's grandchildren; once reaped, their CPU
     time is in the child's children_* fields, which the tree's CPU time must include."""

@@ -184,3 +184,15 @@ def test_figures_draw_without_a_display(tmp_path, display):
     )
     assert proc.returncode == 0, proc.stderr
     assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("out", ["", "a-file", "a-file/below"])
+def test_an_output_directory_that_cannot_be_one_is_refused_before_measuring(tmp_path, out):
+    (tmp_path / "a-file").write_text("kept\n")
+    cmd = [sys.executable, "-m", "lab.point", "gil", "--workload", "io", "--io-iterations", "2", "--repeats", "1"]
+    env = os.environ | {"PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([*cmd, "--out", out], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert f"--out {out!r} " in proc.stderr and ("is empty" in proc.stderr or "a-file is a file" in proc.stderr)
+    assert "[gil]" not in proc.stderr  # refused before the job started measuring
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"] and (tmp_path / "a-file").read_text() == "kept\n"
