@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from experiments.workload import KNOBS
-from experiments.workload.loader import WorkloadError, load
+from experiments.workload.loader import WorkloadError, load, resolve_entry
 from experiments.workload.search import MIN_ROUNDS, Search, decide, geomean_ci
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -610,3 +610,20 @@ def test_the_search_sentence_says_why_it_stopped_before_its_budget_was_spent():
     diagnosed = {"search": early["search"] | {"diagnosis_s": 10.2}}
     said = search_sentence(diagnosed)
     assert said == search_sentence(early) + " The diagnosis before it took 10 s, outside the budget."
+
+
+def test_an_entry_defined_inside_a_top_level_block_is_found_without_importing(tmp_path):
+    """A fallback import (``try``/``except ImportError``) or an ``if`` block defines names as
+    surely as a top-level ``def``; a name defined nowhere is still refused, with a near one."""
+    pkg = tmp_path / "brkpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "wl.py").write_text(
+        "try:\n    from brkpkg.impl import build\nexcept ImportError as missing:\n    build = None\n"
+        "if True:\n    def other():\n        pass\nwith open(__file__) as fh:\n    pass\n"
+    )
+    path = [str(tmp_path)]
+    for name in ("build", "other", "missing", "fh"):
+        assert resolve_entry(f"brkpkg.wl:{name}", "entry", path) == pkg / "wl.py"
+    with pytest.raises(WorkloadError, match=r"defines no othr \(did you mean other\?\)"):
+        resolve_entry("brkpkg.wl:othr", "entry", path)

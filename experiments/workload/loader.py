@@ -104,9 +104,11 @@ def _siblings(module_name: str, path: list[str]) -> list[str]:
 
 
 def _defined(source: Path) -> set[str] | None:
-    """Top-level names a module's source defines (functions, classes, assignments, imports);
-    None where they cannot be known without running it (``__getattr__``, ``import *``, a syntax
-    error, a module that is not a Python file)."""
+    """Names a module's source defines at module level (functions, classes, assignments,
+    imports), those inside its top-level ``if``, ``try``, ``with`` and loop blocks included (an
+    ``except ImportError`` fallback defines its name too); None where they cannot be known
+    without running it (``__getattr__``, ``import *``, a syntax error, a module that is not a
+    Python file)."""
     if source.suffix != ".py":
         return None
     try:
@@ -114,16 +116,24 @@ def _defined(source: Path) -> set[str] | None:
     except (SyntaxError, ValueError):
         return None
     names: set[str] = set()
-    for node in tree.body:
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue  # their bodies are another scope
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
             if any(a.name == "*" for a in node.names):
                 return None
             names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+            continue
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)):
+            targets = [*getattr(node, "targets", []), getattr(node, "target", None)]
+            targets += [i.optional_vars for i in getattr(node, "items", [])]
+            names |= {n.id for t in targets if t is not None for n in ast.walk(t) if isinstance(n, ast.Name)}
+        for field in ("body", "orelse", "finalbody", "handlers"):
+            todo.extend(x for x in getattr(node, field, []) if isinstance(x, ast.AST))
+        names |= {node.name} if isinstance(node, ast.ExceptHandler) and node.name else set()
     return None if "__getattr__" in names else names
 
 
