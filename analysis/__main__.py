@@ -347,6 +347,9 @@ def main(argv: list[str] | None = None) -> int:
     except (DataError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # an input that is missing or unreadable: name it, no traceback
+        print(f"error: cannot read {exc.filename or 'an input'}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -21,12 +21,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--html", required=True)
     p.add_argument("--md", required=True)
     args = p.parse_args(argv)
-    if args.compare_dir:
-        ctx, template = build_compare_context(args.compare_dir), "compare"
-    else:
-        if not args.experiments:
-            p.error("--host-dir needs --experiments")
-        ctx, template = build_context(args.host_dir, args.experiments), "report"
+    if not args.compare_dir and not args.experiments:
+        p.error("--host-dir needs --experiments")
+    try:
+        if args.compare_dir:
+            ctx, template = build_compare_context(args.compare_dir), "compare"
+        else:
+            ctx, template = build_context(args.host_dir, args.experiments), "report"
+    except OSError as exc:  # the analysis outputs the report reads are missing: name the file
+        p.exit(
+            1,
+            f"{p.prog}: error: cannot read {exc.filename or 'an input'}: {exc.strerror or exc}"
+            " (run the pipeline, which writes the analysis outputs first)\n",
+        )
+    except ValueError as exc:
+        p.exit(1, f"{p.prog}: error: {exc}\n")
     write_text(Path(args.html), render_html(ctx, template))
     write_text(Path(args.md), render_markdown(ctx, template))
     return 0

@@ -196,3 +196,23 @@ def test_an_output_directory_that_cannot_be_one_is_refused_before_measuring(tmp_
     assert f"--out {out!r} " in proc.stderr and ("is empty" in proc.stderr or "a-file is a file" in proc.stderr)
     assert "[gil]" not in proc.stderr  # refused before the job started measuring
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"] and (tmp_path / "a-file").read_text() == "kept\n"
+
+
+def test_missing_inputs_of_analysis_and_report_are_named_without_a_traceback(tmp_path, capsys):
+    from report.__main__ import main as report_main
+
+    missing = tmp_path / "none" / "metrics.csv"
+    assert analysis_main(["summarise", "--experiment", "gil", "--out-dir", str(tmp_path / "s"), str(missing)]) == 1
+    assert f"error: cannot read {missing}: No such file or directory" in capsys.readouterr().err
+    assert analysis_main(["trace", "gil", "--host-dir", str(tmp_path), "--out", str(tmp_path / "t.json")]) == 1
+    assert f"cannot read {tmp_path / 'gil' / 'spans.csv'}" in capsys.readouterr().err
+    out = ["--html", str(tmp_path / "r.html"), "--md", str(tmp_path / "r.md")]
+    for args, said in (
+        (["--host-dir", str(tmp_path), "--experiments", "gil"], f"cannot read {tmp_path / 'gil' / 'summary.csv'}"),
+        (["--compare-dir", str(tmp_path / "none")], "cannot read"),
+        (["--host-dir", str(tmp_path), "--experiments", "nosuch"], "unknown experiment 'nosuch'; known: "),
+    ):
+        with pytest.raises(SystemExit) as stop:
+            report_main([*args, *out])
+        assert stop.value.code == 1 and said in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written
