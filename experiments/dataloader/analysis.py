@@ -121,7 +121,7 @@ def dataloader_throughput(ctx: Context) -> Figure:
         ax.set_xticks(sub["num_workers"])
         ax.set_xlabel("num_workers")
         ax.set_title(f"{DATASETS[ds]}\n({baseline_text(sub, 'samples/s')} at num_workers=0)", fontsize=10)
-        ax.set_ylim(bottom=0)
+        ax.set_ylim(0, ax.get_ylim()[1] * 1.08)  # room for the ring on a best point at the top
     axes[0, 0].set_ylabel("speedup over num_workers = 0 (x)")
     fig.suptitle(f"DataLoader num_workers on {cpus_text(host.get('available_cpus'))} available", fontsize=11)
     speedup_note(fig)

@@ -195,7 +195,7 @@ def multiprocessing_throughput(ctx: Context) -> Figure:
     policy (dashed: not the default, drawn a little to the right); oversubscribed points marked.
     Reads ``ctx.summary`` and ``ctx.host`` (its available CPUs: the ideal line)."""
     summary, host = ctx.summary, ctx.host
-    fig, ax = plt.subplots(figsize=(9.5, 4.4))
+    fig, ax = plt.subplots(figsize=(13, 5.4))  # as wide as its one-line note below
     ncpu = host.get("available_cpus")
     threads_order = sorted(summary["threads"].unique())
     policies = sorted(summary["omp_wait_policy"].astype(str).unique(), key=lambda v: (v != DEFAULT, v))
@@ -226,7 +226,8 @@ def multiprocessing_throughput(ctx: Context) -> Figure:
     ax.axhline(1.0, color="black", linewidth=0.8)
     handles, labels = ax.get_legend_handles_labels()
     uniq = dict(zip(labels, handles))
-    ax.legend(uniq.values(), uniq.keys(), loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9)
+    # below the axes, in two columns: to their right it took more width than the data
+    ax.legend(uniq.values(), uniq.keys(), loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2, fontsize=9)
     ax.set_xticks(sorted(summary["processes"].unique()))
     ax.set_xlabel("training processes (P)")
     ax.set_ylabel("speedup of total samples/s over 1 x 1 (x)")
