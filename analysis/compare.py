@@ -23,8 +23,9 @@ Per configuration point present on both hosts with the same parameters:
   each host's machine delivered to the point, as ``speedup_norm``: analysis/stats.py). Two runs
   of one machine whose speed moved between them (the history of one host under two labels)
   then compare as the machine, not as its two moments; for different machines it says how they
-  differ beyond the speed of one core and the cores they delivered. Each host's own
-  ``speedup_norm`` and its interval come along.
+  differ beyond the speed of one core and the cores they delivered. Not for a point whose work
+  kept under half a CPU busy (:data:`MIN_BUSY_CPUS`): a sleep does not follow a core's speed.
+  Each host's own ``speedup_norm`` and its interval come along.
 
 Points that cannot be compared are kept with the reason, never silently joined or dropped: a
 point measured on one host only, a point whose other parameters differ (e.g. ``cpu_iterations``),
@@ -71,12 +72,23 @@ def _share(s) -> float:
     return share if math.isfinite(share) and share > 0 else 1.0
 
 
-def _capacity_factor(base, mine) -> float:
+#: A point whose work kept fewer CPUs than this busy (median over its windows) on either host is
+#: not put at equal one-CPU speed: a loop that sleeps does not run faster on a faster core (on one
+#: machine under two labels such a correction read 0.51-0.57x for the sleep loop).
+MIN_BUSY_CPUS = 0.5
+
+
+def _capacity_factor(base, mine, base_cpus: float = math.nan, my_cpus: float = math.nan) -> float:
     """What turns a host's median over the baseline host's into the ratio at equal one-CPU speed
-    and on whole cores (``ratio_norm``, the module docstring): NaN where either lacks the probe."""
+    and on whole cores (``ratio_norm``, the module docstring): NaN where either lacks the probe,
+    or where the point's work kept fewer than :data:`MIN_BUSY_CPUS` CPUs busy on either host
+    (``cpu_util_pct`` x available CPUs / 100; not checked where the CPUs are not given)."""
     try:
         speed = float(base.get("capacity_1cpu_per_s")) / float(mine.get("capacity_1cpu_per_s"))
+        busy = [float(r.get("cpu_util_pct")) * n / 100 for r, n in ((base, base_cpus), (mine, my_cpus))]
     except (TypeError, ValueError, ZeroDivisionError):
+        return float("nan")
+    if any(b < MIN_BUSY_CPUS for b in busy):  # NaN (CPUs not given) compares False: no check
         return float("nan")
     return speed * _share(base) / _share(mine) if math.isfinite(speed) and speed > 0 else float("nan")
 
@@ -212,7 +224,7 @@ class _Experiment:
             return {**row, "status": "not comparable", "reason": reason}
         cmp = compare_values(base_v, mine_v)
         cmp["ratio_per_cpu"] = cmp["ratio"] * self.baseline.cpus / h.cpus
-        cmp["ratio_norm"] = cmp["ratio"] * _capacity_factor(self.base_idx[k], s)
+        cmp["ratio_norm"] = cmp["ratio"] * _capacity_factor(self.base_idx[k], s, self.baseline.cpus, h.cpus)
         return {**row, "status": "compared", **cmp}
 
     def baseline_only(self, h: HostResults) -> list[dict]:

@@ -222,9 +222,9 @@ def _ratios(ax, c: pd.DataFrame, hosts: list[str], points: list[str], colours: d
 def compare_chart(comparison: pd.DataFrame, experiment: str, meta: dict) -> Figure:
     """One experiment across hosts: left, each host's own speedup over its interleaved
     baseline per point (bars grouped by host, 95% CI); right, each host's median over the
-    baseline host's per point (log scale, 95% bootstrap CI; filled: Mann-Whitney U significant
-    at 5%; open diamond: the same ratio per available CPU). Points that could not be compared
-    are listed under the chart with the reason."""
+    baseline host's per point (log scale, 95% bootstrap CI; filled: faster or slower, that is
+    Mann-Whitney U p < 5% and a CI that excludes 1; open diamond: the same ratio per available
+    CPU). Points that could not be compared are listed under the chart with the reason."""
     c = comparison[comparison["experiment"] == experiment]
     hosts = [h["name"] for h in meta["hosts"]]
     cpus = {h["name"]: h["available_cpus"] for h in meta["hosts"]}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pandas as pd
@@ -223,6 +224,30 @@ def test_two_runs_of_one_machine_compare_at_equal_core_speed(tmp_path):
     t = compare_hosts([load_host(rows["run1"], ["gil"]), load_host(rows["run2"], ["gil"])], "run1", ["gil"])
     r = t["comparison"].set_index("host").loc["run2"]
     assert r["ratio"] == pytest.approx(0.5) and r["ratio_norm"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(("util_pct", "norm"), [(45.0, 1.0), (3.0, None)])
+def test_work_that_keeps_no_cpu_busy_is_not_put_at_equal_core_speed(tmp_path, util_pct, norm):
+    """As above, but the windows say how busy the work kept the CPUs: a CPU-bound loop (0.9 of
+    2 CPUs) is put at equal core speed; a sleep loop (0.06 CPUs), whose time does not follow a
+    core's speed, is not (NaN, where the correction would have read 2x)."""
+    dirs = []
+    for name, speed in (("run1", 4e7), ("run2", 2e7)):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "host.json").write_text(json.dumps({"host": name, "available_cpus": 2, "schema_version": 1}))
+        cap = {"capacity_1cpu_per_s": speed, "cpus_asked": 1, "cpus_delivered": 1.0, "delivered_cpus": 2.0}
+        rows = [{"wall_s": 2 / t, "tasks_per_s": t, "cpu_util_pct": util_pct, **cap} for t in SEQ]
+        path = write_point(tmp_path / f"{name}-pts", "gil", _gil("sequential"), rows)
+        args = ["summarise", "--experiment", "gil", "--out-dir", str(d / "gil"), "--host-json", str(d / "host.json")]
+        assert analysis_main([*args, str(path)]) == 0
+        dirs.append(load_host(d, ["gil"]))
+    r = compare_hosts(dirs, "run1", ["gil"])["comparison"].set_index("host").loc["run2"]
+    assert r["ratio"] == pytest.approx(1.0)
+    if norm is None:
+        assert math.isnan(r["ratio_norm"])
+    else:
+        assert r["ratio_norm"] == pytest.approx(2.0 * norm)
 
 
 def test_an_experiment_no_host_ran_is_listed_once_not_drawn(two_hosts, tmp_path):
