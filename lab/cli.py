@@ -36,7 +36,7 @@ from lab.params import (
     parse_value,
 )
 from lab.results import SAMPLE_COLUMNS, RunResult, check_rows, metrics_rows, span_columns
-from lab.rounds import Rounds
+from lab.rounds import MAX_ROUNDS_WORKERS, Rounds
 from lab.threads import check_job_env, load_time_settings
 from lab.workers import run_workers
 
@@ -219,6 +219,11 @@ def rounds_policy(args, experiment: str, params, parser: argparse.ArgumentParser
     from lab import registry
 
     try:
+        if args.rounds_max < 0 or not 1 <= args.rounds_workers <= MAX_ROUNDS_WORKERS:
+            raise ValueError(
+                f"--rounds-max must be >= 0 (0: --repeats) and --rounds-workers 1-{MAX_ROUNDS_WORKERS}"
+                f" (config rounds.workers); got {args.rounds_max} and {args.rounds_workers}"
+            )
         target = args.rounds_target_ci_pct
         if target > 0 and not (args.rounds_budget_s > 0 and args.rounds_max >= params.repeats):
             raise ValueError(
@@ -368,6 +373,10 @@ def measure_point(
     host = host_label(args.host)
     if (problem := output_dir_problem(args.out)) is not None:
         parser.error(f"--out {args.out!r} {problem}")
+    if args.max_oversubscription is not None and not args.max_oversubscription > 0:
+        parser.error(
+            f"--max-oversubscription must be > 0 (a factor of the available CPUs), got {args.max_oversubscription}"
+        )
     out = Path(args.out).resolve()  # where the job was asked to write, whatever directory the run leaves
     print(f"[{experiment}] {params}", file=sys.stderr, flush=True)
     skip = oversubscription_skip(params, args.max_oversubscription, available_cpus())

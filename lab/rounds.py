@@ -29,6 +29,9 @@ import math
 from lab.intervals import half_width_pct
 from lab.params import check_min
 
+#: The most worker processes a point's rounds may be split over (config rounds.workers' maximum).
+MAX_ROUNDS_WORKERS = 8
+
 #: Why a job's rounds ended.
 STOPPED = {
     "fixed": "measured the configured number of rounds (no target)",

@@ -216,3 +216,19 @@ def test_missing_inputs_of_analysis_and_report_are_named_without_a_traceback(tmp
             report_main([*args, *out])
         assert stop.value.code == 1 and said in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("option", "said"),
+    [
+        (["--rounds-max", "-1"], "--rounds-max must be >= 0"),
+        (["--rounds-workers", "9"], "--rounds-workers 1-8 (config rounds.workers); got 0 and 9"),
+        (["--rounds-workers", "0"], "--rounds-workers 1-8 (config rounds.workers); got 0 and 0"),
+        (["--max-oversubscription", "-2"], "--max-oversubscription must be > 0"),
+    ],
+)
+def test_out_of_range_job_options_are_named_before_measuring(tmp_path, option, said):
+    cmd = [sys.executable, "-m", "lab.point", "gil", "--workload", "io", "--io-iterations", "2", "--repeats", "1"]
+    proc = subprocess.run([*cmd, "--out", str(tmp_path / "p"), *option], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and said in proc.stderr, proc.stderr
+    assert not (tmp_path / "p").exists()
