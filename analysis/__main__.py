@@ -317,7 +317,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--baseline", required=True, help="name (directory name) of the baseline host")
     c.add_argument("--experiments", nargs="+", required=True, choices=names)
     c.add_argument("--out-dir", required=True)
-    c.add_argument("host_dirs", nargs="+", help="results/<host> directories")
+    c.add_argument("host_dirs", nargs="*", help="results/<host> directories (at least 2 readable ones)")
     cf = sub.add_parser("compare-figure", help="draw one experiment's comparison chart")
     cf.add_argument("experiment", choices=names)
     cf.add_argument("--compare-dir", required=True)

@@ -286,7 +286,10 @@ def compare_hosts(hosts: list[HostResults], baseline: str, experiments: list[str
     """
     names = [h.name for h in hosts]
     if len(hosts) < 2:
-        raise ValueError(f"need at least 2 hosts to compare, got {names}")
+        raise ValueError(
+            f"need at least 2 hosts to compare, got {names}: run the pipeline on another machine"
+            " (--config host=NAME) and copy its results/NAME/ here, or list its directory under compare: dirs:"
+        )
     if len(set(names)) != len(names):
         raise ValueError(f"host names must be unique, got {names}")
     if baseline not in names:

@@ -78,7 +78,9 @@ rule compare_tables:
     shell:
         "python -m lab.server run --"
         " analysis compare --baseline {params.baseline:q} --experiments {params.experiments:q}"
-        " --out-dir results/compare {params.dirs:q} > {log:q} 2>&1;"
+        " --out-dir results/compare {params.dirs:q} > {log:q} 2>&1"
+        # an error (such as fewer than 2 hosts) on the console, not only in the log
+        " || {{ grep -h '^error:' {log:q} >&2; exit 1; }};"
         # a host that could not be read is left out with its reason: say so on the console too
         " grep -h '^not comparable:' {log:q} >&2 || true"
 
