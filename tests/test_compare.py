@@ -401,3 +401,11 @@ def _mp_host(root, name, extra: dict):
         for f in ("replicates.csv", "summary.csv"):
             pd.read_csv(d / f).drop(columns="omp_wait_policy").to_csv(d / f, index=False)
     return root / name
+
+
+def test_fewer_than_two_hosts_is_one_line_saying_what_to_do(tmp_path, capsys):
+    args = ["compare", "--baseline", "a", "--experiments", "gil", "--out-dir", str(tmp_path / "c")]
+    assert analysis_main(args) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: need at least 2 hosts to compare, got []: run the pipeline on another machine")
+    assert not (tmp_path / "c").exists()
