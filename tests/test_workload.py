@@ -627,3 +627,29 @@ def test_an_entry_defined_inside_a_top_level_block_is_found_without_importing(tm
         assert resolve_entry(f"brkpkg.wl:{name}", "entry", path) == pkg / "wl.py"
     with pytest.raises(WorkloadError, match=r"defines no othr \(did you mean other\?\)"):
         resolve_entry("brkpkg.wl:othr", "entry", path)
+
+
+def test_a_thread_count_compared_under_contention_is_flagged_like_precision():
+    """A new user's quick run verified threads=1 at 8.9x over the default 2 threads while another
+    process held a CPU (1.0x on an idle run of the same machine): every knob compared under
+    contention is flagged, not only precision and memory format."""
+    from experiments.workload.analysis import _contention_sentence
+
+    d = {
+        "search": {
+            "trail": [
+                {"comparison": 2, "knob": "threads", "value": 1, "contended": True},
+                {"comparison": 3, "knob": "precision", "value": "bfloat16", "contended": False},
+            ]
+        },
+        "status": "ok",
+        "verify_contended": True,
+        "current": {"threads": 2, "precision": "float32"},
+        "best_found": {"threads": 1, "precision": "float32"},
+    }
+    said = _contention_sentence(d)
+    assert said.startswith(
+        "Measured while other processes took CPU: comparison 2 (threads 1), the verification (threads differ)."
+    )
+    assert "thread, worker and process counts compete" in said
+    assert _contention_sentence(d | {"verify_contended": False, "search": {"trail": []}}) == ""

@@ -122,24 +122,28 @@ def _diagnosis_sentence(d: dict) -> str:
 
 
 def _contention_sentence(d: dict) -> str:
-    """Where a precision or memory-format comparison (search or verification) was measured while
-    other processes took CPU: it is flagged, since contention can invert it (issue 21: bfloat16
-    measured 2.5x slower than float32 on a busy machine, 1.8x faster on an idle one)."""
+    """Where a comparison of the search, or the verification, was measured while other processes
+    took CPU: it is flagged, since contention can invert it. Thread, worker and process counts
+    compete with those processes for the same CPUs (a default of 2 OpenMP threads ran 6-10x slower
+    than 1 thread while another process held a CPU, issue 20's new-user run), and precision does
+    too (issue 21: bfloat16 measured 2.5x slower than float32 on a busy machine, 1.8x faster on
+    an idle one)."""
     flagged = [
         f"comparison {c['comparison']} ({c['knob']} {c['value']})"
         for c in d["search"].get("trail") or []
-        if c.get("knob") in ("precision", "channels_last") and c.get("contended")
+        if c.get("contended")
     ]
     if d.get("status") == "ok" and d.get("verify_contended"):
-        differ = [k for k in ("precision", "channels_last") if d["current"][k] != d["best_found"][k]]
+        differ = [k for k in KNOBS if k in d["current"] and d["current"][k] != d["best_found"].get(k)]
         if differ:
             flagged.append(f"the verification ({', '.join(differ)} differ)")
     if not flagged:
         return ""
     return (
-        f"Measured while other processes took CPU: {', '.join(flagged)}. A precision or memory-format comparison"
-        " under contention can invert (bfloat16 came out 2.5x slower than float32 on a busy machine and 1.8x"
-        " faster on an idle one): rerun on an idle machine before acting on it."
+        f"Measured while other processes took CPU: {', '.join(flagged)}. A comparison under contention can"
+        " invert: thread, worker and process counts compete with those processes for the same CPUs, and"
+        " bfloat16 came out 2.5x slower than float32 on a busy machine and 1.8x faster on an idle one."
+        " Rerun on an idle machine before acting on it."
     )
 
 
@@ -237,6 +241,8 @@ def headlines(ctx: Context) -> list[dict]:
     elif kind == "verified faster":
         answer = f"verified faster: {describe_changes(d['changes'])}: {_x(d['gain'], d['gain_ci'])}"
         answer += f" ({missing})" if missing else ""
+        if d.get("verify_contended"):  # the figure may be the contention's, not the settings'
+            answer += "; measured while other processes took CPU: rerun on an idle machine before acting on it"
     elif kind == "searched completely":
         answer = (
             "searched completely, nothing clearly faster: keep your settings"
