@@ -122,17 +122,11 @@ def _diagnosis_sentence(d: dict) -> str:
 
 
 def _contention_sentence(d: dict) -> str:
-    """Where a comparison of the search, or the verification, was measured while other processes
-    took CPU: it is flagged, since contention can invert it. Thread, worker and process counts
-    compete with those processes for the same CPUs (a default of 2 OpenMP threads ran 6-10x slower
-    than 1 thread while another process held a CPU, issue 20's new-user run), and precision does
-    too (issue 21: bfloat16 measured 2.5x slower than float32 on a busy machine, 1.8x faster on
-    an idle one)."""
-    flagged = [
-        f"comparison {c['comparison']} ({c['knob']} {c['value']})"
-        for c in d["search"].get("trail") or []
-        if c.get("contended")
-    ]
+    """A search comparison or verification measured while other processes took CPU, flagged:
+    contention can invert it (2 OpenMP threads ran 6-10x slower than 1 while another process held
+    a CPU; bfloat16 2.5x slower than float32 on a busy machine, 1.8x faster on an idle one)."""
+    trail = d["search"].get("trail") or []
+    flagged = [f"comparison {c['comparison']} ({c['knob']} {c['value']})" for c in trail if c.get("contended")]
     if d.get("status") == "ok" and d.get("verify_contended"):
         differ = [k for k in KNOBS if k in d["current"] and d["current"][k] != d["best_found"].get(k)]
         if differ:
