@@ -311,7 +311,7 @@ def _cell(v: dict) -> str:
         text += f"; drift taken out {v['drift_corrected']:.3g}"
     if "sustained" in v:
         text += f"; sustained {v['sustained']:.3g}"
-    if v.get("steal_pct") == v.get("steal_pct") and "steal_pct" in v:
+    if not math.isnan(v.get("steal_pct", math.nan)):
         text += f"; steal {v['steal_pct']:.0f}%"
     if "norm_low" in v:
         text += f"; on whole cores {v['norm']:.3g} ({v['norm_low']:.3g}-{v['norm_high']:.3g})"
