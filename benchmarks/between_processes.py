@@ -76,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=6)
     p.add_argument("--markdown", default=None)
     args = p.parse_args(argv)
+    if args.processes < 2 or args.repeats < 2:
+        p.error(f"--processes and --repeats must be >= 2 (a spread needs two), got {args.processes} and {args.repeats}")
     lines = [
         f"{args.processes} processes per point, {args.repeats} rounds each, one after the other.",
         "",

@@ -222,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-run", action="store_true", help="only compare existing results")
     p.add_argument("--gap-min", type=float, default=0.0, help="minutes to wait between the two runs")
     args = p.parse_args(argv)
+    if args.cores < 1 or args.gap_min < 0:
+        p.error(f"--cores must be >= 1 and --gap-min >= 0, got {args.cores} and {args.gap_min}")
     a, b = f"{args.label}-1", f"{args.label}-2"
     results = Path(args.results)
     seconds = []

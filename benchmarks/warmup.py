@@ -73,7 +73,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--switches", type=int, default=30, help="thread-count switches per workload (each way)")
     ap.add_argument("--calls", type=int, default=8, help=f"calls timed after each switch (> {SETTLED_FROM})")
-    ap.add_argument("--workloads", nargs="+", default=["matmul", "mlp", "tiny"])
+    ap.add_argument(
+        "--workloads", nargs="+", default=["matmul", "mlp", "tiny"], choices=["matmul", "matmul_bf16", "mlp", "tiny"]
+    )
     ap.add_argument("--markdown", type=Path, help="also write the table here")
     args = ap.parse_args(argv)
     if args.calls <= SETTLED_FROM or args.switches < 1:

@@ -117,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--targets", type=float, nargs="+", default=[5.0, 10.0], help="95%% half-widths, %% of the estimate")
     p.add_argument("--markdown", default=None)
     args = p.parse_args(argv)
+    if min(args.lengths) <= 0 or args.rounds < 2 or args.probe_ms < 0:
+        p.error("--lengths must be > 0 s, --rounds >= 2 and --probe-ms >= 0")
     rows = []
     with tempfile.TemporaryDirectory(prefix="windows-") as tmp:
         for kind in ("gil processes / sequential", "intraop matmul 2 threads / 1"):

@@ -81,6 +81,10 @@ def test_interpreter_labels_must_be_unique_and_path_safe():
         validate_config({"interpreters": [{"label": "a"}, {"label": "a"}]}, base, schemas)
     with pytest.raises(ConfigError, match="interpreters.0.label"):
         validate_config({"interpreters": [{"label": "a/b"}]}, base, schemas)
+    # a label becomes a file name (interpreter~<label>, at most 255 bytes): 64 characters at most
+    validate_config({"interpreters": [{"label": "a" * 64}]}, base, schemas)
+    with pytest.raises(ConfigError, match=r"interpreters.0.label: 'a{65}' is not allowed.*1 to 64"):
+        validate_config({"interpreters": [{"label": "a" * 65}]}, base, schemas)
     with pytest.raises(ConfigError, match="interpreters.0.python_gil"):
         validate_config({"interpreters": [{"label": "a", "python_gil": 2}]}, base, schemas)
 
