@@ -280,14 +280,19 @@ def test_fidelity_checks(quick_run):
         else:
             assert any(k in r["check"] for k in HOST_DEPENDENT), r["check"]
             if " to " in r["expected"]:  # a range, e.g. "0.70x to 1.15x"
-                lo, hi = (float(x.strip(" x")) for x in r["expected"].split(" to "))
-                inside = lo <= r["measured"] <= hi
+                bounds = [float(x.strip(" x")) for x in r["expected"].split(" to ")]
+                inside = bounds[0] <= r["measured"] <= bounds[1]
             elif "own cost" in r["check"]:
                 assert r["measured"] < SAMPLER_COST_MAX_PCT, r.to_dict()
-                inside = r["measured"] < float(r["expected"].split("%")[0].strip("< "))
+                bounds = [float(r["expected"].split("%")[0].strip("< "))]
+                inside = r["measured"] < bounds[0]
             else:  # ">= 1.39x" or ">= 1.39x (70% of the 1.99 CPUs delivered)"
-                inside = r["measured"] >= float(r["expected"].split()[1].rstrip("x"))
-            assert r["verdict"] == ("pass" if inside else "warn"), r.to_dict()
+                bounds = [float(r["expected"].split()[1].rstrip("x"))]
+                inside = r["measured"] >= bounds[0]
+            # the expected text rounds its bounds to 2 decimals: within that of one, either verdict is right
+            # (a bound of 0.7 x 1.7476 = 1.2233 reads "1.22x"; 1.2204 measured is below it)
+            if min(abs(r["measured"] - b) for b in bounds) >= 0.005:
+                assert r["verdict"] == ("pass" if inside else "warn"), r.to_dict()
 
 
 @pytest.mark.slow
