@@ -78,17 +78,17 @@ def _share(s) -> float:
 MIN_BUSY_CPUS = 0.5
 
 
-def _capacity_factor(base, mine, base_cpus: float = math.nan, my_cpus: float = math.nan) -> float:
+def _capacity_factor(base, mine, base_cpus: float, my_cpus: float) -> float:
     """What turns a host's median over the baseline host's into the ratio at equal one-CPU speed
     and on whole cores (``ratio_norm``, the module docstring): NaN where either lacks the probe,
     or where the point's work kept fewer than :data:`MIN_BUSY_CPUS` CPUs busy on either host
-    (``cpu_util_pct`` x available CPUs / 100; not checked where the CPUs are not given)."""
+    (``cpu_util_pct`` x available CPUs / 100; not checked where that is not known)."""
     try:
         speed = float(base.get("capacity_1cpu_per_s")) / float(mine.get("capacity_1cpu_per_s"))
         busy = [float(r.get("cpu_util_pct")) * n / 100 for r, n in ((base, base_cpus), (mine, my_cpus))]
     except (TypeError, ValueError, ZeroDivisionError):
         return float("nan")
-    if any(b < MIN_BUSY_CPUS for b in busy):  # NaN (CPUs not given) compares False: no check
+    if any(b < MIN_BUSY_CPUS for b in busy):  # NaN (no cpu_util_pct in older files) compares False: no check
         return float("nan")
     return speed * _share(base) / _share(mine) if math.isfinite(speed) and speed > 0 else float("nan")
 
