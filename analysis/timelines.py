@@ -31,6 +31,12 @@ from lab.declare import Timeline, point_label
 #: Longest stretch of a window drawn, in s: a few seconds keeps 10-ms spans visible.
 MAX_WINDOW_S = 3.0
 
+#: Shortest stretch the utilisation strip averages over, in s. The kernel counts CPU time in
+#: 10 ms ticks (``USER_HZ`` = 100), so a 25 ms sample of one process is off by up to 40% of a
+#: CPU and "this job" drew above "whole machine" (the two count their ticks out of phase); over
+#: 0.1 s the error is at most 10% of a CPU (5 points of 2 CPUs).
+UTIL_BIN_S = 0.1
+
 
 def natural(s: str) -> list:
     """Sort key that orders ``worker-10`` after ``worker-9``."""
@@ -165,12 +171,34 @@ def _gantt(ax, sp: pd.DataFrame, rows: list[str], timeline: Timeline, threads: i
     return kinds
 
 
+def util_bins(s: pd.DataFrame, bin_s: float = UTIL_BIN_S) -> tuple[list[float], list[float]]:
+    """One series' samples (``t_s``, ``busy_pct``; each covers the interval that ends at its
+    time, the first from 0) merged into runs of consecutive samples at least ``bin_s`` long.
+
+    Returns:
+        ``(edges, busy)``: the bins' edges in s (``len(busy) + 1`` of them, from 0) and each
+        bin's busy % (0-100), the mean of its samples weighted by their intervals, which equals
+        the CPU time over the bin divided by its length.
+    """
+    t = s["t_s"].to_numpy(float)
+    busy = s["busy_pct"].to_numpy(float)
+    dt = np.diff(np.concatenate([[0.0], t]))
+    edges, out, acc_t, acc_b = [0.0], [], 0.0, 0.0
+    for ti, di, bi in zip(t, dt, busy):
+        acc_t, acc_b = acc_t + di, acc_b + di * bi
+        if acc_t >= bin_s - 1e-9 or ti == t[-1]:
+            edges.append(float(ti))
+            out.append(acc_b / acc_t if acc_t > 0 else float(bi))
+            acc_t = acc_b = 0.0
+    return edges, out
+
+
 def _utilisation(ax, sa: pd.DataFrame, ncpu) -> None:
     for series, colour, label in (("tree", "#0072B2", "this job's processes"), ("system", "#D55E00", "whole machine")):
         s = sa[sa["series"] == series].sort_values("t_s")
-        if len(s):  # a sample covers the interval that ends at its time; the first one from 0
-            t, busy = [0.0, *s["t_s"]], [s["busy_pct"].iloc[0], *s["busy_pct"]]
-            ax.step(t, busy, where="pre", color=colour, linewidth=1.4, label=label)
+        if len(s):
+            edges, busy = util_bins(s)
+            ax.stairs(busy, edges, color=colour, linewidth=1.4, label=label, baseline=None)
     ax.set_ylim(0, 105)
     ax.set_yticks([0, 50, 100])
     ax.set_ylabel(f"busy %\nof {cpus_text(ncpu)}", fontsize=8)
@@ -212,6 +240,7 @@ def _window_panel(
     which = f" (median of {rounds} rounds)" if rounds > 1 else ""
     title = (
         f"{_title(point, label)}: window of {wall:.3g} s{which}, {n_samples} CPU sample{'' if n_samples == 1 else 's'}"
+        f"{f' in means over {UTIL_BIN_S:g} s' if n_samples > 1 else ''}"
     )
     sub.suptitle(title + cut, x=0.01, ha="left", fontsize=9.5)
     ax_u.set_xlabel("time since start of measured window (s)", fontsize=8.5)

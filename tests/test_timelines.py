@@ -138,8 +138,8 @@ def test_timeline_and_heatmap_draw_the_chosen_windows():
     titles = [sf._suptitle.get_text() for sf in fig.subfigs[1:]]
     assert titles == [
         "interpreter=default workload=cpu mode=sequential workers=2: window of 0.4 s (median of 2 rounds),"
-        " 4 CPU samples",
-        "interpreter=default workload=cpu mode=threads workers=2: window of 0.4 s, 4 CPU samples",
+        " 4 CPU samples in means over 0.1 s",
+        "interpreter=default workload=cpu mode=threads workers=2: window of 0.4 s, 4 CPU samples in means over 0.1 s",
     ]
     gantt = fig.subfigs[2].axes[0]
     assert [t.get_text() for t in gantt.get_yticklabels()] == ["thread-0", "thread-1"]
@@ -157,6 +157,18 @@ def test_timeline_and_heatmap_draw_the_chosen_windows():
     heat = timelines.core_heatmap("gil", samples, summary, {"available_cpus": 2}, hooks.timeline_points("gil", summary))
     mesh = heat.axes[0].collections[0]
     assert mesh.get_array().reshape(2, -1)[:, 0].tolist() == [100.0, 10.0]  # cpu0 row, cpu1 row
+
+
+def test_util_bins_merge_samples_into_means_over_a_tenth_of_a_second():
+    # 25 ms samples of one process whose 10 ms ticks fall 2, 3, 2, 3 ... into them: 40% and 60%
+    t = [0.025 * (i + 1) for i in range(9)]
+    s = pd.DataFrame({"t_s": t, "busy_pct": [40.0, 60.0] * 4 + [80.0]})
+    edges, busy = timelines.util_bins(s)
+    assert edges == pytest.approx([0.0, 0.1, 0.2, 0.225])  # the last, short bin ends at the last sample
+    assert busy == pytest.approx([50.0, 50.0, 80.0])
+    # uneven intervals weigh by their length: CPU time over the bin / its length
+    edges, busy = timelines.util_bins(pd.DataFrame({"t_s": [0.02, 0.12], "busy_pct": [100.0, 0.0]}))
+    assert edges == pytest.approx([0.0, 0.12]) and busy == pytest.approx([100 * 0.02 / 0.12])
 
 
 def test_job_intervals_phases_and_windows():
