@@ -451,7 +451,7 @@ def config_json():
 # ---- host comparison (target compare) never measures, it only reads host directories
 def compare_host_dirs():
     """Host directories to compare: config compare.hosts under results/ (default: every
-    results/<host>/ with a host.json), plus compare.dirs."""
+    results/<host>/ with a host.json), plus compare.dirs; each directory once."""
     cc = config.get("compare") or {}
     if cc.get("hosts"):
         dirs = [f"results/{h}" for h in cc["hosts"]]
@@ -461,7 +461,13 @@ def compare_host_dirs():
             for p in Path("results").glob("*/host.json")
             if p.parent.name != "compare"
         )
-    return dirs + [os.path.normpath(d) for d in cc.get("dirs") or []]
+    # a directory listed under dirs that is also found under results/ counts once
+    seen, unique = set(), []
+    for d in dirs + [os.path.normpath(d) for d in cc.get("dirs") or []]:
+        if os.path.realpath(d) not in seen:
+            seen.add(os.path.realpath(d))
+            unique.append(d)
+    return unique
 
 
 def compare_baseline():

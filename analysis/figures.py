@@ -173,20 +173,50 @@ def _own_speedups(ax, c: pd.DataFrame, hosts: list[str], points: list[str], colo
             label=label,
         )
     ax.axvline(1.0, color="black", linewidth=0.8)
-    ax.set_yticks(y, points, fontsize=8)
+    ax.set_yticks(y, short_labels(points)[0], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("speedup over the point's baseline, same host (x)")
     ax.set_title("Each host's own speedups", fontsize=10)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=min(3, len(hosts)), fontsize=8)
 
 
-def _host_ratios(ax, r: pd.DataFrame, pos: np.ndarray, host: str, baseline: str, colour: str) -> None:
-    """One host's median ratios to the baseline host: filled where significant, open otherwise."""
+def short_labels(points: list[str]) -> tuple[list[str], str]:
+    """Point labels (``"k1=v1 k2=v2"``) without the ``key=value`` parts every point shares, and
+    those shared parts (``""`` if none; all of them stay where that would leave a label empty).
+
+    Returns:
+        ``(labels, shared)``: one label per point, in order, and the shared parts joined by spaces.
+    """
+    parts = [p.split() for p in points]
+    shared = [x for x in parts[0] if all(x in q for q in parts[1:])] if len(parts) > 1 else []
+    labels = [" ".join(x for x in q if x not in shared) for q in parts]
+    if not shared or not all(labels):
+        return list(points), ""
+    return labels, " ".join(shared)
+
+
+#: Ratio ticks of the log axis, coarse to fine: the first set of which at least 3 fit the range.
+RATIO_TICKS = (
+    (0.0625, 0.125, 0.25, 0.5, 1, 2, 4, 8, 16),
+    (0.5, 0.67, 1, 1.5, 2),
+    (0.5, 0.67, 0.8, 0.9, 1, 1.1, 1.25, 1.5, 2),
+)
+
+
+def _host_ratios(ax, r: pd.DataFrame, pos: np.ndarray, label: str, colour: str, per_cpu: bool) -> None:
+    """One host's median ratios to the baseline host: filled where significant, open otherwise;
+    with ``per_cpu``, the ratio per available CPU as an open diamond too."""
     sig = r["verdict"].isin(["faster", "slower"]).to_numpy()
     ax.errorbar(
         r["ratio"], pos, xerr=yerr(r, "ratio", "ratio_ci_low", "ratio_ci_high"), fmt="none", ecolor=colour, capsize=2
     )
-    ax.scatter(r["ratio"][sig], pos[sig], color=colour, s=36, zorder=3, label=f"{host} / {baseline} (significant)")
+    ax.scatter(
+        r["ratio"][sig],
+        pos[sig],
+        color=colour,
+        s=36,
+        zorder=3,
+        label=f"{label} (faster or slower)" if sig.any() else "_nolegend_",
+    )
     ax.scatter(
         r["ratio"][~sig],
         pos[~sig],
@@ -194,37 +224,45 @@ def _host_ratios(ax, r: pd.DataFrame, pos: np.ndarray, host: str, baseline: str,
         edgecolors=colour,
         s=36,
         zorder=3,
-        label=f"{host} / {baseline} (not significant)",
+        label=f"{label} (no clear difference)" if (~sig).any() else "_nolegend_",
     )
-    per_cpu = f"{host} / {baseline} per available CPU"
-    ax.scatter(r["ratio_per_cpu"], pos, marker="D", facecolors="none", edgecolors=colour, s=22, zorder=3, label=per_cpu)
+    if per_cpu:
+        ax.scatter(
+            r["ratio_per_cpu"], pos, marker="D", facecolors="none", edgecolors=colour, s=22, zorder=4,
+            label=f"{label} per available CPU",
+        )  # fmt: skip
 
 
-def _ratios(ax, c: pd.DataFrame, hosts: list[str], points: list[str], colours: dict, baseline: str) -> None:
+def _ratios(ax, c: pd.DataFrame, hosts: list[str], points: list[str], colours: dict, meta: dict) -> None:
     y, width = np.arange(len(points)), 0.8 / max(1, len(hosts))
+    baseline = meta["baseline"]
+    cpus = {h["name"]: h["available_cpus"] for h in meta["hosts"]}
     for j, host in enumerate(hosts):
         sub = c[c["host"] == host].drop_duplicates("point").set_index("point").reindex(points)
         ok = (sub["status"] == "compared").to_numpy()
         if host != baseline and ok.any():
-            _host_ratios(ax, sub[ok], (y + (j - (len(hosts) - 1) / 2) * width)[ok], host, baseline, colours[host])
+            pos = (y + (j - (len(hosts) - 1) / 2) * width)[ok]
+            per_cpu = cpus.get(host) != cpus.get(baseline)  # else the diamond sits on the circle
+            _host_ratios(ax, sub[ok], pos, f"{host} / {baseline}", colours[host], per_cpu)
     ax.axvline(1.0, color="black", linewidth=0.8)
     ax.set_xscale("log")
     lo, hi = ax.get_xlim()
-    shown = [t for t in (0.0625, 0.125, 0.25, 0.5, 1, 2, 4, 8, 16) if lo <= t <= hi] or [1]
+    fits = [[t for t in ticks if lo <= t <= hi] for ticks in RATIO_TICKS]
+    shown = next((f for f in fits if len(f) >= 3), max(fits, key=len)) or [1]
     ax.set_xticks(shown, [f"{t:g}x" for t in shown])
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel(f"median throughput over {baseline}'s (x, log scale)")
     ax.set_title(f"Host against {baseline}, point by point", fontsize=10)
-    if ax.has_data():
-        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=1, fontsize=7.5)
 
 
 def compare_chart(comparison: pd.DataFrame, experiment: str, meta: dict) -> Figure:
     """One experiment across hosts: left, each host's own speedup over its interleaved
     baseline per point (bars grouped by host, 95% CI); right, each host's median over the
     baseline host's per point (log scale, 95% bootstrap CI; filled: faster or slower, that is
-    Mann-Whitney U p < 5% and a CI that excludes 1; open diamond: the same ratio per available
-    CPU). Points that could not be compared are listed under the chart with the reason."""
+    Mann-Whitney U p < 5% and a CI that excludes 1; open diamond, where the two hosts' CPU
+    counts differ: the same ratio per available CPU). Parameters every point shares go into the
+    title instead of every label. Points that could not be compared are listed under the chart
+    with the reason."""
     c = comparison[comparison["experiment"] == experiment]
     hosts = [h["name"] for h in meta["hosts"]]
     cpus = {h["name"]: h["available_cpus"] for h in meta["hosts"]}
@@ -234,15 +272,23 @@ def compare_chart(comparison: pd.DataFrame, experiment: str, meta: dict) -> Figu
     points = sorted((p for p in dict.fromkeys(measured["point"]) if isinstance(p, str) and p), key=_point_order)
     colours = {h: PALETTE[i % len(PALETTE)] for i, h in enumerate(hosts)}
     height = 1.6 + 0.42 * max(1, len(points)) * max(1, len(hosts)) ** 0.5
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, height), sharey=True)
+    fig = plt.figure(figsize=(12, height + 0.9), layout="constrained")
+    top, bottom = fig.subfigures(2, 1, height_ratios=[height, 0.9])
+    ax1, ax2 = top.subplots(1, 2, sharey=True)
     _own_speedups(ax1, c, hosts, points, colours, cpus)
-    _ratios(ax2, c, hosts, points, colours, meta["baseline"])
+    _ratios(ax2, c, hosts, points, colours, meta)
+    handles, labels = [], []
+    for ax in (ax1, ax2):
+        h, lab = ax.get_legend_handles_labels()
+        handles, labels = handles + h, labels + lab
+    if handles:
+        bottom.legend(handles, labels, loc="upper center", ncol=min(3, len(handles)), fontsize=8, frameon=False)
     missing = c[c["status"] == "not comparable"]
     note = "; ".join(f"{r['host']}: {r['point'] or experiment}: {r['reason']}" for _, r in missing.head(4).iterrows())
     if len(missing) > 4:
         note += f"; and {len(missing) - 4} more (see the table)"
-    fig.suptitle(f"{experiment}: {', '.join(hosts)}", fontsize=11)
+    shared = short_labels(points)[1] if points else ""
+    top.suptitle(f"{experiment}: {', '.join(hosts)}" + (f" (every point: {shared})" if shared else ""), fontsize=11)
     text = ("Not comparable: " + note) if note else "Every point was compared."
-    fig.text(0.01, 0.005, text, fontsize=7, color="#555555", wrap=True)
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
+    bottom.text(0.01, 0.04, text, fontsize=7, color="#555555", wrap=True, va="bottom")
     return fig

@@ -409,3 +409,38 @@ def test_fewer_than_two_hosts_is_one_line_saying_what_to_do(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: need at least 2 hosts to compare, got []: run the pipeline on another machine")
     assert not (tmp_path / "c").exists()
+
+
+def test_compare_chart_labels_legend_and_ticks(two_hosts, tmp_path):
+    from analysis.figures import compare_chart, short_labels
+
+    a, b = two_hosts
+    out = tmp_path / "compare"
+    assert (
+        analysis_main(
+            ["compare", "--baseline", "two-cpu", "--experiments", "gil", "--out-dir", str(out), str(a), str(b)]
+        )
+        == 0
+    )
+    comparison, meta = pd.read_csv(out / "comparison.csv"), json.loads((out / "hosts.json").read_text())
+    fig = compare_chart(comparison, "gil", meta)
+    top, bottom = fig.subfigs
+    # every point shares interpreter=default and workers=... except one-cpu's workers=4 point,
+    # which no host measured against a baseline: the labels keep what differs
+    ticks = [t.get_text() for t in top.axes[0].get_yticklabels()]
+    assert ticks and all("interpreter=default" not in t for t in ticks)
+    assert "every point: interpreter=default" in top._suptitle.get_text()
+    # the hosts' CPUs differ (2 and 1): the per-CPU diamond is drawn and named
+    labels = [t.get_text() for t in bottom.legends[0].get_texts()]
+    assert "one-cpu / two-cpu per available CPU" in labels
+    assert "one-cpu / two-cpu (faster or slower)" in labels
+    assert len([t for t in top.axes[1].get_xticklabels() if t.get_text()]) >= 3  # never a lone "1x"
+    # one host against itself under two labels: no diamond on top of every circle, no empty
+    # "faster or slower" entry
+    meta_same = {**meta, "hosts": [{**h, "available_cpus": 2} for h in meta["hosts"]]}
+    same = comparison.assign(verdict="no significant difference")
+    labels = [t.get_text() for t in compare_chart(same, "gil", meta_same).subfigs[1].legends[0].get_texts()]
+    assert labels == ["two-cpu (2 CPUs)", "one-cpu (2 CPUs)", "one-cpu / two-cpu (no clear difference)"]
+    assert short_labels(["a=1 b=2", "a=1 b=3"]) == (["b=2", "b=3"], "a=1")
+    assert short_labels(["a=1", "a=1"]) == (["a=1", "a=1"], "")  # nothing would be left: keep them
+    assert short_labels(["a=1 b=2"]) == (["a=1 b=2"], "")

@@ -327,9 +327,9 @@ def test_compare_with_a_one_cpu_host(quick_run, side_runs, tmp_path):
     assert one["available_cpus"] == 1 and one["affinity"] == [first]
     assert (quick_run / "results" / "e2e-1cpu" / "config.yaml").exists()
     before = {**digest(quick_run / "results" / "e2e"), **digest(quick_run / "results" / "e2e-1cpu")}
-    proc = snakemake_in(
-        quick_run, "--cores", "4", "compare", "--config", "compare={baseline: e2e, hosts: [e2e, e2e-1cpu]}"
-    )
+    # e2e-1cpu named twice (a label under results/ and a directory) is compared once
+    both = "compare={baseline: e2e, hosts: [e2e, e2e-1cpu], dirs: [./results/e2e-1cpu]}"
+    proc = snakemake_in(quick_run, "--cores", "4", "compare", "--config", both)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "measure" not in proc.stderr.split("Job stats:")[1].split("Reasons")[0]
     after = {**digest(quick_run / "results" / "e2e"), **digest(quick_run / "results" / "e2e-1cpu")}
