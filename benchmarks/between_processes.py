@@ -29,7 +29,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lab.fileio import write_text  # noqa: E402
+from lab.fileio import output_args_problem, write_text  # noqa: E402
 
 #: Standard error of a sample median over that of the mean for normal data, sqrt(pi / 2)
 #: (the median's asymptotic efficiency 2 / pi; Kendall and Stuart, vol. 1, section 10.10).
@@ -76,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=6)
     p.add_argument("--markdown", default=None)
     args = p.parse_args(argv)
+    if problem := output_args_problem(args):
+        p.error(problem)
     if args.processes < 2 or args.repeats < 2:
         p.error(f"--processes and --repeats must be >= 2 (a spread needs two), got {args.processes} and {args.repeats}")
     lines = [

@@ -45,7 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lab.fileio import write_json, write_text  # noqa: E402
+from lab.fileio import output_args_problem, write_json, write_text  # noqa: E402
 from lab.probe import Probe  # noqa: E402
 
 #: Iterations of the counting loop per task: about 0.1-0.2 s on the CPUs seen here, as in the
@@ -370,6 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=None, help="write the raw results here")
     p.add_argument("--markdown", default=None, help="write the tables here")
     args = p.parse_args(argv)
+    if problem := output_args_problem(args):
+        p.error(problem)
     if args.passes < 1:
         p.error(f"--passes must be >= 1, got {args.passes}")
     passes = []

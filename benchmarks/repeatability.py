@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 from analysis.tables import read_table  # noqa: E402
 from lab import registry  # noqa: E402
 from lab.declare import point_label  # noqa: E402
-from lab.fileio import write_text  # noqa: E402
+from lab.fileio import output_args_problem, write_text  # noqa: E402
 
 TOLERANCE = 0.10
 
@@ -59,12 +59,17 @@ FIELDS += ("speedup_norm", "speedup_norm_ci_low", "speedup_norm_ci_high")
 FIGURES = {"speedup": "measured", "speedup_norm": "on whole cores"}
 
 
-def run(label: str, cores: int, results: Path) -> float:
-    """One quick run under host label ``label``; returns its wall time (s)."""
+def run(label: str, cores: int) -> float:
+    """One quick run under host label ``label``, in this checkout (``results/<label>/``);
+    returns its wall time (s).
+
+    Raises:
+        subprocess.CalledProcessError: if Snakemake fails.
+    """
     cmd = [sys.executable, "-m", "snakemake", "--cores", str(cores), "--configfile", "config.quick.yaml"]
     cmd += ["--config", f"host={label}", "--forcerun", "host_info"]
     t = time.perf_counter()
-    subprocess.run(cmd, cwd=results.parent, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(cmd, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
     return time.perf_counter() - t
 
 
@@ -222,15 +227,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-run", action="store_true", help="only compare existing results")
     p.add_argument("--gap-min", type=float, default=0.0, help="minutes to wait between the two runs")
     args = p.parse_args(argv)
+    if problem := output_args_problem(args):
+        p.error(problem)
     if args.cores < 1 or args.gap_min < 0:
         p.error(f"--cores must be >= 1 and --gap-min >= 0, got {args.cores} and {args.gap_min}")
     a, b = f"{args.label}-1", f"{args.label}-2"
     results = Path(args.results)
+    if not args.no_run and results.resolve() != (ROOT / "results").resolve():
+        p.error(
+            f"--results {results}: the runs write into {ROOT / 'results'}, the pipeline's own;"
+            " another directory only with --no-run"
+        )
+    if args.no_run:
+        absent = [str(results / h / "host.json") for h in (a, b) if not (results / h / "host.json").is_file()]
+        if absent:
+            p.error(
+                f"--no-run compares existing runs, and {' and '.join(absent)} is missing:"
+                " run them first, or pass --label"
+            )
     seconds = []
     if not args.no_run:
-        seconds.append(run(a, args.cores, results))
+        seconds.append(run(a, args.cores))
         time.sleep(60 * args.gap_min)
-        seconds.append(run(b, args.cores, results))
+        seconds.append(run(b, args.cores))
     df = compare(a, b, results)
     host = json.loads((results / a / "host.json").read_text())
     text = markdown(df, host, seconds)

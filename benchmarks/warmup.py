@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lab.fileio import write_text  # noqa: E402
+from lab.fileio import output_args_problem, write_text  # noqa: E402
 
 #: Calls from this index on count as settled (the reference of each ratio).
 SETTLED_FROM = 4
@@ -78,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--markdown", type=Path, help="also write the table here")
     args = ap.parse_args(argv)
+    if problem := output_args_problem(args):
+        ap.error(problem)
     if args.calls <= SETTLED_FROM or args.switches < 1:
         ap.error(f"--calls must be > {SETTLED_FROM} and --switches >= 1")
     results = {w: measure(w, args.switches, args.calls) for w in args.workloads}

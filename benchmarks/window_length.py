@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lab.fileio import write_text  # noqa: E402
+from lab.fileio import output_args_problem, write_text  # noqa: E402
 
 #: 95% two-sided normal quantile.
 Z = 1.96
@@ -117,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--targets", type=float, nargs="+", default=[5.0, 10.0], help="95%% half-widths, %% of the estimate")
     p.add_argument("--markdown", default=None)
     args = p.parse_args(argv)
+    if problem := output_args_problem(args):
+        p.error(problem)
     if min(args.lengths) <= 0 or args.rounds < 2 or args.probe_ms < 0:
         p.error("--lengths must be > 0 s, --rounds >= 2 and --probe-ms >= 0")
     rows = []

@@ -45,7 +45,7 @@ from experiments.workload.candidates import defaults, invalid_reason  # noqa: E4
 from experiments.workload.loader import load  # noqa: E402
 from experiments.workload.search import geomean_ci  # noqa: E402
 from lab.capabilities import native_bf16  # noqa: E402
-from lab.fileio import write_text  # noqa: E402
+from lab.fileio import output_args_problem, write_text  # noqa: E402
 from lab.hostinfo import cpuinfo  # noqa: E402
 from lab.window import Meter  # noqa: E402
 
@@ -138,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-oversubscription", type=float, default=4.0, help="as in config.yaml")
     p.add_argument("--markdown", default=None, help="also write the result to this file")
     args = p.parse_args(argv)
+    if problem := output_args_problem(args):
+        p.error(problem)
     workload = load(args.entry, "train", 32)
     start = {**defaults({}), "threads": 2, **workload.current}  # 2: torch's default in a plain shell here
     workload_params = SimpleNamespace(batch_size=32)

@@ -141,3 +141,26 @@ def output_dir_problem(path: str) -> str | None:
     if not os.access(p, os.W_OK | os.X_OK):
         return f"cannot be written: {p} is not writable by this user"
     return None
+
+
+def output_file_problem(path: str) -> str | None:
+    """Why ``path`` cannot be a file a script writes at its end, or None if it can: it is
+    empty, it is a directory, or its directory cannot be (:func:`output_dir_problem`). Checked
+    before a benchmark measures, so that a typo costs no measurement."""
+    if not str(path).strip():
+        return "is empty: name the file"
+    if Path(path).is_dir():
+        return "is a directory: name a file"
+    problem = output_dir_problem(str(Path(path).resolve().parent))
+    return f"cannot be written: its directory {problem}" if problem else None
+
+
+def output_args_problem(args, names: tuple[str, ...] = ("json", "markdown")) -> str | None:
+    """The first of the ``--<name>`` file options of parsed ``args`` that is set and cannot be
+    written (:func:`output_file_problem`), as one line naming the option; None if all can."""
+    for name in names:
+        value = getattr(args, name, None)
+        problem = output_file_problem(str(value)) if value is not None else None
+        if problem:
+            return f"--{name} {value} {problem}"
+    return None

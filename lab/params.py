@@ -211,7 +211,8 @@ def parse_overrides(params_cls, items: list[str]) -> dict:
     """Turn ``["mode=sequential", ...]`` into typed field values of ``params_cls``.
 
     Raises:
-        ValueError: for an item without ``=``, an unknown field or a value of the wrong type.
+        ValueError: for an item without ``=``, an unknown field, a field given twice or a value
+            of the wrong type.
     """
     fields = {f.name for f in dataclasses.fields(params_cls)}
     out = {}
@@ -219,6 +220,8 @@ def parse_overrides(params_cls, items: list[str]) -> dict:
         key, sep, text = item.partition("=")
         if not sep or key not in fields:
             raise ValueError(f"--baseline {item!r}: expected KEY=VALUE with KEY one of {sorted(fields)}")
+        if key in out:
+            raise ValueError(f"--baseline {item!r}: {key} is given twice; give each key once")
         try:
             out[key] = parse_value(params_cls, key, text)
         except ValueError as exc:

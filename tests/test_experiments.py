@@ -459,6 +459,8 @@ def test_baseline_override_is_validated_and_nan_refused():
         parse_overrides(gil.Params, ["mode=bogus"])
     with pytest.raises(ValueError, match="workers must be of type int"):
         parse_overrides(gil.Params, ["workers=abc"])
+    with pytest.raises(ValueError, match="--baseline 'mode=threads': mode is given twice"):
+        parse_overrides(gil.Params, ["mode=sequential", "mode=threads"])  # not: the last one wins
     with pytest.raises(ValueError, match="sample_hz=nan"):
         gil.Params(sample_hz=float("nan"))
 

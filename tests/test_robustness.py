@@ -232,3 +232,44 @@ def test_out_of_range_job_options_are_named_before_measuring(tmp_path, option, s
     proc = subprocess.run([*cmd, "--out", str(tmp_path / "p"), *option], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and said in proc.stderr, proc.stderr
     assert not (tmp_path / "p").exists()
+
+
+def _benchmark(name: str):
+    import importlib.util
+
+    from conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize(
+    "script, args, message",
+    [
+        ("peers", ["--json", "{dir}"], "--json {dir} is a directory: name a file"),
+        ("peers", ["--markdown", "{file}/x.md"], "--markdown {file}/x.md cannot be written: its directory cannot be a"),
+        ("warmup", ["--markdown", "{dir}"], "--markdown {dir} is a directory"),
+        ("window_length", ["--markdown", ""], "--markdown  is empty: name the file"),
+        ("between_processes", ["--markdown", "{dir}"], "--markdown {dir} is a directory"),
+        ("workload_search", ["--markdown", "{dir}"], "--markdown {dir} is a directory"),
+        ("repeatability", ["--json", "{dir}", "--no-run"], "--json {dir} is a directory"),
+        ("repeatability", ["--results", "{dir}"], "--results {dir}: the runs write into"),
+        ("repeatability", ["--results", "{dir}", "--no-run", "--label", "r"], "{dir}/r-1/host.json and {dir}/r-2/host"),
+        ("repeatability", ["--gap-min", "-1"], "--gap-min >= 0"),
+        ("between_processes", ["--processes", "0"], "--processes and --repeats must be >= 2"),
+        ("window_length", ["--lengths", "-1"], "--lengths must be > 0 s"),
+        ("warmup", ["--workloads", "bogus"], "invalid choice: 'bogus'"),
+    ],
+)
+def test_benchmark_scripts_refuse_bad_arguments_before_measuring(tmp_path, capsys, script, args, message):
+    """Each benchmark script checks its arguments and output files first: a typo costs no
+    measurement (each of these would otherwise have measured for minutes first)."""
+    (tmp_path / "file").write_text("")
+    fill = {"dir": str(tmp_path), "file": str(tmp_path / "file")}
+    with pytest.raises(SystemExit) as exit_:
+        _benchmark(script).main([a.format(**fill) for a in args])
+    assert exit_.value.code == 2
+    assert message.format(**fill) in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # nothing written, nothing measured
