@@ -206,13 +206,28 @@ def same_slurm_job(job_id: str | None, proc: str = "/proc") -> set[int]:
 def short_cmdline(pid: int, name: str, limit: int = 60) -> str:
     """The command line of ``pid`` with paths cut to their last component, at most ``limit``
     characters (``python train.py --epochs 3``); the process name where it cannot be read
-    (kernel threads have none)."""
+    (kernel threads have none). A process working in another directory than this one (and not
+    in ``/``, where daemons work) gets it appended, its last :data:`CWD_CHARS` characters:
+    ``python -m lab.server run [in /tmp/pytest-of-u/pytest-3/quick0]`` tells another checkout's
+    pipeline from this one's."""
     try:
-        argv = psutil.Process(pid).cmdline()
+        proc = psutil.Process(pid)
+        argv = proc.cmdline()
     except (psutil.Error, OSError):
-        argv = []
+        return name
     text = " ".join(os.path.basename(a) if a.startswith("/") else a for a in argv) or name
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    text = text if len(text) <= limit else text[: limit - 3] + "..."
+    try:
+        cwd = proc.cwd()
+    except (psutil.Error, OSError):
+        return text
+    if cwd in ("", "/") or cwd == os.getcwd():
+        return text
+    return f"{text} [in {cwd if len(cwd) <= CWD_CHARS else '...' + cwd[-CWD_CHARS + 3 :]}]"
+
+
+#: Characters of another process's working directory that :func:`short_cmdline` keeps (the tail).
+CWD_CHARS = 48
 
 
 def cpu_between(before: dict, after: dict, pids: set[int]) -> float:

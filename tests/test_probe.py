@@ -315,3 +315,27 @@ def test_a_point_started_without_its_openmp_setting_stops_before_it_measures(tmp
     assert out.returncode == 2 and "needs OMP_WAIT_POLICY=PASSIVE" in out.stderr, out.stderr
     assert "env OMP_WAIT_POLICY=PASSIVE python -m lab.point multiprocessing ..." in out.stderr
     assert not any(tmp_path.iterdir())  # nothing measured, nothing written
+
+
+def test_short_cmdline_names_another_directory(tmp_path):
+    """A process of another checkout (its own working directory) is named with it; one in this
+    directory, or in /, is not; a process that has gone is its name."""
+    from lab.sampler import CWD_CHARS, short_cmdline
+
+    deep = tmp_path / ("d" * 60)
+    deep.mkdir()
+    procs = [
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], cwd=cwd)
+        for cwd in (tmp_path, deep, "/", None)
+    ]
+    try:
+        here, long_, root, same = (short_cmdline(p.pid, "python") for p in procs)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    assert here.startswith(f"{Path(sys.executable).name} -c import time; time.sleep(30) [in ")
+    assert here.endswith(f"{str(tmp_path)[-30:]}]")
+    assert long_.endswith(f" [in ...{str(deep)[-CWD_CHARS + 3 :]}]") and "d" * 40 in long_
+    assert root == same == f"{Path(sys.executable).name} -c import time; time.sleep(30)"
+    assert short_cmdline(procs[0].pid, "python") == "python"  # gone: its name
