@@ -137,7 +137,14 @@ def check_values(config: dict) -> None:
 
 def _text_hint(message: str, value) -> str:
     """Snakemake reads a nested ``--config`` value as text (YAML's BaseLoader): where a text
-    value would parse as what the schema asks, say how to pass it."""
+    value would parse as what the schema asks, say how to pass it. A top-level ``--config``
+    value that reads as a number or a boolean (``host=007`` arrives as 7, quoted or not) where
+    text is asked for: say it too."""
+    if isinstance(value, (int, float)) and "is not of type 'string'" in message:
+        return (
+            f"{message} (--config reads KEY=VALUE as a number or a boolean where it can, quotes or not: for"
+            " text such as 007 or true, put it in quotes in a YAML file passed with --configfile)"
+        )
     if isinstance(value, str) and "is not of type" in message:
         try:
             parsed = yaml.safe_load(value)
