@@ -75,14 +75,16 @@ def job_schedule(jobs: pd.DataFrame, host: dict) -> Figure:
 
 
 def capacity_text(drift: dict) -> str:
-    """``single-CPU speed varied 31.2-36.5 M loop iterations/s (17%) over 40 jobs; 2 CPUs
-    delivered 0.85-1.95 cores (median 1.80)``, from run.json ``capacity``; "" without it."""
+    """``single-CPU speed varied 31.2-36.5 M loop iterations/s (17%) over the 40 jobs that ran the
+    probe; 2 CPUs delivered 0.85-1.95 cores (median 1.80)``, from run.json ``capacity``; ""
+    without it."""
     if not drift:
         return ""
     m = 1e6
     return (
         f"single-CPU speed varied {drift['single_min'] / m:.1f}-{drift['single_max'] / m:.1f} M loop iterations/s"
-        f" ({drift['single_drift_pct']:.0f}%) over {drift['jobs']} jobs; {cpus_text(drift['cpus'])} delivered"
+        f" ({drift['single_drift_pct']:.0f}%) over the {drift['jobs']} jobs that ran the probe;"
+        f" {cpus_text(drift['cpus'])} delivered"
         f" {drift['delivered_min']:.2f}-{drift['delivered_max']:.2f} cores (median {drift['delivered_median']:.2f})"
     )
 

@@ -459,7 +459,7 @@ def test_the_capacity_line_counts_one_cpu_in_the_singular():
 
     d = {"single_min": 20.4e6, "single_max": 43.6e6, "single_drift_pct": 114.0, "jobs": 36}
     d |= {"delivered_min": 1.0, "delivered_max": 1.0, "delivered_median": 1.0}
-    assert "36 jobs; 1 CPU delivered 1.00-1.00 cores" in capacity_text({**d, "cpus": 1})
+    assert "over the 36 jobs that ran the probe; 1 CPU delivered 1.00-1.00 cores" in capacity_text({**d, "cpus": 1})
     assert "; 2 CPUs delivered" in capacity_text({**d, "cpus": 2})
 
 
