@@ -38,7 +38,7 @@ whole process group.
 
 Usage::
 
-    python -m lab.server serve --socket PATH
+    python -m lab.server serve --socket PATH [--measure-only]
     python -m lab.server run --socket PATH -- experiments.gil --workers 2 ...
     python -m lab.server fresh -- lab.point multiprocessing ...   (what ``run`` falls back to)
 """
@@ -58,7 +58,7 @@ import sys
 import time
 from pathlib import Path
 
-from lab.preload import PRELOAD, fresh, preload_one, warm
+from lab.preload import FRESH_PRELOAD, PRELOAD, fresh, preload_one, warm
 from lab.serverctl import variant_socket
 from lab.threads import LOAD_TIME_VARIABLES
 
@@ -143,19 +143,24 @@ def _kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
         pass
 
 
-def serve(path: str) -> int:
+def serve(path: str, measure_only: bool = False) -> int:
     """Import :data:`PRELOAD` and every experiment's modules, then listen on ``path`` and fork one child per
-    connection until SIGTERM, SIGINT or the death of the parent (see the module docstring)."""
+    connection until SIGTERM, SIGINT or the death of the parent (see the module docstring).
+    ``measure_only`` (a variant server, whose jobs are all measurement jobs): import only what
+    they need, :data:`~lab.preload.FRESH_PRELOAD` and the experiments' measurement modules, not
+    pandas, scipy, matplotlib and the analysis (its start-up, at the run's start, shares the CPUs
+    with the main server's)."""
     from lab import registry
     from lab.host import set_parent_death_signal
 
     parent = os.getppid()
     set_parent_death_signal(signal.SIGTERM)
-    for name in PRELOAD:
+    for name in FRESH_PRELOAD if measure_only else PRELOAD:
         preload_one(lambda name=name: importlib.import_module(name), name)
     for exp in registry.experiments().values():
         preload_one(exp.measurement, f"{exp.package}.measure")
-        preload_one(exp.analysis, f"{exp.package}.analysis")
+        if not measure_only:
+            preload_one(exp.analysis, f"{exp.package}.analysis")
     preload_one(warm, "torch.optim")
     gc.collect()
     gc.freeze()
@@ -334,11 +339,16 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get(SOCKET_VARIABLE, ""),
         help=f"the server's socket path (default: ${SOCKET_VARIABLE}; '': no server, run in this process)",
     )
+    p.add_argument(
+        "--measure-only",
+        action="store_true",
+        help="serve: import only what measurement jobs need (a variant server's jobs)",
+    )
     args = p.parse_args(argv)
     if args.command == "serve":
         if not args.socket:
             p.error("serve needs --socket PATH")
-        return serve(args.socket)
+        return serve(args.socket, args.measure_only)
     if not tail:
         p.error(f"{args.command} needs -- MODULE ARGS...")
     if args.command == "fresh":

@@ -32,7 +32,8 @@ def start(path: str, env: dict[str, str], log: str, variants: Iterable[Mapping] 
     """Start a server on ``path`` with environment ``env`` (a measurement job's: what torch reads at
     import is what a job would read), its output to ``log``, and a variant server for each
     ``variants`` entry (``{name: value}``, ``None``: unset; the run's jobs' ``job_env``) whose
-    load-time settings differ from ``env``'s, on :func:`variant_socket`, logging to ``log.<digest>``.
+    load-time settings differ from ``env``'s, on :func:`variant_socket`, logging to ``log.<digest>``
+    (a variant imports only what measurement jobs need: ``lab.server serve --measure-only``).
     They import at once; returns the running ones, the main one first, once all listen. A variant
     that does not start is left out, said on stderr: its jobs start afresh, as without it.
 
@@ -51,6 +52,7 @@ def start(path: str, env: dict[str, str], log: str, variants: Iterable[Mapping] 
             Path(where).unlink(missing_ok=True)
             with log_stream(lg) as out:
                 cmd = [sys.executable, "-m", "lab.server", "serve", "--socket", where]
+                cmd += [] if where == path else ["--measure-only"]  # a variant serves measurement jobs only
                 started[where] = subprocess.Popen(
                     cmd, env=e, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
                 )
