@@ -132,6 +132,12 @@ def test_the_headline_gives_the_figure_on_whole_cores_unless_its_interval_cannot
         "1.67x (95% CI 1.25-1.40); on whole cores 2.36x, above the 2x its 2 CPUs allow: the correction"
         " for the 1.40 CPUs delivered overshoots for this work"
     )
+    # the probe read more CPUs than there are (its noise): no correction, the measured figure alone
+    more = row | {"speedup": 0.06, "speedup_ci_low": 0.05, "speedup_ci_high": 0.07, "cpus_delivered": 2.24}
+    assert fmt_transfer(more | {"speedup_norm": 0.054}) == (
+        "0.06x (95% CI 0.05-0.07); the probe read 2.24 CPUs delivered of the 2 the point asked for, more than"
+        " there are (its short loops' noise): no correction"
+    )
     # a measured interval that holds 1 decides nothing either way: the figure on whole cores stays
     holds = wide | {"speedup_ci_low": 0.9, "speedup_norm": 1.8}
     assert fmt_transfer(holds).startswith("1.80x on whole cores (95% CI 0.51-8.95;")
