@@ -34,7 +34,7 @@ def _allowed(schema: dict, resolve) -> str:
     if "oneOf" in schema:
         return " or ".join(_allowed(o, resolve) for o in schema["oneOf"])
     if "enum" in schema:
-        return "one of " + ", ".join(map(str, schema["enum"]))
+        return "one of " + ", ".join(dict.fromkeys(map(str, schema["enum"])))  # "0" and 0 read alike
     if "const" in schema:
         return repr(schema["const"])
     kind = schema.get("type")

@@ -35,6 +35,7 @@ from pathlib import Path
 from lab.declare import Col
 from lab.fileio import write_json
 from lab.host import die_with_parent
+from lab.results import PointError
 
 #: The metrics columns an experiment run under these interpreters writes from what the measured
 #: process said about itself (``EXPERIMENT.columns`` of gil, singlethread and convoy).
@@ -193,13 +194,16 @@ def find(interpreters_json: Mapping, label: str) -> dict:
     """The probe of ``label`` in the content of ``interpreters.json``.
 
     Raises:
-        KeyError: naming the label and the labels there are.
+        lab.results.PointError: naming the label and the labels there are.
     """
     for entry in interpreters_json.get("interpreters", []):
         if entry["label"] == label:
             return entry
-    known = [e["label"] for e in interpreters_json.get("interpreters", [])]
-    raise KeyError(f"interpreter {label!r} is not in interpreters.json (labels: {known})")
+    known = ", ".join(repr(e["label"]) for e in interpreters_json.get("interpreters", []))
+    raise PointError(
+        f"interpreter {label!r} is not in interpreters.json; allowed: {known}"
+        " (labels of config interpreters; pass the run's with --host-file results/<host>/interpreters.json)"
+    )
 
 
 def start(entry: Mapping, script: Path, stderr: typing.IO[bytes], extra: tuple[Path, ...] = ()) -> subprocess.Popen:

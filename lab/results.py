@@ -49,6 +49,12 @@ SAMPLE_COLUMNS = ["repeat", "role", "t_s", "series", "busy_pct"]
 SPAN_COLUMNS = ["repeat", "role", "actor", "kind", "start_s", "end_s"]
 
 
+class PointError(ValueError):
+    """A point's input that the job's files cannot answer (an interpreter label that is not
+    in ``interpreters.json``): ``run`` raises it and the job exits 2 with the message, before
+    it writes a file, so a typo on the command line never replaces a measured point."""
+
+
 @dataclasses.dataclass
 class RunResult:
     """What an experiment's ``run(params)`` returns: raw data, no aggregates.

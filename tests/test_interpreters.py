@@ -25,6 +25,7 @@ import yaml
 from experiments.gil.measure import Params, run
 from lab import interpreters
 from lab.configcheck import ConfigError, validate_config
+from lab.results import PointError
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILT = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cpu-lab/python3.13t/bin/python3.13t"
@@ -85,7 +86,7 @@ def test_interpreter_labels_must_be_unique_and_path_safe():
     validate_config({"interpreters": [{"label": "a" * 64}]}, base, schemas)
     with pytest.raises(ConfigError, match=r"interpreters.0.label: 'a{65}' is not allowed.*1 to 64"):
         validate_config({"interpreters": [{"label": "a" * 65}]}, base, schemas)
-    with pytest.raises(ConfigError, match="interpreters.0.python_gil"):
+    with pytest.raises(ConfigError, match=r"interpreters.0.python_gil: 2 is not allowed.*; allowed: one of 0, 1$"):
         validate_config({"interpreters": [{"label": "a", "python_gil": 2}]}, base, schemas)
 
 
@@ -116,12 +117,21 @@ def test_a_point_whose_interpreter_does_not_start_is_skipped_with_the_reason():
     assert res.rows[0]["reason"].startswith("interpreter '/no/such/python' not found")
 
 
-def test_an_interpreter_not_in_interpreters_json_skips_the_point_and_names_the_labels():
+def test_an_interpreter_not_in_interpreters_json_is_refused_naming_the_labels(tmp_path):
+    """A label the run's interpreters.json lacks is a typo, not a point to skip: the job exits 2
+    naming the labels there are, and an earlier measurement in ``--out`` stays as it was."""
     known = _json({"label": "default"})
     for point, base in ((Params(interpreter="nosuch"), None), (Params(), Params(interpreter="nosuch"))):
-        res = run(point, base, host_files=known)
-        assert [r["status"] for r in res.rows] == ["skipped"]
-        assert res.rows[0]["reason"] == "interpreter 'nosuch' is not in interpreters.json (labels: ['default'])"
+        with pytest.raises(PointError, match=r"interpreter 'nosuch' is not in interpreters.json; allowed: 'default'"):
+            run(point, base, host_files=known)
+    out = tmp_path / "point"
+    out.mkdir()
+    (out / "metrics.csv").write_text("measured before\n")
+    cmd = [sys.executable, "-m", "lab.point", "gil", "--interpreter", "nosuch", "--repeats", "2", "--out", str(out)]
+    bad = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    assert bad.returncode == 2, bad.stderr
+    assert "interpreter 'nosuch' is not in interpreters.json; allowed: 'default'" in bad.stderr
+    assert (out / "metrics.csv").read_text() == "measured before\n" and len(list(out.iterdir())) == 1
 
 
 def test_processes_of_a_child_interpreter_count_in_the_trees_cpu():

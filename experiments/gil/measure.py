@@ -150,16 +150,16 @@ def run(
         the interpreter said of itself: ``python_version``, ``free_threaded`` (its build) and
         ``gil_enabled`` (``sys._is_gil_enabled()`` in the measured process); spans as
         described in the module docstring, with ``cpu_s`` (s of thread CPU time). A point whose
-        interpreter (or its baseline's: each runs under its own ``interpreter``) is not in
-        ``interpreters.json``, is missing or does not start is skipped with the reason.
+        interpreter (or its baseline's: each runs under its own ``interpreter``) is missing or
+        does not start is skipped with the reason.
+
+    Raises:
+        lab.results.PointError: an interpreter label that is not in ``interpreters.json``.
     """
     known = interpreters.known(host_files)
     entries = {}
     for p in (params, baseline) if baseline is not None else (params,):
-        try:
-            entries[p.interpreter] = interpreters.find(known, p.interpreter)
-        except KeyError as e:
-            return RunResult.skipped(e.args[0])
+        entries[p.interpreter] = interpreters.find(known, p.interpreter)
         if not entries[p.interpreter]["ok"]:
             return RunResult.skipped(entries[p.interpreter]["reason"])
     return interleave(lambda p, meter: Runner(p, meter, entries[p.interpreter]), params, baseline, rounds=rounds)
