@@ -27,7 +27,7 @@ from analysis.load import load_experiment, load_sidecars, mark_other_nodes
 from analysis.stats import summarise
 from analysis.tables import DataError, read_table
 from lab import registry
-from lab.fileio import write_frame, write_json, write_text
+from lab.fileio import output_dir_problem, output_file_problem, read_json_object, write_frame, write_json, write_text
 from lab.host import Host
 
 
@@ -39,7 +39,7 @@ def cmd_summarise(args) -> int:
     reps = mark_other_nodes(load_experiment(args.metrics, args.experiment), host, args.allow_mixed_nodes)
     own = registry.get(args.experiment).hooks().summarise
     summary = own(reps) if own is not None else summarise(reps, args.experiment)
-    jobs = [json.loads(p.read_text()) for p in (Path(m).with_name("job.json") for m in args.metrics) if p.exists()]
+    jobs = [read_json_object(p) for p in (Path(m).with_name("job.json") for m in args.metrics) if p.exists()]
     if "available_cpus" not in host:  # no host.json: the CPUs the windows were measured against
         cpus = pd.to_numeric(reps.get("available_cpus", pd.Series(dtype=float)), errors="coerce").max()
         host = host.with_facts(available_cpus=int(cpus) if pd.notna(cpus) else None)
@@ -150,7 +150,7 @@ def cmd_artefact(args) -> int:
     exp = registry.get(args.experiment)
     if args.name not in exp.spec.artefacts:
         raise ValueError(f"{args.experiment} declares no artefact {args.name!r}; it has {list(exp.spec.artefacts)}")
-    found = json.loads(Path(args.findings).read_text())
+    found = read_json_object(Path(args.findings))
     write_text(Path(args.out), exp.hooks().artefacts[args.name](found.get("data") or {}))
     return 0
 
@@ -210,7 +210,7 @@ def cmd_compare_figure(args) -> int:
     from lab.fileio import write_figure
 
     d = Path(args.compare_dir)
-    meta = json.loads((d / "hosts.json").read_text())
+    meta = read_json_object(d / "hosts.json")
     write_figure(Path(args.out), compare_chart(read_table(d / "comparison.csv"), args.experiment, meta))
     return 0
 
@@ -219,7 +219,7 @@ def cmd_fidelity(args) -> int:
     from analysis.fidelity import SELFCHECK_COLUMNS
     from analysis.hooks import checks
 
-    host = json.loads(Path(args.host_json).read_text())
+    host = read_json_object(Path(args.host_json))
     selfcheck = read_table(args.selfcheck) if args.selfcheck else None
     if selfcheck is not None:
         for col in SELFCHECK_COLUMNS:
@@ -238,8 +238,8 @@ def cmd_fidelity(args) -> int:
 def cmd_runinfo(args) -> int:
     from analysis import runinfo
 
-    host = json.loads(Path(args.host_json).read_text())
-    jobs = [json.loads(Path(p).read_text()) for p in args.jobs]
+    host = read_json_object(Path(args.host_json))
+    jobs = [read_json_object(Path(p)) for p in args.jobs]
     metrics = [read_table(Path(p).with_name("metrics.csv")) for p in args.jobs]
     labels = [runinfo.job_label(p) for p in args.jobs]
     timing = runinfo.run_timing(jobs, metrics, host)
@@ -340,8 +340,14 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; invalid input exits 1 with a message naming file, row and column."""
+    """Run one command; invalid input, or an output that cannot be written, exits 1 with a
+    message naming the file (and row and column, for a table)."""
     args = _parser().parse_args(argv)
+    out_dir, out = getattr(args, "out_dir", None), getattr(args, "out", None)
+    problem = output_dir_problem(out_dir) if out_dir is not None else output_file_problem(out) if out else None
+    if problem:  # an output that cannot be written: said before reading or drawing anything
+        print(f"error: --{'out-dir' if out_dir is not None else 'out'} {out_dir or out} {problem}", file=sys.stderr)
+        return 1
     try:
         return COMMANDS[args.cmd](args)
     except (DataError, ValueError) as exc:

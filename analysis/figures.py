@@ -9,7 +9,6 @@ A figure of an experiment is drawn by a hook of that experiment package (``figur
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from analysis.runinfo import RUN_FIGURES
 from analysis.tables import read_table
 from lab import registry
 from lab.contract import Context
+from lab.fileio import read_json_object
 from lab.host import Host
 from lab.registry import RegistryError
 
@@ -110,7 +110,7 @@ def draw_figure(name: str, host_dir: Path) -> Figure:
 
     def load(what: str):
         if what == "findings":
-            return json.loads((host_dir / experiment / "findings.json").read_text())
+            return read_json_object(host_dir / experiment / "findings.json")
         if what == "jobs":
             return None
         return read_table(host_dir / experiment / f"{what}.csv", experiment)

@@ -11,7 +11,6 @@ the column.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +18,7 @@ import pandas as pd
 
 from analysis.tables import DataError, read_table
 from lab import registry
+from lab.fileio import read_json_object
 
 __all__ = ["DataError", "STATUSES", "load_experiment", "load_sidecars", "mark_other_nodes", "read_metrics"]
 
@@ -173,7 +173,7 @@ def mark_other_nodes(reps: pd.DataFrame, host: dict, allow: bool = False) -> pd.
     for source in out["source"].unique() if "source" in out else []:
         job = Path(source).with_name("job.json")
         try:
-            node = json.loads(job.read_text()).get("node") or {}
+            node = read_json_object(job).get("node") or {}
         except (OSError, ValueError):
             continue
         if not node or want == (None, None):

@@ -42,11 +42,12 @@ sys.path.insert(0, str(ROOT))
 from experiments.workload import measure  # noqa: E402
 from experiments.workload.bench import Bench, key  # noqa: E402
 from experiments.workload.candidates import defaults, invalid_reason  # noqa: E402
-from experiments.workload.loader import load  # noqa: E402
+from experiments.workload.loader import WorkloadError, load  # noqa: E402
 from experiments.workload.search import geomean_ci  # noqa: E402
 from lab.capabilities import native_bf16  # noqa: E402
 from lab.fileio import output_args_problem, write_text  # noqa: E402
 from lab.hostinfo import cpuinfo  # noqa: E402
+from lab.params import oversubscription_problem  # noqa: E402
 from lab.window import Meter  # noqa: E402
 
 #: The grid: 3 x 2 x 2 x 2 x 2 combinations of the built-in workload, of which 40 are valid
@@ -128,6 +129,27 @@ def summary_lines(args, pipeline: dict, s_wall: float, scores: dict, ex: tuple, 
     ]
 
 
+def _checked(p: argparse.ArgumentParser, args) -> tuple:
+    """``(measure.Params, the loaded workload)`` from the parsed ``args``; a bad value exits 2
+    with one line naming the option and what is allowed."""
+    if problem := output_args_problem(args):
+        p.error(problem)
+    if args.rounds < 2:
+        p.error(f"--rounds must be >= 2 (an interval needs two rounds), got {args.rounds}")
+    if problem := oversubscription_problem(args.max_oversubscription):
+        p.error(problem)
+    grid_params = {k: tuple(v) for k, v in GRID.items()}
+    options = {"window_s": "--window-s", "max_rounds": "--max-rounds", "budget_max_s": "--budget-max-s"}
+    try:
+        params = measure.Params(entry=args.entry, **{k: getattr(args, k) for k in options}, **grid_params)
+        return params, load(args.entry, "train", 32)
+    except (ValueError, WorkloadError) as exc:
+        text = str(exc).replace("config key workload.entry", "--entry")
+        for field, option in options.items():
+            text = text.replace(f"{field}=", f"{option} ")
+        p.error(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=8, help="rounds per configuration, exhaustive")
@@ -138,19 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-oversubscription", type=float, default=4.0, help="as in config.yaml")
     p.add_argument("--markdown", default=None, help="also write the result to this file")
     args = p.parse_args(argv)
-    if problem := output_args_problem(args):
-        p.error(problem)
-    workload = load(args.entry, "train", 32)
+    params, workload = _checked(p, args)  # before measuring: a typo costs no measurement
     start = {**defaults({}), "threads": 2, **workload.current}  # 2: torch's default in a plain shell here
     workload_params = SimpleNamespace(batch_size=32)
-    grid_params = {k: tuple(v) for k, v in GRID.items()}
-    params = measure.Params(
-        entry=args.entry,
-        window_s=args.window_s,
-        max_rounds=args.max_rounds,
-        budget_max_s=args.budget_max_s,
-        **grid_params,
-    )
     t0 = time.monotonic()
     pipeline = measure.search(params, {"user_env.json": {"torch_threads": 2}}, args.max_oversubscription).outcome
     s_wall = time.monotonic() - t0

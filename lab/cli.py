@@ -14,7 +14,6 @@ import argparse
 import dataclasses
 import fcntl
 import functools
-import json
 import os
 import platform
 import sys
@@ -24,18 +23,19 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from lab import capacity, hostinfo
-from lab.fileio import output_dir_problem, write_csv, write_json
+from lab.fileio import output_dir_problem, read_json_object, write_csv, write_json
 from lab.host import OWNED_DIRS, affinity, available_cpus, host_label, job_scratch
 from lab.params import (
     declaration,
     field_type,
     is_tuple,
+    oversubscription_problem,
     oversubscription_skip,
     parse_bool,
     parse_overrides,
     parse_value,
 )
-from lab.results import SAMPLE_COLUMNS, RunResult, check_rows, metrics_rows, span_columns
+from lab.results import SAMPLE_COLUMNS, PointError, RunResult, check_rows, metrics_rows, span_columns
 from lab.rounds import MAX_ROUNDS_WORKERS, Rounds
 from lab.threads import check_job_env, load_time_settings
 from lab.workers import run_workers
@@ -174,8 +174,8 @@ def read_json(path: str | Path, option: str):
         ValueError: naming the option and the file, if it is missing or not JSON.
     """
     try:
-        return json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        return read_json_object(path)
+    except (OSError, ValueError) as exc:
         raise ValueError(f"{option} {path}: cannot read it ({type(exc).__name__}: {exc})") from None
 
 
@@ -219,11 +219,11 @@ def rounds_policy(args, experiment: str, params, parser: argparse.ArgumentParser
     from lab import registry
 
     try:
-        if args.rounds_max < 0 or not 1 <= args.rounds_workers <= MAX_ROUNDS_WORKERS:
-            raise ValueError(
-                f"--rounds-max must be >= 0 (0: --repeats) and --rounds-workers 1-{MAX_ROUNDS_WORKERS}"
-                f" (config rounds.workers); got {args.rounds_max} and {args.rounds_workers}"
-            )
+        if args.rounds_max < 0:
+            raise ValueError(f"--rounds-max must be >= 0 (0: as many as --repeats), got {args.rounds_max}")
+        if not 1 <= args.rounds_workers <= MAX_ROUNDS_WORKERS:
+            allowed = f"1-{MAX_ROUNDS_WORKERS} (config rounds.workers)"
+            raise ValueError(f"--rounds-workers must be {allowed}, got {args.rounds_workers}")
         target = args.rounds_target_ci_pct
         if target > 0 and not (args.rounds_budget_s > 0 and args.rounds_max >= params.repeats):
             raise ValueError(
@@ -319,9 +319,9 @@ def _given(args, options: frozenset[str]) -> dict:
 
 
 def _parse(parser: argparse.ArgumentParser, argv, params_cls, options: frozenset[str], job_env):
-    """``(args, params, baseline or None, run's keyword arguments)`` from ``argv``; a bad value, or
-    an environment other than the point's ``job_env`` (:func:`lab.threads.check_job_env`), exits
-    with status 2 and a message naming it."""
+    """``(args, params, baseline or None, run's keyword arguments)`` from ``argv``; a bad value, an
+    environment other than the point's ``job_env`` (:func:`lab.threads.check_job_env`) or an
+    ``--out`` that cannot be written exits with status 2 and a message naming it."""
     args = parser.parse_args(argv)
     try:
         params = params_cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(params_cls)})
@@ -331,6 +331,10 @@ def _parse(parser: argparse.ArgumentParser, argv, params_cls, options: frozenset
         why = check_job_env(job_env(dataclasses.asdict(params)), parser.prog) if job_env else None
         if why:
             raise ValueError(why)
+        if (problem := output_dir_problem(args.out)) is not None:
+            raise ValueError(f"--out {args.out!r} {problem}")
+        if problem := oversubscription_problem(args.max_oversubscription):
+            raise ValueError(problem)
     except ValueError as exc:
         parser.error(str(exc))
     return args, params, baseline, given
@@ -360,7 +364,7 @@ def measure_point(
     ``job_env(point)`` names the environment the job must have started with (:func:`check_job_env`).
 
     Returns:
-        0; parameter errors exit with status 2 and a message naming the parameter.
+        0; bad parameters, and a :class:`~lab.results.PointError` from ``run``, exit 2 naming them.
 
     Raises:
         SystemExit: before any file is written, for ok rows without the declared metric column
@@ -371,24 +375,21 @@ def measure_point(
     parser = build_parser(params_cls, description, prog=prog or f"python -m lab.point {experiment}")
     args, params, baseline, given = _parse(parser, argv, params_cls, options, job_env)
     host = host_label(args.host)
-    if (problem := output_dir_problem(args.out)) is not None:
-        parser.error(f"--out {args.out!r} {problem}")
-    if args.max_oversubscription is not None and not args.max_oversubscription > 0:
-        parser.error(
-            f"--max-oversubscription must be > 0 (a factor of the available CPUs), got {args.max_oversubscription}"
-        )
     out = Path(args.out).resolve()  # where the job was asked to write, whatever directory the run leaves
     print(f"[{experiment}] {params}", file=sys.stderr, flush=True)
     skip = oversubscription_skip(params, args.max_oversubscription, available_cpus())
     policy = rounds_policy(args, experiment, params, parser) if "rounds" in options else None
     with exclusive(args.lock) as waited, job_scratch(sweep=bool(args.lock)) as scratch:
         locked_at = time.time()
-        if skip is not None:
-            result = RunResult.skipped(skip)
-        elif policy is not None:  # a job of interleaved rounds, in one or more worker processes
-            result = run_workers(lambda rounds: run(params, baseline, **given, rounds=rounds), policy)
-        else:
-            result = run(params, baseline, **given)
+        try:
+            if skip is not None:
+                result = RunResult.skipped(skip)
+            elif policy is not None:  # a job of interleaved rounds, in one or more worker processes
+                result = run_workers(lambda rounds: run(params, baseline, **given, rounds=rounds), policy)
+            else:
+                result = run(params, baseline, **given)
+        except PointError as exc:  # input the job's files cannot answer: exit 2, nothing written
+            parser.error(str(exc))
         times = {"job_start_unix": JOB_START_UNIX, "lock_wait_s": waited, "lock_acquired_unix": locked_at}
         times["job_scratch"] = str(scratch)
     times["lock_released_unix"] = time.time()

@@ -20,6 +20,7 @@ import csv
 import json
 import math
 import os
+import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any
@@ -127,10 +128,27 @@ def write_figure(path: str | Path, fig) -> Path:
     )
 
 
+def read_json_object(path: str | Path) -> dict:
+    """The JSON object in the file ``path`` (host.json, job.json, findings.json, ...).
+
+    Raises:
+        OSError: if it cannot be read (missing, a directory, no permission), as ``open`` does.
+        ValueError: naming the file, if it is not JSON or holds something other than an object
+            (a list, a number): one line instead of a traceback from the first key looked up.
+    """
+    try:
+        data = json.loads(Path(path).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not a JSON file ({exc})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: holds a JSON {type(data).__name__}, where a JSON object ({{...}}) belongs")
+    return data
+
+
 def output_dir_problem(path: str) -> str | None:
     """Why ``path`` cannot be the directory a job writes its files into, or None if it can: it
-    is empty, it or one of its parents is a file, or the nearest existing ancestor is not
-    writable. Checked before a job measures, so that a typo costs no measurement."""
+    is empty, it or one of its parents is a file, or the nearest existing ancestor refuses a
+    new directory (tried, and removed again). Checked before a job measures, so that a typo costs no measurement."""
     if not path.strip():
         return "is empty: name the directory for the point's files"
     p = Path(path).resolve()
@@ -138,8 +156,10 @@ def output_dir_problem(path: str) -> str | None:
         p = p.parent
     if not p.is_dir():
         return f"cannot be a directory: {p} is a file"
-    if not os.access(p, os.W_OK | os.X_OK):
-        return f"cannot be written: {p} is not writable by this user"
+    try:  # a real write, not os.access: root passes that for /proc and read-only mounts
+        os.rmdir(tempfile.mkdtemp(prefix=".lab-write-check-", dir=p))
+    except OSError as exc:
+        return f"cannot be written: {p} refuses a new directory ({exc.strerror or exc})"
     return None
 
 
@@ -152,7 +172,7 @@ def output_file_problem(path: str) -> str | None:
     if Path(path).is_dir():
         return "is a directory: name a file"
     problem = output_dir_problem(str(Path(path).resolve().parent))
-    return f"cannot be written: its directory {problem}" if problem else None
+    return f"cannot be written: {problem.split(': ', 1)[-1]}" if problem else None  # the cause, once
 
 
 def output_args_problem(args, names: tuple[str, ...] = ("json", "markdown")) -> str | None:

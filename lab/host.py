@@ -14,7 +14,6 @@ Nothing here imports torch, pandas or matplotlib.
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 import re
@@ -27,6 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from lab.capacity import cgroup_quota
+from lab.fileio import read_json_object
 
 
 def affinity() -> list[int]:
@@ -235,11 +235,11 @@ class Host(Mapping):
             FileNotFoundError: for a file given that does not exist.
             json.JSONDecodeError: for a file that is not JSON.
         """
-        facts = json.loads(Path(host_json).read_text()) if host_json else {}
+        facts = read_json_object(Path(host_json)) if host_json else {}
         if user_env:
-            facts["user_environment"] = json.loads(Path(user_env).read_text())
+            facts["user_environment"] = read_json_object(Path(user_env))
         if interpreters:
-            facts["interpreters"] = json.loads(Path(interpreters).read_text())["interpreters"]
+            facts["interpreters"] = read_json_object(Path(interpreters))["interpreters"]
         return cls(facts.get("host") or label, facts)
 
     def __getitem__(self, key: str):

@@ -229,6 +229,14 @@ def parse_overrides(params_cls, items: list[str]) -> dict:
     return out
 
 
+def oversubscription_problem(limit: float | None) -> str | None:
+    """Why ``limit`` cannot be a ``--max-oversubscription`` (it is not > 0), or None if it can
+    (None itself: no limit)."""
+    if limit is None or limit > 0:
+        return None
+    return f"--max-oversubscription must be > 0 (a factor of the available CPUs), got {limit}"
+
+
 def oversubscription_skip(params, limit: float | None, ncpu: int) -> str | None:
     """Why a point is skipped for asking for too many CPUs, or None to measure it.
 

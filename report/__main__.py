@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from lab.fileio import write_text
+from lab.fileio import output_args_problem, write_text
 from report.build import build_context
 from report.compare import build_compare_context
 from report.render import render_html, render_markdown
@@ -23,6 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if not args.compare_dir and not args.experiments:
         p.error("--host-dir needs --experiments")
+    if problem := output_args_problem(args, ("html", "md")):  # before reading anything
+        p.error(problem)
     try:
         if args.compare_dir:
             ctx, template = build_compare_context(args.compare_dir), "compare"

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import json
 import math
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from analysis.capacity import cpus_text
 from analysis.tables import read_table
 from lab import registry
 from lab.declare import point_label
+from lab.fileio import read_json_object
 from lab.host import Host
 from lab.interpreters import describe
 from report.format import fmt as _fmt
@@ -202,7 +202,7 @@ def experiment_context(host_dir: Path, name: str) -> dict:
     """One experiment's section: its prose, findings, extra tables, figures, trace and table."""
     exp = registry.get(name)
     summary = read_table(host_dir / name / "summary.csv", name)
-    found = json.loads((host_dir / name / "findings.json").read_text())
+    found = read_json_object(host_dir / name / "findings.json")
     problems = [
         {"point": point_label({k: r[k] for k in exp.spec.keys}), "status": str(r["status"]), "reason": r["reason"]}
         for _, r in summary.iterrows()
@@ -260,7 +260,7 @@ def build_context(host_dir: str | Path, experiments: list[str]) -> dict:
     host = Host.load(host_dir)  # host.json, user_env.json, interpreters.json
     exps = [experiment_context(host_dir, name) for name in experiments]
     fidelity = read_table(host_dir / "fidelity.csv")
-    run = json.loads((host_dir / "run.json").read_text()) | {"available_cpus": host.get("available_cpus")}
+    run = read_json_object(host_dir / "run.json") | {"available_cpus": host.get("available_cpus")}
     now = dt.datetime.now(dt.UTC)
     others_file = host_dir / "interference.csv"
     others = read_table(others_file) if others_file.exists() else None

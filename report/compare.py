@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import json
 import math
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pandas as pd
 
 from analysis.tables import read_table
 from lab import registry
+from lab.fileio import read_json_object
 from report.build import SECTIONS
 from report.format import fmt as _fmt
 
@@ -130,12 +130,12 @@ def build_compare_context(compare_dir: str | Path) -> dict:
         FileNotFoundError: naming the missing comparison output.
     """
     d = Path(compare_dir)
-    meta = json.loads((d / "hosts.json").read_text())
+    meta = read_json_object(d / "hosts.json")
     hosts = [h["name"] for h in meta["hosts"]]
     env = read_table(d / "environment.csv", types=dict.fromkeys(hosts, "str"))
     comparison = read_table(d / "comparison.csv")
     best = read_table(d / "best.csv", types={"best": "str", "group": "str"})
-    own = json.loads((d / "tables.json").read_text()) if (d / "tables.json").exists() else {}
+    own = read_json_object(d / "tables.json") if (d / "tables.json").exists() else {}
     by_exp = {exp: comparison[comparison["experiment"] == exp] for exp in meta["experiments"]}
     # an experiment no host ran has no point to show: listed once, not drawn as an empty section
     ran = {exp: c for exp, c in by_exp.items() if (c["point"].fillna("") != "").any()}

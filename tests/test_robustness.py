@@ -218,12 +218,33 @@ def test_missing_inputs_of_analysis_and_report_are_named_without_a_traceback(tmp
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written
 
 
+def test_json_inputs_of_the_wrong_shape_and_unwritable_outputs_are_named_in_one_line(tmp_path, capsys):
+    """A host.json that is not JSON, or holds a list, is named with what is wrong (it was a
+    traceback from the first key looked up); an output under /proc (which root's os.access
+    calls writable) is refused before anything is read, for analysis and report alike."""
+    from report.__main__ import main as report_main
+
+    metrics = str(tmp_path / "none" / "metrics.csv")
+    for text, said in (("not json", "not a JSON file (Expecting value"), ("[1, 2]", "holds a JSON list, where a JSON")):
+        (tmp_path / "host.json").write_text(text)
+        args = ["summarise", "--experiment", "gil", "--out-dir", str(tmp_path / "s"), "--host-json"]
+        assert analysis_main([*args, str(tmp_path / "host.json"), metrics]) == 1
+        assert f"error: {tmp_path / 'host.json'}: {said}" in capsys.readouterr().err
+    assert analysis_main(["summarise", "--experiment", "gil", "--out-dir", "/proc/lab-x", metrics]) == 1
+    assert "error: --out-dir /proc/lab-x cannot be written: /proc refuses a new directory" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:
+        report_main(["--host-dir", str(tmp_path), "--experiments", "gil", "--html", "/proc/r.html", "--md", "r.md"])
+    assert stop.value.code == 2
+    assert "--html /proc/r.html cannot be written: /proc refuses a new directory" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["host.json"]
+
+
 @pytest.mark.parametrize(
     ("option", "said"),
     [
         (["--rounds-max", "-1"], "--rounds-max must be >= 0"),
-        (["--rounds-workers", "9"], "--rounds-workers 1-8 (config rounds.workers); got 0 and 9"),
-        (["--rounds-workers", "0"], "--rounds-workers 1-8 (config rounds.workers); got 0 and 0"),
+        (["--rounds-workers", "9"], "--rounds-workers must be 1-8 (config rounds.workers), got 9"),
+        (["--rounds-workers", "0"], "--rounds-workers must be 1-8 (config rounds.workers), got 0"),
         (["--max-oversubscription", "-2"], "--max-oversubscription must be > 0"),
     ],
 )
@@ -249,11 +270,16 @@ def _benchmark(name: str):
     "script, args, message",
     [
         ("peers", ["--json", "{dir}"], "--json {dir} is a directory: name a file"),
-        ("peers", ["--markdown", "{file}/x.md"], "--markdown {file}/x.md cannot be written: its directory cannot be a"),
+        ("peers", ["--markdown", "{file}/x.md"], "--markdown {file}/x.md cannot be written: {file} is a file"),
         ("warmup", ["--markdown", "{dir}"], "--markdown {dir} is a directory"),
         ("window_length", ["--markdown", ""], "--markdown  is empty: name the file"),
         ("between_processes", ["--markdown", "{dir}"], "--markdown {dir} is a directory"),
         ("workload_search", ["--markdown", "{dir}"], "--markdown {dir} is a directory"),
+        ("workload_search", ["--rounds", "1"], "--rounds must be >= 2"),
+        ("workload_search", ["--max-oversubscription", "0"], "--max-oversubscription must be > 0"),
+        ("workload_search", ["--window-s", "-1"], "--window-s -1.0 is out of range; it must be > 0"),
+        ("workload_search", ["--max-rounds", "0"], "--max-rounds 0 is out of range; it must be >= 4"),
+        ("workload_search", ["--entry", "nosuch:build"], "--entry: 'nosuch:build': cannot find module nosuch"),
         ("repeatability", ["--json", "{dir}", "--no-run"], "--json {dir} is a directory"),
         ("repeatability", ["--results", "{dir}"], "--results {dir}: the runs write into"),
         ("repeatability", ["--results", "{dir}", "--no-run", "--label", "r"], "{dir}/r-1/host.json and {dir}/r-2/host"),
