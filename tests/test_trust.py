@@ -200,6 +200,10 @@ def test_jit_gives_torch_compile_cold_and_with_the_cache_filled():
     assert "3,500 ms" in [t.get_text() for t in upfront.texts]  # the dash's label: setup + warm first call
     cold_only = summary.drop(columns="first_call_warm_s")  # one worker process, or results from before
     assert jit_latency(Context({"available_cpus": 2}, summary=cold_only)).axes[1].get_legend() is None
+    assert fig._suptitle.get_text() == "Inference: eager vs torch.compile"  # no TorchScript: none measured
+    scripted = pd.concat([summary, summary.iloc[[1]].assign(mode="trace")])
+    title = jit_latency(Context({"available_cpus": 2}, summary=scripted))._suptitle.get_text()
+    assert title == "Inference: eager vs TorchScript (trace) vs torch.compile"
 
 
 def _coverage_module():

@@ -76,6 +76,15 @@ def headlines(ctx: Context) -> list[dict]:
     )
 
 
+def _mode_names(modes: list[str]) -> list[str]:
+    """The measured modes in words, for the title: ``["eager", "TorchScript (script, trace)"]``;
+    a mode the config did not run is not named."""
+    script = [m for m in modes if m in ("script", "trace")]
+    names = ["eager"] if "eager" in modes else []
+    names += [f"TorchScript ({', '.join(script)})"] if script else []
+    return names + (["torch.compile"] if "compile" in modes else [])
+
+
 def jit_latency(ctx: Context) -> Figure:
     """Steady-state speedup over eager per mode (left; eager measured interleaved in the same
     job) and up-front cost, setup plus first call (right, log scale; for torch.compile a black
@@ -117,7 +126,7 @@ def jit_latency(ctx: Context) -> Figure:
         ax2.set_ylim(min(lows) / 4, max(lows) * (20 if ax2.get_legend() else 3))
     ax2.set_ylabel("setup + first call (ms, log scale)")
     ax2.set_title("Up-front cost")
-    fig.suptitle("Inference: eager vs TorchScript (script, trace) vs torch.compile", fontsize=11)
+    fig.suptitle("Inference: " + " vs ".join(_mode_names(modes)), fontsize=11)
     speedup_note(fig, noisy="Hatched")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     return fig
