@@ -352,3 +352,35 @@ def test_dataloader_explains_slower_workers_by_batch_passing_only_without_a_meas
     assert quiet.endswith("passing batches between processes costs more than loading them."), quiet
     busy = findings(Context({"available_cpus": 2}, summary=s.assign(interference_pct=95.0)))[0]
     assert "other processes used 0.95 CPU" in busy and "passing batches" not in busy, busy
+
+
+def test_startmethod_chart_draws_the_paired_ratio_to_fork_not_two_jobs_medians():
+    """The steady-state panel's bars are each method's median of per-round ratios to fork in
+    the same job (here 0.5x), not its own job's median over fork's own (which a machine whose
+    speed moves between jobs can put anywhere: here 2x); those go under the labels. The
+    latencies are markers on a log axis, not bars."""
+    import matplotlib.collections
+
+    from experiments.startmethod.analysis import startmethod_latency
+    from lab.contract import Context
+
+    def row(method, steady):
+        r = {"start_method": method, "status": "ok", "median": steady, "steady_batches_per_s": steady}
+        for col, v in (("first_batch_ms", 40.0), ("shutdown_ms", 15.0), ("steady_batches_per_s", steady)):
+            r |= {col: v, f"{col}_ci_low": v * 0.9, f"{col}_ci_high": v * 1.1}
+        return r
+
+    summary = pd.DataFrame([row("fork", 400.0), row("spawn", 800.0)])
+    reps = pd.DataFrame(
+        [
+            {"source": "spawn", "repeat": i, "role": role, "status": "ok", "start_method": m, "steady_batches_per_s": v}
+            for i in range(6)
+            for role, m, v in (("point", "spawn", 300.0 + i), ("baseline", "fork", 600.0 + 2 * i))
+        ]
+    ).assign(num_workers=2, batches=50, batch_size=32)
+    fig = startmethod_latency(Context({"available_cpus": 2}, summary=summary, replicates=reps))
+    left, right = fig.axes
+    assert [round(b.get_height(), 3) for b in right.patches] == [1.0, 0.5]
+    assert [t.get_text().splitlines()[-1] for t in right.get_xticklabels()] == ["400 batches/s", "800 batches/s"]
+    assert left.get_yscale() == "log" and not left.patches  # markers, no bars
+    assert any(isinstance(c, matplotlib.collections.LineCollection) for c in left.collections)  # the CIs

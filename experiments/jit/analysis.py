@@ -105,7 +105,7 @@ def jit_latency(ctx: Context) -> Figure:
         for b, noisy in zip(bars, noisy_mask(m)):
             if noisy:
                 b.set_hatch("//")
-        lows.extend(_upfront(ax2, m, pos, width, style))
+        lows.extend(_upfront(ax2, m, pos, style))
         for p, is_ok, st in zip(pos, ok, m["status"]):
             if not is_ok:
                 for ax in (ax1, ax2):
@@ -121,6 +121,7 @@ def jit_latency(ctx: Context) -> Figure:
     ax1.set_ylim(0, 1.3 * max(1.0, float(tops.max()) if len(tops) else 1.0))  # room for the legend above the bars
     ax1.legend(fontsize=8, loc="upper left", ncol=len(modes))
     ax2.set_yscale("log")
+    ax2.set_xlim(-0.6, len(models) - 0.4)  # the outer markers and their labels inside the axes
     if lows:
         # every bar visible, its label above it, and the dash's legend above that
         ax2.set_ylim(min(lows) / 4, max(lows) * (20 if ax2.get_legend() else 3))
@@ -132,14 +133,18 @@ def jit_latency(ctx: Context) -> Figure:
     return fig
 
 
-def _upfront(ax, m: pd.DataFrame, pos: np.ndarray, width: float, style: dict) -> list[float]:
-    """One mode's up-front cost bars (setup + first call, ms) at ``pos``, one per model row of
-    ``m``; for torch.compile a black dash gives it in a process that found the compile cache
-    filled (``first_call_warm_s``). Returns the values drawn (ms), for the log axis's limits."""
+def _upfront(ax, m: pd.DataFrame, pos: np.ndarray, style: dict) -> list[float]:
+    """One mode's up-front cost (setup + first call, ms) at ``pos``, one marker per model row
+    of ``m`` (a marker, not a bar: on a log axis a bar's length means nothing); for
+    torch.compile a black dash gives it in a process that found the compile cache filled
+    (``first_call_warm_s``). Returns the values drawn (ms), for the log axis's limits."""
     ok = m["status"] == "ok"
     up = (m["setup_s"] + m["first_call_s"]) * 1000
-    bars = ax.bar(pos, up.where(ok, np.nan), width, **style)
-    ax.bar_label(bars, labels=[_ms(v) if ok_ else "" for v, ok_ in zip(up, ok)], fontsize=8, padding=2)
+    marker = {k: v for k, v in style.items() if k in ("color", "label", "edgecolor")}
+    ax.scatter(pos, up.where(ok, np.nan), s=90, marker="o", linewidths=0.8, zorder=3, **marker)
+    for p, v, ok_ in zip(pos, up, ok):
+        if ok_:
+            ax.annotate(_ms(v), (p, v), xytext=(0, 8), textcoords="offset points", ha="center", fontsize=8)
     drawn = up[ok].tolist()
     warm = (m["setup_s"] + m.get("first_call_warm_s", np.nan)) * 1000
     if warm[ok].notna().any():
@@ -153,7 +158,7 @@ def _upfront(ax, m: pd.DataFrame, pos: np.ndarray, width: float, style: dict) ->
 
 
 def _ms(value: float) -> str:
-    """A bar's label: milliseconds, one decimal under 10 ms."""
+    """A value's label: milliseconds, one decimal under 10 ms."""
     return f"{value:.1f} ms" if value < 10 else f"{value:,.0f} ms"
 
 

@@ -175,9 +175,21 @@ def _epoch_size(ctx: Context) -> str:
     return f" of {int(reps['batches'].iloc[0])} batches" if reps is not None and "batches" in reps else ""
 
 
-def _bars(ax, x, sub: pd.DataFrame, col: str, colour: str, width: float, unit: str, **kw) -> None:
-    """Bars of a summary column with its 95% CI and the median written above each."""
-    ax.bar(x, sub[col], width, color=colour, yerr=yerr(sub, col, f"{col}_ci_low", f"{col}_ci_high"), capsize=3, **kw)
+def _points(ax, x, sub: pd.DataFrame, col: str, colour: str, unit: str, **kw) -> None:
+    """A summary column's medians as markers with their 95% CIs, each labelled with its value
+    (markers, not bars: the axis is logarithmic, where a bar's length means nothing)."""
+    ax.errorbar(
+        x,
+        sub[col],
+        yerr=yerr(sub, col, f"{col}_ci_low", f"{col}_ci_high"),
+        fmt="o",
+        ms=8,
+        color=colour,
+        mec="black",
+        mew=0.6,
+        capsize=3,
+        **kw,
+    )
     for xi, (_, r) in zip(x, sub.iterrows()):
         top = r[f"{col}_ci_high"] if np.isfinite(r[f"{col}_ci_high"]) else r[col]
         ax.annotate(
@@ -192,25 +204,40 @@ def _bars(ax, x, sub: pd.DataFrame, col: str, colour: str, width: float, unit: s
 
 
 def _steady_panel(ax, ctx: Context, sub: pd.DataFrame, x) -> None:
-    """Steady-state bars with their CIs; inside each bar but fork's, its paired ratio to fork
-    (:func:`paired_ratio`) with its 95% CI, the figure the findings judge by."""
-    _bars(ax, x, sub, STEADY, PALETTE[2], 0.55, "")
-    ax.set_ylim(0, np.nanmax(sub[[f"{STEADY}_ci_high", STEADY]].to_numpy(dtype=float)) * 1.2)
+    """The steady state against fork's: per start method the paired ratio of its batches/s to
+    fork's measured interleaved in the same job (:func:`paired_ratio`), with its 95% CI, the
+    figure the findings judge by; fork is the line at 1. Each method's own batches/s come from
+    its own job, at another time on a machine whose speed moves: they go under the labels."""
     fork = pick(sub, start_method="fork")
-    for xi, (_, row) in zip(x, sub.iterrows()):
-        r = _ratio(ctx, row, fork, STEADY) if row["start_method"] != "fork" else (np.nan,) * 3
-        if np.isfinite(r[0]):
-            ci = f"\n95% CI\n{_times(r[1])}-{_times(r[2])}" if np.isfinite(r[1]) and np.isfinite(r[2]) else ""
-            text = f"{_times(r[0])}\nfork's{ci}"
-            y = min(row[STEADY], row[f"{STEADY}_ci_low"]) * 0.9  # below the error bar, inside the bar
-            ax.text(xi, y, text, ha="center", va="top", fontsize=8, color="white")
-    ax.set_ylabel("batches/s once the workers run")
-    ax.set_title("Steady state (higher is better)", fontsize=10)
+    ratios = np.array(
+        [
+            _ratio(ctx, row, fork, STEADY) if row["start_method"] != "fork" else (1.0, 1.0, 1.0)
+            for _, row in sub.iterrows()
+        ],
+        dtype=float,
+    )
+    med, lo, hi = ratios.T
+    err = np.vstack([np.where(np.isfinite(lo), med - lo, 0), np.where(np.isfinite(hi), hi - med, 0)])
+    colours = ["0.75" if m == "fork" else PALETTE[2] for m in sub["start_method"]]
+    ax.bar(x, med, 0.55, color=colours, edgecolor="black", linewidth=0.5, yerr=err, capsize=3)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    for xi, m, low, h, method in zip(x, med, lo, hi, sub["start_method"]):
+        if method == "fork":
+            text = "1x: the reference"
+        elif np.isfinite(low) and np.isfinite(h):
+            text = f"{_times(m)}\n(95% CI\n{_times(low)}-{_times(h)})"
+        else:
+            text = f"{_times(m)}\n(no interval)" if np.isfinite(m) else "not paired"
+        top = h if np.isfinite(h) else m if np.isfinite(m) else 0
+        ax.annotate(text, (xi, top), xytext=(0, 4), textcoords="offset points", ha="center", va="bottom", fontsize=8)
+    ax.set_ylim(0, 1.35 * max(1.0, float(np.nanmax(np.concatenate([med, hi])))))
+    ax.set_ylabel("batches/s against fork's in the same job (x)")
+    ax.set_title("Steady state against fork's (higher is better)", fontsize=10)
 
 
 def startmethod_latency(ctx: Context) -> Figure:
     """Two panels per start method: first-batch latency and worker shutdown (ms, log scale) with
-    95% CIs; steady-state batches/s with 95% CIs and each one's paired ratio to fork. Reads
+    95% CIs; the steady state's paired ratio to fork with its 95% CI (:func:`_steady_panel`). Reads
     ``ctx.summary``, ``ctx.replicates`` (the ratios, the setup in the title) and ``ctx.host`` (its CPUs)."""
     ok = measured(ctx.summary)
     if ok.empty:
@@ -222,16 +249,19 @@ def startmethod_latency(ctx: Context) -> Figure:
     labels = [METHODS[m].replace(" (", "\n(") for m in sub["start_method"]]
     fig, (left, right) = plt.subplots(1, 2, figsize=(10.5, 4.6))
     left.set_yscale("log")
-    _bars(left, x - 0.2, sub, FIRST, PALETTE[0], 0.4, "ms", label="first batch (worker start-up)")
-    _bars(left, x + 0.2, sub, SHUTDOWN, PALETTE[1], 0.4, "ms", label="worker shutdown")
-    top = np.nanmax(sub[[f"{FIRST}_ci_high", f"{SHUTDOWN}_ci_high", FIRST, SHUTDOWN]].to_numpy(dtype=float))
-    left.set_ylim(top=top * 4)
+    _points(left, x - 0.15, sub, FIRST, PALETTE[0], "ms", label="first batch (worker start-up)")
+    _points(left, x + 0.15, sub, SHUTDOWN, PALETTE[1], "ms", label="worker shutdown")
+    values = sub[[f"{FIRST}_ci_high", f"{SHUTDOWN}_ci_high", FIRST, SHUTDOWN]].to_numpy(dtype=float)
+    left.set_ylim(np.nanmin(values) / 3, np.nanmax(values) * 4)
+    left.set_xlim(-0.6, len(sub) - 0.4)
     left.set_ylabel("ms per epoch (log scale)")
     left.set_title("Start and end of every epoch (lower is better)", fontsize=10)
     left.legend(loc="upper left", fontsize=8)
     _steady_panel(right, ctx, sub, x)
+    left.set_xticks(x, labels, fontsize=9)
+    own = [f"{label}\n{num(v, '').strip()} batches/s" for label, v in zip(labels, sub[STEADY])]
+    right.set_xticks(x, own, fontsize=9)
     for ax in (left, right):
-        ax.set_xticks(x, labels, fontsize=9)
         ax.grid(axis="x", visible=False)
     fig.suptitle(
         f"DataLoader start methods: {_setup(ctx)}{cpus_text(ctx.host.get('available_cpus'))} available", fontsize=11
@@ -239,7 +269,8 @@ def startmethod_latency(ctx: Context) -> Figure:
     note(
         fig,
         "Medians over epochs, each with a new DataLoader; error bars: 95% CI of the median. Steady state: "
-        "batches after the first num_workers x 2. forkserver's server was started in an untimed warm-up epoch.",
+        "batches after the first num_workers x 2, under each label its own job's median (another time than"
+        "\nthe ratio's rounds). forkserver's server was started in an untimed warm-up epoch.",
     )
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     return fig
