@@ -287,7 +287,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument("metrics", nargs="+", help="per-point metrics.csv files")
     f = sub.add_parser("figure", help="draw one figure")
-    f.add_argument("name", help="a figure name (an experiment's declared figures, or job_schedule)")
+    f.add_argument("name", help="a figure name (an experiment's declared figures, or run_capacity or job_schedule)")
     f.add_argument("--host-dir", required=True, help="results/<host>")
     f.add_argument("--out", required=True)
     timelines = [n for n, e in registry.experiments().items() if e.spec.timeline]
