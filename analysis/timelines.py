@@ -305,9 +305,12 @@ def _heatmap_panel(ax, point: dict, label: str, sa: pd.DataFrame, cores: list[st
     t = wide.index.to_numpy(dtype=float)
     step = float(np.median(np.diff(t))) if len(t) > 1 else 0.1
     edges = np.concatenate([[max(0.0, t[0] - step)], t])
+    # viridis: 100% busy is a saturated yellow, not magma's near-white, which read as "no data"
+    # beside the end of a shorter window; after a window's end the axes show grey, not white
     mesh = ax.pcolormesh(
-        edges, np.arange(len(cores) + 1), wide.to_numpy(dtype=float).T, cmap="magma", vmin=0, vmax=100, shading="flat"
+        edges, np.arange(len(cores) + 1), wide.to_numpy(dtype=float).T, cmap="viridis", vmin=0, vmax=100, shading="flat"
     )
+    ax.set_facecolor("0.88")
     ax.set_yticks(np.arange(len(cores)) + 0.5, cores, fontsize=7 if len(cores) > 8 else 8)
     ax.invert_yaxis()
     ax.set_xlim(0, min(end, MAX_WINDOW_S * 4))
