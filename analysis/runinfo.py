@@ -24,9 +24,12 @@ def run_timing(jobs: list[dict], metrics: list[pd.DataFrame], host: dict) -> dic
         ``measurement_phase_s``, ``job_s`` (sum of job durations), ``measured_s`` (sum of
         measured windows), ``measured_share_pct`` (measured_s / measurement_phase_s, 0-100),
         ``probe_s`` (the capacity probe's wall time, once per round and worker process),
-        ``measuring_share_pct`` ((measured_s + probe_s) / measurement_phase_s: the points'
-        windows and the probe's, which measures the machine), ``measurement_jobs``,
-        ``overhead_per_job_s`` ((job_s - measured_s - probe_s) / jobs: inside the jobs) and
+        ``upfront_s`` (timed up-front measurements outside the windows, column ``upfront_s``
+        once per runner: jit's object creation and first call, reported as ``setup_s`` and
+        ``first_call_s``), ``measuring_share_pct`` ((measured_s + probe_s + upfront_s) /
+        measurement_phase_s: the time spent measuring, the probe's measuring the machine),
+        ``measurement_jobs``, ``overhead_per_job_s`` ((job_s - measured_s - probe_s -
+        upfront_s) / jobs: inside the jobs) and
         ``between_jobs_s`` ((measurement phase - job_s) / jobs: Snakemake and the processes that
         start a job).
 
@@ -44,6 +47,7 @@ def run_timing(jobs: list[dict], metrics: list[pd.DataFrame], host: dict) -> dic
     )
     phase = end - start
     probe = float(sum(_probe_seconds(m) for m in metrics))
+    upfront = float(sum(_upfront_seconds(m) for m in metrics))
     return {
         "start_unix": start,
         "end_unix": end,
@@ -52,9 +56,10 @@ def run_timing(jobs: list[dict], metrics: list[pd.DataFrame], host: dict) -> dic
         "measured_s": measured,
         "measured_share_pct": 100.0 * measured / phase if phase > 0 else float("nan"),
         "probe_s": probe,
-        "measuring_share_pct": 100.0 * (measured + probe) / phase if phase > 0 else float("nan"),
+        "upfront_s": upfront,
+        "measuring_share_pct": 100.0 * (measured + probe + upfront) / phase if phase > 0 else float("nan"),
         "measurement_jobs": len(jobs),
-        "overhead_per_job_s": (job_s - measured - probe) / len(jobs),
+        "overhead_per_job_s": (job_s - measured - probe - upfront) / len(jobs),
         "between_jobs_s": (phase - job_s) / len(jobs),
     }
 
@@ -66,6 +71,15 @@ def _probe_seconds(m: pd.DataFrame) -> float:
         return 0.0
     keys = ["worker", "repeat"] if "worker" in m else ["repeat"]
     return float(pd.to_numeric(m.drop_duplicates(keys)["probe_s"], errors="coerce").fillna(0).sum())
+
+
+def _upfront_seconds(m: pd.DataFrame) -> float:
+    """Timed up-front measurements in one job's metrics: ``upfront_s`` once per runner (every
+    row of one role in one worker process carries it)."""
+    if "upfront_s" not in m or "role" not in m:
+        return 0.0
+    keys = ["worker", "role"] if "worker" in m else ["role"]
+    return float(pd.to_numeric(m.drop_duplicates(keys)["upfront_s"], errors="coerce").fillna(0).sum())
 
 
 #: Columns of ``interference.csv`` (:func:`interference_table`).

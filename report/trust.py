@@ -100,6 +100,12 @@ def contention_text(c: dict, others: list[dict], ncpu, contended: int, points: i
     )
 
 
+def _share(run: dict, key: str) -> str:
+    """``run[key]`` (s) as a share of the measurement phase, ``4%``; "" where it is absent or 0."""
+    seconds, phase = run.get(key) or 0.0, run.get("measurement_phase_s") or 0.0
+    return f"{100 * seconds / phase:.0f}%" if seconds > 0 and phase > 0 else ""
+
+
 def capacity_paragraph(drift: dict) -> str:
     """What the capacity probe measured over the run (run.json ``capacity``), as a sentence, and
     what the report does with it; "" where no job ran the probe."""
@@ -222,9 +228,8 @@ def trust_context(
         "measurement_phase": f"{run['measurement_phase_s']:.0f} s",
         "total": f"{now_unix - run['start_unix']:.0f} s",
         "measured_share": f"{run['measured_share_pct']:.0f}%",
-        "probe_share": (
-            f"{run['measuring_share_pct'] - run['measured_share_pct']:.0f}%" if "measuring_share_pct" in run else ""
-        ),
+        "probe_share": _share(run, "probe_s"),
+        "upfront_share": _share(run, "upfront_s"),
         "jobs": run["measurement_jobs"],
         "overhead_per_job": f"{run['overhead_per_job_s']:.1f} s",
         "between_jobs": f"{run['measurement_phase_s'] - run['job_s']:.0f} s",

@@ -366,6 +366,21 @@ def test_run_timing():
     assert t["measured_s"] == pytest.approx(4.0)
     assert t["measured_share_pct"] == pytest.approx(100 * 4 / 12)
     assert t["overhead_per_job_s"] == pytest.approx((9.5 - 4.0) / 2)
+    assert t["upfront_s"] == 0.0 and t["measuring_share_pct"] == pytest.approx(t["measured_share_pct"])
+    # a timed up-front measurement (jit's setup and first call) counts once per runner: per
+    # worker process and role, whatever the number of its rows
+    jit = pd.DataFrame(
+        {
+            "wall_s": [0.5] * 4,
+            "role": ["point", "baseline"] * 2,
+            "worker": [0, 0, 1, 1],
+            "upfront_s": [2.0, 0.1, 1.0, 0.1],
+        }
+    )
+    t = run_timing(jobs, [*metrics, jit], {"collected_unix": 98.0})
+    assert t["upfront_s"] == pytest.approx(3.2) and t["measured_s"] == pytest.approx(6.0)
+    assert t["measuring_share_pct"] == pytest.approx(100 * 9.2 / 12)
+    assert t["overhead_per_job_s"] == pytest.approx((9.5 - 6.0 - 3.2) / 2)
 
 
 def test_paired_speedup_survives_drift(tmp_path):

@@ -41,6 +41,13 @@ EXPERIMENT = Experiment(
             "`compile` only: the first call in a later worker process of the job, which finds inductor's cache filled"
             " by the first one (what a restarted process pays); empty elsewhere",
         ),
+        "upfront_s": Col(
+            "float",
+            "`setup_s` plus this runner's first call (cold or with the cache filled): the wall time of its timed"
+            " up-front measurement, once per runner; the run's timing counts it as time spent measuring"
+            " (`run.json` `upfront_s`)",
+            "s",
+        ),
         "allclose": Col(
             "bool", "output equals eager output on the same input, `torch.allclose(rtol=1e-4, atol=1e-5)`", "-"
         ),

@@ -176,6 +176,7 @@ class Runner:
             "setup_s": self.setup_s,
             "first_call_s": self.first_call_s if self.cold else math.nan,
             "first_call_warm_s": math.nan if self.cold else self.first_call_s,
+            "upfront_s": self.setup_s + self.first_call_s,  # timed once per runner: the run counts it as measuring
             "allclose": self.allclose,
             "max_abs_diff": self.max_abs_diff,
             **info,
@@ -199,7 +200,8 @@ def run(params: Params, baseline: Params | None = None, rounds: Rounds | None = 
         A :class:`~lab.results.RunResult` with one row per repeat and role: ``wall_s``
         (s), ``samples_per_s``, ``latency_ms`` (ms per call), ``setup_s``, ``first_call_s``
         (NaN in a worker process that found the compile cache filled), ``first_call_warm_s``
-        (compile only, in such a process; NaN elsewhere), ``allclose``, ``max_abs_diff``,
+        (compile only, in such a process; NaN elsewhere), ``upfront_s`` (s, setup plus the first
+        call: the runner's timed up-front measurement), ``allclose``, ``max_abs_diff``,
         ``torch_threads``; or one row with status ``skipped``
         and the reason when the mode cannot run here.
     """
