@@ -228,7 +228,7 @@ def _steady_panel(ax, ctx: Context, sub: pd.DataFrame, x) -> None:
             text = f"{_times(m)}\n(95% CI\n{_times(low)}-{_times(h)})"
         else:
             text = f"{_times(m)}\n(no interval)" if np.isfinite(m) else "not paired"
-        top = h if np.isfinite(h) else m if np.isfinite(m) else 0
+        top = max(h if np.isfinite(h) else m if np.isfinite(m) else 0, 1.0)  # above fork's line, not on it
         ax.annotate(text, (xi, top), xytext=(0, 4), textcoords="offset points", ha="center", va="bottom", fontsize=8)
     ax.set_ylim(0, 1.35 * max(1.0, float(np.nanmax(np.concatenate([med, hi])))))
     ax.set_ylabel("batches/s against fork's in the same job (x)")
