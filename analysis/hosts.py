@@ -17,7 +17,6 @@ import pandas as pd
 from analysis.tables import DataError, read_table
 from lab import registry
 from lab.declare import point_label
-from lab.fileio import read_json_object
 from lab.host import Host
 
 
@@ -59,7 +58,7 @@ def _read_host_json(path: Path) -> Host:
     if not hj.exists():
         raise DataError(hj, "missing: every host directory needs its host.json (machine fingerprint)")
     try:
-        host = read_json_object(hj)
+        host = json.loads(hj.read_text())
     except json.JSONDecodeError as exc:
         raise DataError(hj, f"not valid JSON ({exc})") from None
     if not isinstance(host, dict) or "available_cpus" not in host:
@@ -120,7 +119,7 @@ def load_host(path: str | Path, experiments: list[str]) -> HostResults:
         found = path / exp / "findings.json"
         if found.exists():
             try:
-                res.findings[exp] = read_json_object(found)
+                res.findings[exp] = json.loads(found.read_text())
             except json.JSONDecodeError as exc:
                 raise DataError(found, f"not valid JSON ({exc})") from None
     return res

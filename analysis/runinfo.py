@@ -25,8 +25,8 @@ def run_timing(jobs: list[dict], metrics: list[pd.DataFrame], host: dict) -> dic
         measured windows), ``measured_share_pct`` (measured_s / measurement_phase_s, 0-100),
         ``probe_s`` (the capacity probe's wall time, once per round and worker process),
         ``upfront_s`` (timed up-front measurements outside the windows, column ``upfront_s``
-        once per runner: jit's object creation and first call, reported as ``setup_s`` and
-        ``first_call_s``), ``measuring_share_pct`` ((measured_s + probe_s + upfront_s) /
+        once per runner: an experiment's object creation and first call that it reports as
+        results of their own), ``measuring_share_pct`` ((measured_s + probe_s + upfront_s) /
         measurement_phase_s: the time spent measuring, the probe's measuring the machine),
         ``measurement_jobs``, ``overhead_per_job_s`` ((job_s - measured_s - probe_s -
         upfront_s) / jobs: inside the jobs) and

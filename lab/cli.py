@@ -175,8 +175,9 @@ def read_json(path: str | Path, option: str):
     """
     try:
         return read_json_object(path)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{option} {path}: cannot read it ({type(exc).__name__}: {exc})") from None
+    except (OSError, ValueError) as exc:  # read_json_object's ValueError names the file already
+        said = f"{path}: cannot read it ({type(exc).__name__}: {exc})" if isinstance(exc, OSError) else exc
+        raise ValueError(f"{option} {said}") from None
 
 
 def job_record(experiment: str, host: str, params, baseline, times: dict, result: RunResult | None = None) -> dict:

@@ -148,7 +148,8 @@ def read_json_object(path: str | Path) -> dict:
 def output_dir_problem(path: str) -> str | None:
     """Why ``path`` cannot be the directory a job writes its files into, or None if it can: it
     is empty, it or one of its parents is a file, or the nearest existing ancestor refuses a
-    new directory (tried, and removed again). Checked before a job measures, so that a typo costs no measurement."""
+    new directory (tried, and removed again). Checked before a job measures, so that a typo
+    costs no measurement."""
     if not path.strip():
         return "is empty: name the directory for the point's files"
     p = Path(path).resolve()

@@ -214,7 +214,7 @@ class Host(Mapping):
         (a missing file is left out).
 
         Raises:
-            json.JSONDecodeError: for a file that is not JSON.
+            ValueError: naming the file, for one that is not JSON or holds no JSON object.
         """
         host_dir = Path(host_dir)
         found = [host_dir / n for n in ("host.json", "user_env.json", "interpreters.json")]
@@ -233,7 +233,7 @@ class Host(Mapping):
 
         Raises:
             FileNotFoundError: for a file given that does not exist.
-            json.JSONDecodeError: for a file that is not JSON.
+            ValueError: naming the file, for one that is not JSON or holds no JSON object.
         """
         facts = read_json_object(Path(host_json)) if host_json else {}
         if user_env:
