@@ -152,7 +152,7 @@ def test_your_workload_is_searched_verified_and_answered_first(quick_run):
     md = (host / "report.md").read_text()
     glance = md.split("## At a glance")[1].split("## Contents")[0]
     assert md.index("## At a glance") < md.index("## Environment")
-    intro = md.split("## At a glance")[0]  # the probe ran: "on whole cores" is explained before its first use
+    intro = " ".join(md.split("## At a glance")[0].split())  # the probe ran: "on whole cores" explained first
     assert 'A speedup "on whole cores" is the measured one divided by' in intro and "on whole cores" in glance
     lines = [ln for ln in glance.splitlines() if ln.startswith("- ")]
     if lines[0].startswith("- [Measured under contention:](#trust)"):  # the run was contended: said first
