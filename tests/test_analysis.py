@@ -523,9 +523,9 @@ def test_the_wait_policy_finding_names_the_measured_cause_of_oversubscription(tm
     out = findings("multiprocessing", s, {"available_cpus": 2})
     (line,) = [f for f in out["findings"] if f.startswith("OpenMP wait policy passive")]
     assert "1 x 2: 0.40x (95% CI" in line and "at 46% CPU against 1.00x (95% CI" in line
-    assert "clearly slower: 2.5x fewer samples/s: every thread had a CPU" in line
+    assert "clearly slower: 2.5x fewer samples/s over 1 x 1: every thread had a CPU" in line
     assert "2 x 2, oversubscribed: 1.30x (95% CI" in line and "at 88% CPU against 0.30x" in line
-    assert "clearly faster: 4.3x the samples/s: with 4 threads on 2 CPUs, threads that spin" in line
+    assert "clearly faster: 4.3x the samples/s over 1 x 1: with 4 threads on 2 CPUs, threads that spin" in line
     first, head = out["headlines"]
     assert (
         first["answer"].startswith("no clear winner")

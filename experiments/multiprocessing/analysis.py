@@ -90,24 +90,26 @@ def _pair_text(base, other, ncpu) -> str:
     over = bool(base["oversubscribed"])
     head = f"{p} x {t}{', oversubscribed' if over else ''}: {fmt_x(other)} of 1 x 1 at {other['cpu_util_pct']:.0f}% CPU"
     head += f" against {fmt_x(base)} at {base['cpu_util_pct']:.0f}%"
-    ratio = other["median"] / base["median"]
     verdict = _verdict(other, base)
     if verdict == 0:
         return f"{head}, no clear difference"
+    # the ratio of the two speedups, each over 1 x 1 in its own job, as the verdict judges: the
+    # ratio of the two jobs' medians would carry the machine's drift between them
+    ratio = other["speedup"] / base["speedup"]
     if verdict > 0 and over:
         why = (
-            f"{ratio:.1f}x the samples/s: with {p * t} threads on {plural(int(ncpu), 'CPU')}, threads that spin while"
-            " they wait held the CPUs the other threads needed"
+            f"{ratio:.1f}x the samples/s over 1 x 1: with {p * t} threads on {plural(int(ncpu), 'CPU')}, threads that"
+            " spin while they wait held the CPUs the other threads needed"
         )
     elif verdict > 0:
-        why = f"{ratio:.1f}x the samples/s"
+        why = f"{ratio:.1f}x the samples/s over 1 x 1"
     elif not over:
         why = (
-            f"{1 / ratio:.1f}x fewer samples/s: every thread had a CPU, and a thread that sleeps while it waits wakes"
-            " late for every operation"
+            f"{1 / ratio:.1f}x fewer samples/s over 1 x 1: every thread had a CPU, and a thread that sleeps while it"
+            " waits wakes late for every operation"
         )
     else:
-        why = f"{1 / ratio:.1f}x fewer samples/s"
+        why = f"{1 / ratio:.1f}x fewer samples/s over 1 x 1"
     return f"{head}, clearly {'faster' if verdict > 0 else 'slower'}: {why}"
 
 
