@@ -46,8 +46,8 @@ def run_timing(jobs: list[dict], metrics: list[pd.DataFrame], host: dict) -> dic
         sum(np.nansum(pd.to_numeric(m.get("wall_s", pd.Series(dtype=float)), errors="coerce")) for m in metrics)
     )
     phase = end - start
-    probe = float(sum(_probe_seconds(m) for m in metrics))
-    upfront = float(sum(_upfront_seconds(m) for m in metrics))
+    probe = float(sum(_seconds_once_per(m, "probe_s", "repeat") for m in metrics))
+    upfront = float(sum(_seconds_once_per(m, "upfront_s", "role") for m in metrics))
     return {
         "start_unix": start,
         "end_unix": end,
@@ -64,22 +64,14 @@ def run_timing(jobs: list[dict], metrics: list[pd.DataFrame], host: dict) -> dic
     }
 
 
-def _probe_seconds(m: pd.DataFrame) -> float:
-    """The capacity probe's wall time in one job's metrics: ``probe_s`` once per round (both
-    rows of a round carry it) and worker process."""
-    if "probe_s" not in m or "repeat" not in m:
+def _seconds_once_per(m: pd.DataFrame, column: str, per: str) -> float:
+    """The sum of ``column`` (s) in one job's metrics, counted once per ``per`` value and worker
+    process, whose rows all carry it: the probe's ``probe_s`` once per round (``repeat``), an
+    up-front measurement's ``upfront_s`` once per runner (``role``); 0 without the column."""
+    if column not in m or per not in m:
         return 0.0
-    keys = ["worker", "repeat"] if "worker" in m else ["repeat"]
-    return float(pd.to_numeric(m.drop_duplicates(keys)["probe_s"], errors="coerce").fillna(0).sum())
-
-
-def _upfront_seconds(m: pd.DataFrame) -> float:
-    """Timed up-front measurements in one job's metrics: ``upfront_s`` once per runner (every
-    row of one role in one worker process carries it)."""
-    if "upfront_s" not in m or "role" not in m:
-        return 0.0
-    keys = ["worker", "role"] if "worker" in m else ["role"]
-    return float(pd.to_numeric(m.drop_duplicates(keys)["upfront_s"], errors="coerce").fillna(0).sum())
+    keys = ["worker", per] if "worker" in m else [per]
+    return float(pd.to_numeric(m.drop_duplicates(keys)[column], errors="coerce").fillna(0).sum())
 
 
 #: Columns of ``interference.csv`` (:func:`interference_table`).
