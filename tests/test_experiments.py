@@ -210,10 +210,28 @@ def test_multiprocessing_trains_in_processes():
     for row in res.rows:
         assert row["torch_threads"] == 1
         assert row["samples_per_s"] == pytest.approx(2 * 6 * 64 / row["wall_s"])
+        assert row["steps_done"] == 12
         assert row["oversubscribed"] is (2 > NCPU)
     spans = pd.DataFrame(res.spans)
     assert set(spans["actor"]) == {"process-0", "process-1"}
     assert spans.groupby(["repeat", "actor"])["steps"].sum().eq(6).all()
+
+
+def test_a_multiprocessing_window_stops_at_its_cap_and_counts_the_steps_done():
+    """Steps that would take minutes stop once the window reaches ``max_window_s``: each process
+    after the step that crosses it, and samples/s counts the steps done."""
+    p = mp_exp.Params(processes=2, threads=1, steps=10**6, warmup_steps=1, repeats=2, max_window_s=0.3)
+    res = mp_exp.run(p)
+    spans = pd.DataFrame(res.spans)
+    for r, row in enumerate(res.rows):
+        assert 0 < row["steps_done"] < 2 * 10**6
+        assert row["samples_per_s"] == pytest.approx(row["steps_done"] * 64 / row["wall_s"])
+        assert row["wall_s"] >= 0.3  # every process stepped until the cap
+        mine = spans[spans["repeat"] == r]
+        assert mine["steps"].sum() == row["steps_done"]
+        # each process stopped after the step that crossed the cap: its last span ends past it
+        last = mine.groupby("actor")["end_s"].max()
+        assert (last >= 0.3).all() and (last <= row["wall_s"]).all()
 
 
 def test_multiprocessing_marks_oversubscription():

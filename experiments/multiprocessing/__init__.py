@@ -39,7 +39,7 @@ EXPERIMENT = Experiment(
     baseline={"processes": 1, "threads": 1},
     parallel_units=parallel_units,
     figures=("multiprocessing_throughput",),
-    free_params=frozenset({"warmup_steps", "timeout_s"}),
+    free_params=frozenset({"warmup_steps", "timeout_s", "max_window_s"}),
     job_env=job_env,
     later_keys=frozenset({"omp_wait_policy"}),
     include=include,
@@ -48,10 +48,16 @@ EXPERIMENT = Experiment(
         kinds=(SpanKind("train", "#009E73", "chunk of training steps"),),
         on_cpu_share=True,
         threads_per_actor=threads_per_process,
-        scale_keys=(),  # the same work per process at every point, under every wait policy
+        scale_keys=(),  # the same work per process (or the window cap) at every point, under every wait policy
     ),
     columns={
-        "samples_per_s": Col("float", "`processes x steps x batch_size / wall_s`, all processes together"),
+        "samples_per_s": Col("float", "`steps_done x batch_size / wall_s`, all processes together"),
+        "steps_done": Col(
+            "int",
+            "SGD steps all processes did in the window: `processes x steps`, fewer where the window"
+            " reached `max_window_s`",
+            "steps",
+        ),
         "torch_threads": Col(
             "int", "largest `torch.get_num_threads()` the runner's workers reported at start-up", "threads"
         ),

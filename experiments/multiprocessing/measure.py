@@ -9,6 +9,14 @@ scaling) and ``samples_per_s`` = P x steps x batch_size / wall time is directly 
 Model construction and warm-up steps happen before the clock starts; the parent releases all
 workers at once through a barrier and stops the clock when the last one reports done.
 
+A window is capped at ``max_window_s``: a process still stepping then stops after the step that
+crosses it, and ``samples_per_s`` counts the steps all processes did (``steps_done``). Only
+points far slower than their baseline reach the cap (in the configs, oversubscribed teams that
+spin: 10-15x slower, windows of 3-7 s for the baseline's 0.2 s); their rate is then a fixed-time
+rate, the same steady state without the longest process's tail. The noise of a round's ratio did
+not shrink from 0.1 s to 1 s windows on the lab's VMs (docs/benchmarks.md, "Window length"), so
+a 1 s cap loses no precision and takes the oversubscribed points from about 25 s to 8 s each.
+
 Start method: ``fork`` by default. Forking after the parent has run OpenMP-parallel work can
 deadlock under GNU libgomp, so the parent here runs no torch computation at all before the
 workers are forked; the method used is recorded in every row.
@@ -30,6 +38,7 @@ policy (a single thread never waits for a team).
 
 from __future__ import annotations
 
+import math
 import queue as queue_mod
 import threading
 import time
@@ -75,6 +84,13 @@ class Params(Declared):
         help="OMP_WAIT_POLICY of the job (default: unset, OpenMP threads spin a while before they sleep;"
         " passive: sleep at once; active: spin)",
     )
+    max_window_s: float = param(
+        1.0,
+        min=0,
+        unit="s",
+        help="a window ends after this long: each process stops after the step that crosses it and"
+        " samples/s counts the steps done (0: every process runs all its steps)",
+    )
     timeout_s: float = param(
         600.0, above=0, in_config=False, unit="s", help="give up waiting for a worker after this long"
     )
@@ -113,16 +129,21 @@ def _worker(rank: int, params: Params, barrier, stop, q) -> None:
                 return
             spans = []
             done = 0
-            while done < params.steps:
+            cap = time.perf_counter() + params.max_window_s if params.max_window_s > 0 else math.inf
+            while done < params.steps and (not spans or spans[-1]["t1"] < cap):
                 n = min(params.steps_per_span, params.steps - done)
                 t0, c0 = time.perf_counter(), time.process_time()
-                for _ in range(n):
+                k = 0
+                while k < n:
                     step(x, y)
+                    k += 1
+                    if time.perf_counter() >= cap:
+                        break
                 t1, c1 = time.perf_counter(), time.process_time()
                 spans.append(
-                    {"actor": f"process-{rank}", "kind": "train", "t0": t0, "t1": t1, "cpu_s": c1 - c0, "steps": n}
+                    {"actor": f"process-{rank}", "kind": "train", "t0": t0, "t1": t1, "cpu_s": c1 - c0, "steps": k}
                 )
-                done += n
+                done += k
             q.put(("done", rank, r, spans))
             r += 1
     except BaseException as exc:  # report, then fail the worker
@@ -178,8 +199,10 @@ class Runner:
         with self.meter.window() as win:
             self.barrier.wait(timeout=p.timeout_s)
             msgs = [_get(self.q, self.procs, p.timeout_s) for _ in self.procs]
+        steps_done = sum(s["steps"] for _, _rank, _r, spans in msgs for s in spans)
         row = {
-            "samples_per_s": p.processes * p.steps * p.batch_size / win.wall_s,
+            "samples_per_s": steps_done * p.batch_size / win.wall_s,
+            "steps_done": steps_done,
             "torch_threads": self.threads_seen,
             "oversubscribed": p.cpus_requested() > self.meter.ncpu,
         }
@@ -217,7 +240,9 @@ def run(params: Params, baseline: Params | None = None, rounds: Rounds | None = 
 
     Returns:
         A :class:`~lab.results.RunResult` with one row per repeat and role: ``wall_s``
-        (s), ``samples_per_s`` (training samples/s over all processes), ``cpu_util_pct``
+        (s), ``samples_per_s`` (training samples/s over all processes: ``steps_done`` x
+        ``batch_size`` / ``wall_s``), ``steps_done`` (SGD steps of all processes in the window:
+        ``processes x steps`` unless the window reached ``max_window_s``), ``cpu_util_pct``
         (0-100), ``torch_threads`` (intra-op threads torch reported in the workers) and
         ``oversubscribed``; spans per process per chunk of steps.
 
