@@ -12,10 +12,12 @@ workers at once through a barrier and stops the clock when the last one reports 
 A window is capped at ``max_window_s``: a process still stepping then stops after the step that
 crosses it, and ``samples_per_s`` counts the steps all processes did (``steps_done``). Only
 points far slower than their baseline reach the cap (in the configs, oversubscribed teams that
-spin: 10-15x slower, windows of 3-7 s for the baseline's 0.2 s); their rate is then a fixed-time
-rate, the same steady state without the longest process's tail. The noise of a round's ratio did
-not shrink from 0.1 s to 1 s windows on the lab's VMs (docs/benchmarks.md, "Window length"), so
-a 1 s cap loses no precision and takes the oversubscribed points from about 25 s to 8 s each.
+spin: 4-15x slower, windows of 1-7 s for the baseline's 0.2 s); their rate is then a fixed-time
+rate, the same steady state without the longest process's tail. The cap's length comes from the
+measured spread of that point's per-round ratio to 1 x 1 (docs/benchmarks.md, "A window cap for
+multiprocessing"): the interquartile range was 101-113% of the median with 1 s windows and
+28-47% with 2 s ones, no wider than without a cap (43-104%), so 2 s keeps the precision and takes
+an oversubscribed point's job from about 26-42 s to about 10-15 s.
 
 Start method: ``fork`` by default. Forking after the parent has run OpenMP-parallel work can
 deadlock under GNU libgomp, so the parent here runs no torch computation at all before the
@@ -85,7 +87,7 @@ class Params(Declared):
         " passive: sleep at once; active: spin)",
     )
     max_window_s: float = param(
-        1.0,
+        2.0,
         min=0,
         unit="s",
         help="a window ends after this long: each process stops after the step that crosses it and"
