@@ -36,8 +36,9 @@ def check_choice(name: str, value, allowed) -> None:
 def check_min(name: str, value, minimum) -> None:
     """Raise ``ValueError`` if ``value`` is not a finite number ``>= minimum``, naming the
     parameter and the bound."""
-    if not math.isfinite(value) or value < minimum:
-        raise ValueError(f"{name}={value!r} is out of range; it must be >= {minimum}")
+    finite = "" if math.isfinite(value) else "a finite number "
+    if finite or value < minimum:
+        raise ValueError(f"{name}={value!r} is out of range; it must be {finite}>= {minimum}")
 
 
 #: No config default of its own: the section's default is the point's (:attr:`Param.config`).
@@ -94,7 +95,8 @@ class Param:
         if self.min is not None:
             check_min(name, value, self.min)
         if self.above is not None and not (math.isfinite(value) and value > self.above):
-            raise ValueError(f"{name}={value!r} is out of range; it must be > {self.above}")
+            finite = "" if math.isfinite(value) else "a finite number "
+            raise ValueError(f"{name}={value!r} is out of range; it must be {finite}> {self.above}")
         if self.max is not None and not value <= self.max:
             raise ValueError(f"{name}={value!r} is out of range; it must be <= {self.max}")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import subprocess
@@ -232,6 +233,21 @@ def test_a_multiprocessing_window_stops_at_its_cap_and_counts_the_steps_done():
         # each process stopped after the step that crossed the cap: its last span ends past it
         last = mine.groupby("actor")["end_s"].max()
         assert (last >= 0.3).all() and (last <= row["wall_s"]).all()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "said"),
+    [
+        ("max_window_s", -1.0, "max_window_s=-1.0 is out of range; it must be >= 0"),
+        ("max_window_s", math.inf, "max_window_s=inf is out of range; it must be a finite number >= 0"),
+        ("max_window_s", math.nan, "max_window_s=nan is out of range; it must be a finite number >= 0"),
+        ("timeout_s", math.inf, "timeout_s=inf is out of range; it must be a finite number > 0"),
+    ],
+)
+def test_a_bound_names_the_value_and_says_a_finite_number_where_it_was_not(field, value, said):
+    with pytest.raises(ValueError) as err:
+        mp_exp.Params(**{field: value})
+    assert str(err.value) == said
 
 
 def test_multiprocessing_marks_oversubscription():
