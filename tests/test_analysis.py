@@ -541,3 +541,31 @@ def test_the_wait_policy_finding_names_the_measured_cause_of_oversubscription(tm
     (line,) = [f for f in out["findings"] if f.startswith("OpenMP wait policy passive")]
     assert "2 x 2, oversubscribed:" in line and line.endswith("no clear difference.")
     assert "(no clear difference)" in out["headlines"][-1]["answer"]
+
+
+def test_windows_that_reached_the_cap_are_named_with_the_steps_they_got_done():
+    """A multiprocessing window stopped at ``max_window_s`` is said to be so, with the steps its
+    windows got done of the work they had; a point whose windows all finished is not named, and
+    results from before the cap (no ``steps_done``) give no such sentence."""
+    from experiments.multiprocessing.analysis import capped_findings
+
+    def rows(processes, threads, role, done, status="ok"):
+        point = {"processes": processes, "threads": threads, "omp_wait_policy": "default", "steps": 150}
+        return [{**point, "role": role, "status": status, "steps_done": d, "max_window_s": 2.0} for d in done]
+
+    reps = pd.DataFrame(
+        rows(2, 2, "point", [52, 233, 101, 143, 114, 300])
+        + rows(1, 1, "baseline", [150] * 6)
+        + rows(2, 1, "point", [300] * 6)
+        + rows(2, 2, "point", [float("nan")], status="failed")
+    )
+    (line,) = capped_findings(reps)
+    assert line == (
+        "Windows that reached the 2 s cap (`max_window_s`) ended there with their work unfinished, and"
+        " samples/s counts the steps done: 2 x 2: 5 of its 6 windows, 52-300 of 300 steps done."
+    )
+    every = capped_findings(reps[reps["steps_done"] < 300])  # every window of 2 x 2 reached the cap
+    assert every[0].endswith("2 x 2: all 5 windows, 52-233 of 300 steps done.")
+    assert capped_findings(reps[reps["processes"] == 1]) == []
+    assert capped_findings(reps.drop(columns=["steps_done"])) == []
+    assert capped_findings(None) == []

@@ -73,7 +73,31 @@ def findings(ctx: Context) -> list[str]:
             f"Oversubscribed ({p} x {t} = {p * t} threads on {ncpu} available CPU{'s' if ncpu != 1 else ''}): "
             f"{fmt_x(worst)} of 1 x 1 where {than}{note(worst, host, p * t)}."
         )
-    return out + policy_findings(every, ncpu)
+    return out + policy_findings(every, ncpu) + capped_findings(ctx.replicates)
+
+
+def capped_findings(replicates) -> list[str]:
+    """One sentence naming the points whose windows reached ``max_window_s``, with the steps
+    each window got done of the ``processes x steps`` it had (from ``ctx.replicates``: the
+    point's own ``ok`` rows; results from before the cap have no ``steps_done`` and give none)."""
+    if replicates is None or "steps_done" not in replicates or "max_window_s" not in replicates:
+        return []
+    rows = replicates[(replicates["role"] == "point") & (replicates["status"] == "ok")]
+    capped = rows[rows["steps_done"] < rows["processes"] * rows["steps"]]
+    if capped.empty:
+        return []
+    parts = []
+    for (proc, thr, policy), g in capped.groupby(["processes", "threads", "omp_wait_policy"], sort=False):
+        everyone = rows[(rows["processes"] == proc) & (rows["threads"] == thr) & (rows["omp_wait_policy"] == policy)]
+        done = everyone["steps_done"].astype(int)
+        which = f"all {len(g)} windows" if len(g) == len(everyone) else f"{len(g)} of its {len(everyone)} windows"
+        planned = int(proc) * int(everyone["steps"].iloc[0])
+        parts.append(f"{_split(everyone.iloc[0])}: {which}, {done.min()}-{done.max()} of {planned} steps done")
+    cap = float(capped["max_window_s"].iloc[0])
+    return [
+        f"Windows that reached the {num(cap, 's')} cap (`max_window_s`) ended there with their work unfinished,"
+        f" and samples/s counts the steps done: {'; '.join(parts)}."
+    ]
 
 
 def _verdict(other, base) -> int:
