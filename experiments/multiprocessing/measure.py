@@ -4,7 +4,8 @@ Each of ``processes`` workers (``torch.multiprocessing``, start method from ``st
 trains its own small MLP on a fixed synthetic batch with ``threads`` intra-op threads, the
 seed article's "one process per core, each training its own model" pattern. Work per process
 is fixed (``steps`` SGD steps of ``batch_size`` samples), so total work grows with P (weak
-scaling) and ``samples_per_s`` = P x steps x batch_size / wall time is directly comparable.
+scaling) and ``samples_per_s`` = P x steps x batch_size / wall time is directly comparable
+(``steps_done`` in place of P x steps where a window reached its cap, below).
 
 Model construction and warm-up steps happen before the clock starts; the parent releases all
 workers at once through a barrier and stops the clock when the last one reports done.
@@ -17,7 +18,7 @@ rate, the same steady state without the longest process's tail. The cap's length
 measured spread of that point's per-round ratio to 1 x 1 (docs/benchmarks.md, "A window cap for
 multiprocessing"): the interquartile range was 101-113% of the median with 1 s windows and
 28-47% with 2 s ones, no wider than without a cap (43-104%), so 2 s keeps the precision and takes
-an oversubscribed point's job from about 26-42 s to about 10-15 s.
+an oversubscribed point's job from 26-42 s to about 15 s.
 
 Start method: ``fork`` by default. Forking after the parent has run OpenMP-parallel work can
 deadlock under GNU libgomp, so the parent here runs no torch computation at all before the
@@ -132,7 +133,7 @@ def _worker(rank: int, params: Params, barrier, stop, q) -> None:
             spans = []
             done = 0
             cap = time.perf_counter() + params.max_window_s if params.max_window_s > 0 else math.inf
-            while done < params.steps and (not spans or spans[-1]["t1"] < cap):
+            while done < params.steps:
                 n = min(params.steps_per_span, params.steps - done)
                 t0, c0 = time.perf_counter(), time.process_time()
                 k = 0
@@ -146,6 +147,8 @@ def _worker(rank: int, params: Params, barrier, stop, q) -> None:
                     {"actor": f"process-{rank}", "kind": "train", "t0": t0, "t1": t1, "cpu_s": c1 - c0, "steps": k}
                 )
                 done += k
+                if t1 >= cap:
+                    break
             q.put(("done", rank, r, spans))
             r += 1
     except BaseException as exc:  # report, then fail the worker
