@@ -72,7 +72,15 @@ stop_ours() {
             alive "$pid" || break
             sleep 0.1
         done
-        if alive "$pid"; then kill -9 "$pid" 2>/dev/null || true; fi
+        if alive "$pid"; then
+            kill -9 "$pid" 2>/dev/null || true
+            # a killed process lives on until the kernel has torn it down: `up` checks next that
+            # no daemon but its own runs, and one still dying would read as a foreign SLURM
+            for _ in $(seq 50); do
+                alive "$pid" || break
+                sleep 0.1
+            done
+        fi
         rm -f "$dir/run/$daemon.pid"
     done
 }
