@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup, escape
 
 TEMPLATES = Path(__file__).with_name("templates")
 
@@ -78,6 +79,20 @@ def md_code(value) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
+def html_text(value) -> Markup:
+    """Text from data for the HTML report: escaped as text, except that the code spans it holds
+    (a finding's `` `max_window_s` ``, CommonMark's syntax, which the Markdown report renders
+    as code) become ``<code>`` elements, their content escaped too. Without this the HTML page
+    shows the backticks themselves. Text without a code span is only escaped."""
+    text, out, at = str(value), [], 0
+    for m in _CODE_SPAN.finditer(text):
+        out.append(escape(text[at : m.start()]))
+        out.append(Markup("<code>%s</code>") % m.group(2).strip())
+        at = m.end()
+    out.append(escape(text[at:]))
+    return Markup("").join(out)
+
+
 def environment() -> Environment:
     env = Environment(
         loader=FileSystemLoader(TEMPLATES),
@@ -89,6 +104,7 @@ def environment() -> Environment:
     env.filters["md"] = md_text
     env.filters["md_code"] = md_code
     env.filters["md_block"] = md_block
+    env.filters["spans"] = html_text
     return env
 
 

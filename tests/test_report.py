@@ -13,6 +13,7 @@ from analysis.__main__ import main as analysis_main
 from lab import registry
 from report.__main__ import main as report_main
 from report.build import SECTIONS
+from report.render import html_text
 
 
 def _text(fig: str) -> dict:
@@ -143,7 +144,7 @@ def test_report_renders_every_section(host_dir):
     assert not re.search(r"<link[^>]+href=", text) and "@import" not in text
     # every figure has its own caption and alt text; timelines link their Chrome traces
     for fig in figures:
-        caption = escape(" ".join(_text(fig)["caption"].split()))
+        caption = html_text(" ".join(_text(fig)["caption"].split()))
         assert f'<figure id="fig-{fig}">' in text and f"<figcaption>{caption}</figcaption>" in text, fig
         assert f'alt="{escape(_text(fig)["alt"])}"' in text, fig
     assert '<a href="traces/gil.json">' in text and '<a href="traces/jobs.json">' in text
@@ -228,6 +229,35 @@ def test_markdown_escaping_shows_data_as_it_is(data):
     assert plain(cells[0]) == plain(item) == shown.replace("`", ""), (cells, item)
     assert cells[1] == f"<code>{shown}</code>"
     assert not re.search(r"<(em|strong|a|del|h\d|blockquote|ol|ul)\b", page.split("<ul>")[0] + item)
+
+
+@pytest.mark.parametrize(
+    ("data", "shown"),
+    [
+        ("set `max_window_s` higher", "set <code>max_window_s</code> higher"),
+        ("`a<b` & `` x`y ``", "<code>a&lt;b</code> &amp; <code>x`y</code>"),
+        ("a lone ` tick <i>", "a lone ` tick &lt;i&gt;"),
+    ],
+)
+def test_html_shows_code_spans_as_code_and_the_rest_as_text(data, shown):
+    """The HTML page renders a finding's code spans as <code> (the Markdown report does by its
+    syntax) instead of showing the backticks, and escapes everything, code included."""
+    from report.render import environment
+
+    assert environment().from_string("{{ t | spans }}", globals={}).render(t=data) == shown
+
+
+def test_findings_with_code_spans_render_as_code_in_html(host_dir):
+    findings = host_dir / "jit" / "findings.json"
+    items = json.loads(findings.read_text())
+    items["findings"] = ["Raise `max_window_s` to <b>2</b>"]
+    findings.write_text(json.dumps(items))
+    html = host_dir / "r.html"
+    report_main(
+        ["--host-dir", str(host_dir), "--experiments", "jit", "--html", str(html), "--md", str(host_dir / "r.md")]
+    )
+    page = html.read_text()
+    assert "Raise <code>max_window_s</code> to &lt;b&gt;2&lt;/b&gt;" in page and "`max_window_s`" not in page
 
 
 def test_one_available_cpu_reads_in_the_singular(host_dir):
