@@ -104,27 +104,33 @@ def explain(config, schema_path: str | Path, prefix: str = "") -> str | None:
     return _text_hint(line, err.instance)
 
 
-def _walk(node, path: str = ""):
-    """``(key path, key, value)`` of every mapping entry and list item under ``node``."""
+def _walk(node, keys: tuple = ()):
+    """``(key path, keys, value)`` of every mapping entry and list item under ``node``: the path
+    as text (``rounds.budget_s``) and as the list of keys and indices that lead there."""
     items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
     for key, value in items:
-        sub = f"{path}.{key}" if path else str(key)
-        yield sub, key, value
+        sub = (*keys, key)
+        yield ".".join(map(str, sub)), list(sub), value
         yield from _walk(value, sub)
 
 
-def check_values(config: dict) -> None:
+def check_values(config: dict, allowed: Callable[[list], str] | None = None) -> None:
     """What JSON Schema cannot see in a YAML configuration: a number that is not finite
     (``.nan``, ``.inf`` pass ``minimum``; every count, time and share here must be finite) and a
     mapping key that is not text (YAML reads ``9654:`` as an integer; labels name paths).
 
+    Args:
+        allowed: key path (a list of keys and indices) -> what the schema allows there, in
+            words (:func:`_allowed_at`); without it, "a finite number".
+
     Raises:
         ConfigError: naming the key path and what is allowed.
     """
-    for path, _, value in [("(top level)", None, config), *_walk(config)]:
+    for path, keys, value in [("(top level)", [], config), *_walk(config)]:
         if isinstance(value, float) and not math.isfinite(value):
+            words = (allowed(keys) if allowed else None) or "number"
             raise ConfigError(
-                f"config key {path}: {value} is not allowed (not a finite number); allowed: a finite number"
+                f"config key {path}: {value} is not allowed (not a finite number); allowed: {words}, finite"
             )
         if isinstance(value, dict):
             for key in value:
@@ -135,9 +141,29 @@ def check_values(config: dict) -> None:
                     )
 
 
+def _allowed_at(schema_path: Path, keys: list) -> str | None:
+    """What the schema at ``schema_path`` allows at the key path ``keys``, in words (None where
+    it says nothing there): properties, ``additionalProperties`` and ``items`` are followed,
+    ``$ref`` resolved."""
+    validator, resolve = _validator(_load_schema(schema_path))
+    sub = validator.schema
+    for key in keys:
+        if "$ref" in sub:
+            sub = {**resolve(sub["$ref"]), **sub}
+        if isinstance(key, int):
+            sub = sub.get("items")
+        else:
+            extra = sub.get("additionalProperties")
+            sub = sub.get("properties", {}).get(key, extra)
+        if not isinstance(sub, dict):
+            return None
+    return _allowed(sub, resolve)
+
+
 def _text_hint(message: str, value) -> str:
-    """Snakemake reads a nested ``--config`` value as text (YAML's BaseLoader): where a text
-    value would parse as what the schema asks, say how to pass it. A top-level ``--config``
+    """Snakemake reads a nested ``--config`` value as text (YAML's BaseLoader), and YAML reads a
+    quoted number as text: where a text value would parse as what the schema asks, say how to
+    pass it (the message cannot tell which of the two it was, so it names both). A top-level ``--config``
     value that reads as a number or a boolean (``host=007`` arrives as 7, quoted or not) where
     text is asked for: say it too."""
     if isinstance(value, (int, float)) and "is not of type 'string'" in message:
@@ -152,8 +178,8 @@ def _text_hint(message: str, value) -> str:
             return message
         if not isinstance(parsed, str):
             return (
-                f"{message} (a nested value given with --config arrives as text: put it in a YAML file"
-                " passed with --configfile)"
+                f"{message} (a value quoted in YAML, or a nested one given with --config, arrives as text:"
+                " write it unquoted in a YAML file passed with --configfile)"
             )
     return message
 
@@ -276,9 +302,13 @@ def validate_config(
             ``config key (top level): unknown key <key>; allowed: ...``.
     """
     schema_path = Path(schema_path)
-    check_values(config)
-    base = yaml.safe_load(schema_path.read_text(encoding="utf-8"))["properties"]
     own = dict(lab_sections or {})
+    schemas = {name: Path(p) for name, p in {**own, **sections}.items()}
+    check_values(
+        config,
+        lambda keys: _allowed_at(schemas[keys[0]], keys[1:]) if keys[0] in schemas else _allowed_at(schema_path, keys),
+    )
+    base = yaml.safe_load(schema_path.read_text(encoding="utf-8"))["properties"]
     _check_top_level(config, [*base, *own, *sections])
     for name, section_schema in {**own, **sections}.items():
         if name in config and not isinstance(config[name], dict):

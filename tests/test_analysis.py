@@ -569,3 +569,31 @@ def test_windows_that_reached_the_cap_are_named_with_the_steps_they_got_done():
     assert capped_findings(reps[reps["processes"] == 1]) == []
     assert capped_findings(reps.drop(columns=["steps_done"])) == []
     assert capped_findings(None) == []
+
+
+def test_the_throughput_chart_marks_the_points_whose_windows_reached_the_cap(tmp_path):
+    """A black x on each point with a capped window, at its wait policy's x offset, and the
+    legend says what it means; no mark where no window reached the cap."""
+    from experiments.multiprocessing.analysis import multiprocessing_throughput
+    from lab.contract import Context
+
+    s = _mp_summary(tmp_path, [1.3 * x for x in (0.96, 0.98, 1.0, 1.0, 1.02, 1.04, 0.99, 1.01)])
+    point = {"role": "point", "status": "ok", "steps": 150, "max_window_s": 2.0}
+    reps = pd.DataFrame(
+        [{**point, "processes": 2, "threads": 2, "omp_wait_policy": "passive", "steps_done": d} for d in (52, 300)]
+        + [{**point, "processes": 1, "threads": 2, "omp_wait_policy": "default", "steps_done": 150}]
+    )
+
+    def marks(replicates):
+        fig = multiprocessing_throughput(Context({"available_cpus": 2}, summary=s, replicates=replicates))
+        ax = fig.axes[0]
+        crosses = [c for c in ax.collections if c.get_label().startswith("window reached max_window_s")]
+        return crosses, ax.get_legend_handles_labels()[1]
+
+    crosses, labels = marks(reps)
+    (cross,) = crosses
+    row = s[(s["processes"] == 2) & (s["threads"] == 2) & (s["omp_wait_policy"] == "passive")].iloc[0]
+    assert cross.get_offsets().tolist() == [[2 * 1.03, row["speedup"]]]  # passive: the second policy's offset
+    assert "window reached max_window_s (2 s): work unfinished" in labels
+    crosses, labels = marks(reps[reps["steps_done"] == 300])
+    assert crosses == [] and not any("max_window_s" in label for label in labels)

@@ -155,17 +155,24 @@ def test_bad_config_is_refused(root, default_config, patch, key):
         ({"cluster": {"hosts": {"big": {"partition": "amd"}}}}, "config key cluster.hosts.big: "),
         (
             {"rounds": {"budget_s": float("inf")}},
-            "config key rounds.budget_s: inf is not allowed (not a finite number)",
+            "config key rounds.budget_s: inf is not allowed (not a finite number); allowed: number >= 0, finite",
         ),
         (
             {"rounds": {"target_ci_pct": float("nan")}},
             "config key rounds.target_ci_pct: nan is not allowed (not a finite",
         ),
         (
+            {"multiprocessing": {"max_window_s": float("inf")}},
+            "config key multiprocessing.max_window_s: inf is not allowed (not a finite number); allowed: number >= 0,",
+        ),
+        (
             {"cluster": {"hosts": {9654: {"cpus": 2}}}},
             "config key cluster.hosts: 9654 is not allowed as a key (YAML read it as a int); allowed: text",
         ),
-        ({"gil": {"repeats": "7"}}, "'7' is not of type 'integer'); allowed: integer >= 1 (a nested value given with"),
+        (
+            {"gil": {"repeats": "7"}},
+            "'7' is not of type 'integer'); allowed: integer >= 1 (a value quoted in YAML, or a nested",
+        ),
         (
             {"workload": {"entry": "examples.textcls.bench:buidl"}},
             "config key workload.entry: 'examples.textcls.bench:buidl': examples.textcls.bench (",

@@ -8,6 +8,7 @@ policy is compared with it split by split."""
 
 from __future__ import annotations
 
+import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.capacity import note, one_cpu_note
@@ -76,14 +77,21 @@ def findings(ctx: Context) -> list[str]:
     return out + policy_findings(every, ncpu) + capped_findings(ctx.replicates)
 
 
+def _capped(replicates) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The point's own ``ok`` rows of ``replicates`` and those of them whose window reached
+    ``max_window_s`` (fewer ``steps_done`` than ``processes x steps``); both empty for results
+    from before the cap (no ``steps_done`` column) or without replicates."""
+    if replicates is None or "steps_done" not in replicates or "max_window_s" not in replicates:
+        return pd.DataFrame(), pd.DataFrame()
+    rows = replicates[(replicates["role"] == "point") & (replicates["status"] == "ok")]
+    return rows, rows[rows["steps_done"] < rows["processes"] * rows["steps"]]
+
+
 def capped_findings(replicates) -> list[str]:
     """One sentence naming the points whose windows reached ``max_window_s``, with the steps
     each window got done of the ``processes x steps`` it had (from ``ctx.replicates``: the
     point's own ``ok`` rows; results from before the cap have no ``steps_done`` and give none)."""
-    if replicates is None or "steps_done" not in replicates or "max_window_s" not in replicates:
-        return []
-    rows = replicates[(replicates["role"] == "point") & (replicates["status"] == "ok")]
-    capped = rows[rows["steps_done"] < rows["processes"] * rows["steps"]]
+    rows, capped = _capped(replicates)
     if capped.empty:
         return []
     parts = []
@@ -246,6 +254,7 @@ def multiprocessing_throughput(ctx: Context) -> Figure:
                 zorder=5,
                 label="oversubscribed (P x T > available CPUs)",
             )
+    _mark_capped(ax, summary, ctx.replicates, policies)
     if ncpu:
         label = f"{'the' if ncpu == 1 else 'all'} {cpus_text(ncpu)} busy (ideal)"
         ax.axhline(ncpu, color="#444444", linestyle=":", linewidth=1, label=label)
@@ -268,6 +277,35 @@ def multiprocessing_throughput(ctx: Context) -> Figure:
     speedup_note(fig, " Orange square: oversubscribed." + waits)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     return fig
+
+
+def _mark_capped(ax, summary: pd.DataFrame, replicates, policies: list[str]) -> None:
+    """A black x on each point of ``summary`` with a window that reached ``max_window_s``
+    (:func:`_capped`), at the same x offset per wait policy as its line."""
+    capped = _capped(replicates)[1]
+    if capped.empty:
+        return
+    keys = set(
+        zip(capped["processes"].astype(int), capped["threads"].astype(int), capped["omp_wait_policy"].astype(str))
+    )
+    hit = summary[
+        [
+            (int(p), int(t), str(w)) in keys
+            for p, t, w in zip(summary["processes"], summary["threads"], summary["omp_wait_policy"])
+        ]
+    ]
+    k = hit["omp_wait_policy"].astype(str).map(policies.index)
+    cap = float(capped["max_window_s"].iloc[0])
+    ax.scatter(
+        hit["processes"] * (1 + 0.03 * k),
+        hit["speedup"],
+        s=60,
+        marker="x",
+        color="black",
+        linewidths=1.5,
+        zorder=6,
+        label=f"window reached max_window_s ({num(cap, 's')}): work unfinished",
+    )
 
 
 def timeline_points(ctx: Context) -> list[dict]:
