@@ -125,8 +125,8 @@ def sampler_checks(selfcheck: pd.DataFrame | None, ncpu: int, sample_hz: float, 
     cols = ("throttled_s", "interference_pct", "steal_pct")
     medians = {c: np.median(busy[c]) for c in cols if c in busy} if has else {}
     found, missing = (causes(medians, host), unread(medians, host)) if has else ([], [])
-    if found:
-        why = "; ".join(found)
+    if found:  # the self-check's own windows, which the run's medians under "What limited the CPUs" dilute
+        why = "; ".join(found) + ", in this check's own windows"
     elif missing:
         why = f"nothing measured explains it; {', '.join(missing)} could not be read"
     else:

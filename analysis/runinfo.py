@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analysis.capacity import STEAL_PCT
 from lab.window import CONTENDED_PCT
 
 
@@ -139,8 +140,9 @@ def contention(metrics: list[pd.DataFrame], jobs: list[dict], host: dict) -> dic
         ``cpus_left`` (what CPU-bound work could use then: ``cpus`` minus the others' CPU, at
         most the quota),
         ``pipeline_cpu_median`` (CPUs the chain that started the jobs used: Snakemake, its
-        shell, the supervisor), ``steal_pct_median`` and ``throttled_s`` (sum) over every
-        window, and ``rounds``:
+        shell, the supervisor), ``steal_pct_median``, ``steal_pct_max`` and
+        ``steal_windows`` (windows with at least :data:`analysis.capacity.STEAL_PCT` % steal)
+        and ``throttled_s`` (sum) over every window, and ``rounds``:
         how many jobs' rounds ended for each reason (:data:`lab.rounds.STOPPED`).
     """
     frames = [m for m in metrics if len(m) and "wall_s" in m]
@@ -166,6 +168,7 @@ def contention(metrics: list[pd.DataFrame], jobs: list[dict], host: dict) -> dic
         return float(v.median()) if len(v) else None
 
     throttled = pd.to_numeric(w["throttled_s"], errors="coerce").dropna() if "throttled_s" in w else None
+    steal = pd.to_numeric(w["steal_pct"], errors="coerce").dropna() if "steal_pct" in w else pd.Series(dtype=float)
     return {
         "windows": int(len(w)),
         "contended_windows": int(contended.sum()),
@@ -179,6 +182,8 @@ def contention(metrics: list[pd.DataFrame], jobs: list[dict], host: dict) -> dic
         "cpus_left": min(max(0.0, cpus - other_cpu), float(quota)) if quota else max(0.0, cpus - other_cpu),
         "pipeline_cpu_median": None if median("pipeline_cpu_pct") is None else median("pipeline_cpu_pct") / 100,
         "steal_pct_median": median("steal_pct"),
+        "steal_pct_max": float(steal.max()) if len(steal) else None,
+        "steal_windows": int((steal >= STEAL_PCT).sum()),
         "throttled_s": float(throttled.sum()) if throttled is not None and len(throttled) else None,
         "rounds": {str(k): int(v) for k, v in stopped.value_counts().items()},
     }

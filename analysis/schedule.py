@@ -27,11 +27,15 @@ PHASE_STYLE = {
 }
 
 
-def _title(jobs: pd.DataFrame, n_jobs: int) -> str:
-    """How long the measurement phase took, its share inside windows, the time between jobs."""
+def _title(jobs: pd.DataFrame, n_jobs: int, collected_unix: float | None = None) -> str:
+    """How long the measurement phase took, its share inside windows, the time between jobs.
+    The phase starts where :func:`analysis.runinfo.run_timing` starts it, at the host facts'
+    collection where that came first (``collected_unix``), so the title and the report's text
+    give the same seconds."""
     spans = jobs[jobs["phase"] != "window"].groupby("job").agg(s=("start_unix", "min"), e=("end_unix", "max"))
     busy = (spans["e"] - spans["s"]).sum()
-    phase_s = spans["e"].max() - spans["s"].min()
+    start = min(spans["s"].min(), collected_unix) if collected_unix is not None else spans["s"].min()
+    phase_s = spans["e"].max() - start
     win = jobs[jobs["phase"] == "window"]
     measured = (win["end_unix"] - win["start_unix"]).sum()
     return (
@@ -67,7 +71,7 @@ def job_schedule(jobs: pd.DataFrame, host: dict) -> Figure:
     ax.invert_yaxis()
     ax.grid(axis="y", visible=False)
     ax.set_xlabel("time since the first job started (s)")
-    ax.set_title(_title(jobs, len(order)), fontsize=10, loc="left")
+    ax.set_title(_title(jobs, len(order), host.get("collected_unix")), fontsize=10, loc="left")
     handles = [Patch(color=c, label=lab) for c, lab in PHASE_STYLE.values()]
     fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=8)
     fig.suptitle(f"Job schedule of the run on {host.get('host', '?')}", fontsize=11)
@@ -75,15 +79,16 @@ def job_schedule(jobs: pd.DataFrame, host: dict) -> Figure:
 
 
 def capacity_text(drift: dict) -> str:
-    """``single-CPU speed varied 31.2-36.5 M loop iterations/s (17%) over the 40 jobs that ran the
-    probe; 2 CPUs delivered 0.85-1.95 cores (median 1.80)``, from run.json ``capacity``; ""
-    without it."""
+    """``single-CPU speed varied 31.2-36.5 M loop iterations/s (the fastest job 17% above the
+    slowest) over the 40 jobs that ran the probe; 2 CPUs delivered 0.85-1.95 cores (median
+    1.80)``, from run.json ``capacity``; "" without it."""
     if not drift:
         return ""
     m = 1e6
     return (
         f"single-CPU speed varied {drift['single_min'] / m:.1f}-{drift['single_max'] / m:.1f} M loop iterations/s"
-        f" ({drift['single_drift_pct']:.0f}%) over the {drift['jobs']} jobs that ran the probe;"
+        f" (the fastest job {drift['single_drift_pct']:.0f}% above the slowest) over the {drift['jobs']} jobs that"
+        " ran the probe;"
         f" {cpus_text(drift['cpus'])} delivered"
         f" {drift['delivered_min']:.2f}-{drift['delivered_max']:.2f} cores (median {drift['delivered_median']:.2f})"
     )

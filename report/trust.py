@@ -9,7 +9,7 @@ import math
 
 import pandas as pd
 
-from analysis.capacity import cpus_text
+from analysis.capacity import STEAL_PCT, cpus_text
 from report.format import fmt as _fmt
 
 CAVEAT_SHARE = 0.25
@@ -123,6 +123,17 @@ def capacity_paragraph(drift: dict) -> str:
     )
 
 
+def _steal_text(c: dict) -> str:
+    """The steal row: the median over every measured window, and where any window had at
+    least :data:`analysis.capacity.STEAL_PCT` %, how many and the most (a check that met it in
+    its own windows, such as the sampler's, then reads against the run's figure)."""
+    text = f"{c['steal_pct_median']:.1f}% of the CPUs' time"
+    many, most = c.get("steal_windows") or 0, c.get("steal_pct_max")
+    if many and most is not None:
+        text += f"; {STEAL_PCT:.0f}% or more in {many} of {c.get('windows')} windows, up to {most:.0f}%"
+    return text
+
+
 def capacity_rows(host: dict, run: dict) -> list[tuple[str, str]]:
     """Label/value pairs of what limited the CPUs, measured (host.json ``capacity``, run.json
     ``contention``), each with the reason where it could not be read."""
@@ -157,7 +168,7 @@ def capacity_rows(host: dict, run: dict) -> list[tuple[str, str]]:
         ("CPU frequency", f"{freq:.0f} MHz" if freq else f"unreadable: {why.get('cpu_freq_mhz', 'not recorded')}"),
         (
             "Steal time in measured windows (median)",
-            f"{steal:.1f}% of the CPUs' time" if steal is not None else "unreadable",
+            _steal_text(c) if steal is not None else "unreadable",
         ),
         (
             "Quota throttling in measured windows",

@@ -341,6 +341,7 @@ def test_fidelity_verdicts(tmp_path):
     row = checks({}, throttled, ncpu=2, sample_hz=10, host=quota).set_index("check")
     reason = row.loc["sampler: one busy-looping process", "reason"]
     assert "the CPU quota throttled it 0.30 s per window (a CPU quota of 0.50 CPU" in reason and "/job" in reason
+    assert reason.endswith(", in this check's own windows)")  # not the run's median steal in the trust table
     none = checks({}, None, ncpu=2, sample_hz=10)
     assert set(none["verdict"]) == {"n/a"}
     # on 1 CPU there is no thread count to scale to: n/a, and the reason says so
@@ -476,6 +477,9 @@ def test_the_capacity_line_counts_one_cpu_in_the_singular():
     d |= {"delivered_min": 1.0, "delivered_max": 1.0, "delivered_median": 1.0}
     assert "over the 36 jobs that ran the probe; 1 CPU delivered 1.00-1.00 cores" in capacity_text({**d, "cpus": 1})
     assert "; 2 CPUs delivered" in capacity_text({**d, "cpus": 2})
+    assert "20.4-43.6 M loop iterations/s (the fastest job 114% above the slowest) over" in capacity_text(
+        d | {"cpus": 2}
+    )
 
 
 def _mp_point(root, processes: int, threads: int, policy: str, ratios: list[float], cpu: float):

@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from analysis import hooks, schedule, timelines
 from analysis.__main__ import main as analysis_main
 from analysis.figures import all_figures, drawing
-from analysis.runinfo import job_intervals, job_label
+from analysis.runinfo import job_intervals, job_label, run_timing
 from analysis.trace import experiment_trace, jobs_trace, validate_trace
 from lab import registry
 
@@ -211,6 +211,11 @@ def test_job_intervals_phases_and_windows():
     # phase 90.0-110.5 s; windows 3.5 s = 17%; jobs busy 10.5 + 5.2 s, so 4.8 s between them
     title = "2 measurement jobs in 20 s: 17% inside measured windows, 5 s between jobs"
     assert fig.axes[0].get_title(loc="left") == title
+    # the host facts collected before the first job: the phase starts there, as run.json's does
+    fig = schedule.job_schedule(t, {"host": "h", "collected_unix": 80.0})
+    later = "2 measurement jobs in 30 s: 11% inside measured windows, 15 s between jobs"
+    assert fig.axes[0].get_title(loc="left") == later
+    assert run_timing(jobs, metrics, {"collected_unix": 80.0})["measurement_phase_s"] == 30.5
     trace = jobs_trace(t, "h")
     assert validate_trace(trace) == len(t) + 1 + 2 * 2  # events + process name + 2 metadata per job
 

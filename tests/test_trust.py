@@ -85,7 +85,7 @@ def test_run_contention_and_the_processes_named():
             "wall_s": [1.0, 1.0, 2.0, 2.0],
             "interference_pct": [95.0, 99.0, 2.0, 1.0],
             "contended": [True, True, False, False],
-            "steal_pct": [0.0, 1.0, 0.0, 0.5],
+            "steal_pct": [0.0, 1.0, 0.0, 25.0],
         }
     )
     jobs = [
@@ -99,7 +99,12 @@ def test_run_contention_and_the_processes_named():
     assert c["contended_windows"] == 2 and c["windows"] == 4 and c["contended_points"] == 1 and c["points"] == 2
     assert c["contended_time_pct"] == pytest.approx(100 * 2 / 6)
     assert c["other_cpu_median"] == pytest.approx(0.97) and c["cpus_left"] == pytest.approx(1.03)
-    assert c["steal_pct_median"] == pytest.approx(0.25) and c["rounds"] == {"budget": 1, "target": 1}
+    assert c["steal_pct_median"] == pytest.approx(0.5) and c["rounds"] == {"budget": 1, "target": 1}
+    assert c["steal_pct_max"] == 25.0 and c["steal_windows"] == 1
+    from report.trust import _steal_text
+
+    assert _steal_text(c) == "0.5% of the CPUs' time; 5% or more in 1 of 4 windows, up to 25%"
+    assert _steal_text({**c, "steal_windows": 0}) == "0.5% of the CPUs' time"
     # outside the pipeline's cgroup, other processes share its CPUs but not its quota
     quota = {"available_cpus": 1, "affinity": [0, 1], "cgroup_quota_cpus": 0.5}
     q = contention([windows.iloc[:2], windows.iloc[2:]], jobs, quota)
