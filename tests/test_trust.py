@@ -389,3 +389,26 @@ def test_startmethod_chart_draws_the_paired_ratio_to_fork_not_two_jobs_medians()
     assert [t.get_text().splitlines()[-1] for t in right.get_xticklabels()] == ["400 batches/s", "800 batches/s"]
     assert left.get_yscale() == "log" and not left.patches  # markers, no bars
     assert any(isinstance(c, matplotlib.collections.LineCollection) for c in left.collections)  # the CIs
+
+
+def test_the_best_num_workers_is_named_below_its_panel(tmp_path):
+    """The ring's legend sits below the panel's axes, where it cannot be read as a data point."""
+    from helpers import write_point
+
+    from analysis.load import load_experiment
+    from analysis.stats import summarise
+    from experiments.dataloader.analysis import dataloader_throughput
+    from lab.contract import Context
+
+    paths = []
+    for workers, value in ((0, 100.0), (2, 190.0)):
+        rows = [{"wall_s": 1.0, "samples_per_s": value * (1 + 0.01 * i), "data_stall_pct": 10.0} for i in range(6)]
+        paths.append(write_point(tmp_path, "dataloader", {"dataset": "io", "num_workers": workers}, rows))
+    s = summarise(load_experiment(paths, "dataloader"), "dataloader")
+    fig = dataloader_throughput(Context({"available_cpus": 2}, summary=s))
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    legend = ax.get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == ["best: num_workers=2"]
+    below = legend.get_window_extent().y1 <= ax.get_window_extent().y0
+    assert below, (legend.get_window_extent(), ax.get_window_extent())

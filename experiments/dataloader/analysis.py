@@ -102,21 +102,23 @@ def headlines(ctx: Context) -> list[dict]:
 
 def dataloader_throughput(ctx: Context) -> Figure:
     """Speedup over num_workers = 0 against num_workers, one panel per dataset, the clear winner
-    (:func:`analysis.findings.winner`) circled, else "no clear winner" written in the panel.
+    (:func:`analysis.findings.winner`) circled and named below the panel, else "no clear winner"
+    written there.
     Reads ``ctx.summary`` and ``ctx.host`` (its available CPUs, in the title)."""
     summary, host = ctx.summary, ctx.host
     datasets = in_order(summary["dataset"], DATASETS)
-    fig, axes = plt.subplots(1, len(datasets), figsize=(4.3 * len(datasets), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(datasets), figsize=(4.3 * len(datasets), 4.6), squeeze=False)
     for ax, ds, c in zip(axes[0], datasets, PALETTE):
         sub = summary[summary["dataset"] == ds].sort_values("num_workers")
         speedup_line(ax, sub["num_workers"], sub, c)
         b = winner(measured(sub)) if sub["median"].notna().any() else None
         if b is not None:
             circle_best(ax, b["num_workers"], b["speedup"], f"best: num_workers={int(b['num_workers'])}")
-            ax.legend(loc="best", fontsize=9)
+            # below the panel, where its ring cannot be taken for a data point
+            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=9, markerscale=0.6, frameon=False)
         elif sub["median"].notna().any():
             # the findings' "no clear winner": no ring on the baseline a reader would take for a best
-            ax.text(0.03, 0.05, "no clear winner", transform=ax.transAxes, fontsize=9, color="#444444")
+            ax.text(0.5, -0.24, "no clear winner", transform=ax.transAxes, ha="center", fontsize=9, color="#444444")
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xticks(sub["num_workers"])
         ax.set_xlabel("num_workers")
