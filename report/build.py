@@ -147,7 +147,11 @@ def _measured_cells(spec, r: pd.Series) -> list[str]:
     if spec.parallel_units:
         row.append(f"{r['parallel_efficiency']:.0%}" if math.isfinite(r["parallel_efficiency"]) else "")
     row += [_fmt(r[c.name]) for c in spec.extra_columns if c.in_table]
-    return row + [_fmt(r["cpu_util_pct"], 3), _flags(spec, r)]
+    flags = _flags(spec, r)
+    why = r.get("reason")
+    if not math.isfinite(r["median"]) and isinstance(why, str) and why:  # an ok row that says why it has none
+        flags = f"{flags}; {why}" if flags else why
+    return row + [_fmt(r["cpu_util_pct"], 3), flags]
 
 
 def summary_table(summary: pd.DataFrame, experiment: str) -> dict:
