@@ -52,6 +52,8 @@ def _allowed(schema: dict, resolve) -> str:
         parts.append(f"({schema['title']})" if "title" in schema else f"matching {schema['pattern']}")
     if "not" in schema and "const" in schema["not"]:
         parts.append(f"except {schema['not']['const']!r}")
+    if "not" in schema and "enum" in schema["not"]:
+        parts.append("except " + ", ".join(map(repr, schema["not"]["enum"])))
     if "properties" in schema and schema.get("additionalProperties") is False:
         parts.append("with keys " + ", ".join(schema["properties"]))
     return " ".join(parts) or "see the schema"
@@ -100,7 +102,8 @@ def explain(config, schema_path: str | Path, prefix: str = "") -> str | None:
     value = repr(err.instance)
     if len(value) > 80:
         value = value[:77] + "..."
-    line = f"config key {path}: {value} is not allowed ({err.message}); allowed: {_allowed(sub, resolve)}"
+    why = "a reserved name" if err.validator == "not" else err.message  # not jsonschema's "should not be valid under"
+    line = f"config key {path}: {value} is not allowed ({why}); allowed: {_allowed(sub, resolve)}"
     return _text_hint(line, err.instance)
 
 
@@ -166,6 +169,8 @@ def _text_hint(message: str, value) -> str:
     pass it (the message cannot tell which of the two it was, so it names both). A top-level ``--config``
     value that reads as a number or a boolean (``host=007`` arrives as 7, quoted or not) where
     text is asked for: say it too."""
+    if value == "null" and "(a reserved name)" in message:
+        return f"{message} (--config KEY=null arrives as the text null: leave the key out for its default)"
     if isinstance(value, (int, float)) and "is not of type 'string'" in message:
         return (
             f"{message} (--config reads KEY=VALUE as a number or a boolean where it can, quotes or not: for"
