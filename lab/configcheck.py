@@ -235,6 +235,19 @@ def _check_labels(entries: list) -> None:
         seen.add(label)
 
 
+def _check_compare_baseline(compare: dict) -> None:
+    """``compare.baseline`` names one of the hosts ``compare.hosts`` and ``compare.dirs`` list,
+    where they list any (empty: the hosts are found under results/ when compare runs, which then
+    checks it): a misspelt baseline is refused before the run measures anything."""
+    baseline, hosts = compare.get("baseline"), list(compare.get("hosts") or [])
+    names = hosts + [Path(d).name for d in compare.get("dirs") or []]
+    if baseline is not None and hosts and baseline not in names:
+        raise ConfigError(
+            f"config key compare.baseline: {baseline!r} is not allowed (not one of the compared hosts);"
+            f" allowed: one of {', '.join(names)}, or null"
+        )
+
+
 def check_rounds(config: dict, users: list[str]) -> None:
     """The ``rounds`` section against the ``repeats`` of the experiments that measure in
     rounds (``users``: those whose ``run`` takes a rounds policy): every worker process gets at
@@ -324,6 +337,7 @@ def validate_config(
             )
     _snakemake_validate(config, schema_path)
     _check_labels(config.get("interpreters") or [])
+    _check_compare_baseline(config.get("compare") or {})
     config.setdefault("experiments", list(sections))
     for i, name in enumerate(config["experiments"]):
         if name not in sections:

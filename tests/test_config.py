@@ -136,6 +136,10 @@ def test_bad_config_is_refused(root, default_config, patch, key):
         ({"jit": {"repeats": "five"}}, "config key jit.repeats: 'five' is not allowed ('five' is not of type"),
         ({"host": "compare"}, "config key host: 'compare' is not allowed (a reserved name); allowed: string or null"),
         ({"host": "null"}, "'null' is not allowed (a reserved name); allowed: string or null (a label of 1 to 64"),
+        (
+            {"compare": {"hosts": ["a", "b"], "dirs": ["/x/c"], "baseline": "B"}},
+            "config key compare.baseline: 'B' is not allowed (not one of the compared hosts); allowed: one of a, b, c,",
+        ),
         ({"host": "null"}, "except 'compare', 'null' (--config KEY=null arrives as the text null: leave the key out"),
         ({"intraop": {"bf16": "maybe"}}, "config key intraop.bf16: 'maybe' is not allowed"),
         ({"max_oversubscription": 0.5}, "config key max_oversubscription: 0.5 is not allowed"),
