@@ -62,24 +62,26 @@ foreign() {
 }
 
 # Stop the daemons our pid files name (TERM, then KILL after 5 s); nothing else.
+# Wait up to 5 s for process $1 to be gone.
+wait_gone() {
+    for _ in $(seq 50); do
+        alive "$1" || return 0
+        sleep 0.1
+    done
+}
+
 stop_ours() {
     local daemon pid
     for daemon in "${daemons[@]}"; do
         pid=$(our_pid "$daemon" || true)
         [ -n "$pid" ] || continue
         kill "$pid" 2>/dev/null || true
-        for _ in $(seq 50); do
-            alive "$pid" || break
-            sleep 0.1
-        done
+        wait_gone "$pid"
         if alive "$pid"; then
             kill -9 "$pid" 2>/dev/null || true
             # a killed process lives on until the kernel has torn it down: `up` checks next that
             # no daemon but its own runs, and one still dying would read as a foreign SLURM
-            for _ in $(seq 50); do
-                alive "$pid" || break
-                sleep 0.1
-            done
+            wait_gone "$pid"
         fi
         rm -f "$dir/run/$daemon.pid"
     done
