@@ -163,6 +163,18 @@ def _allowed_at(schema_path: Path, keys: list) -> str | None:
     return _allowed(sub, resolve)
 
 
+def _allowed_in(schema_path: Path, sections: Mapping[str, str | Path]) -> Callable[[list], str | None]:
+    """Key path -> what is allowed there (:func:`_allowed_at`): in a section's own schema where
+    the path starts with a section's name, else in the base schema at ``schema_path``."""
+
+    def allowed(keys: list) -> str | None:
+        if keys and keys[0] in sections:
+            return _allowed_at(Path(sections[keys[0]]), keys[1:])
+        return _allowed_at(schema_path, keys)
+
+    return allowed
+
+
 def _text_hint(message: str, value) -> str:
     """Snakemake reads a nested ``--config`` value as text (YAML's BaseLoader), and YAML reads a
     quoted number as text: where a text value would parse as what the schema asks, say how to
@@ -321,11 +333,7 @@ def validate_config(
     """
     schema_path = Path(schema_path)
     own = dict(lab_sections or {})
-    schemas = {name: Path(p) for name, p in {**own, **sections}.items()}
-    check_values(
-        config,
-        lambda keys: _allowed_at(schemas[keys[0]], keys[1:]) if keys[0] in schemas else _allowed_at(schema_path, keys),
-    )
+    check_values(config, _allowed_in(schema_path, {**own, **sections}))
     base = yaml.safe_load(schema_path.read_text(encoding="utf-8"))["properties"]
     _check_top_level(config, [*base, *own, *sections])
     for name, section_schema in {**own, **sections}.items():

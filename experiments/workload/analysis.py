@@ -6,9 +6,8 @@ verification's rounds, :func:`experiments.workload.recommend.gain_windows`), the
 settings' as the baseline measured in the same job, and the gain: the median of the per-round
 ratios with its 95% CI (:mod:`analysis.stats`); it is ``best`` only when that CI lies
 above 1; ``memory_grows`` when a worker grew in any of its windows, the epochs included.
-``stage=search``: its status and number of windows, and a ``reason`` that says why it has no
-median; the search's comparisons are in the job's outcome, the search's table and chart, not in
-per-point statistics.
+``stage=search``: its status, number of windows and a ``reason`` (why it has no median); the
+search's comparisons are in the job's outcome, its table and chart, not in per-point statistics.
 """
 
 from __future__ import annotations
@@ -52,10 +51,9 @@ def summarise(replicates: pd.DataFrame) -> pd.DataFrame:
     summary.loc[search, STAT_COLUMNS + SPEEDUP_COLUMNS + extra] = np.nan
     summary.loc[search, ["speedup_source"]] = ""
     summary.loc[search, ["noisy", "oversubscribed", "memory_grows"]] = False  # of many configurations: no meaning
-    summary.loc[search & (summary["status"] == "ok"), "n"] = len(windows)
-    summary.loc[search & (summary["status"] == "ok"), "reason"] = (
-        "no median of its own: its windows measure many configurations, compared pair by pair in the search's table"
-    )
+    ok = search & (summary["status"] == "ok")
+    summary.loc[ok, "n"] = len(windows)
+    summary.loc[ok, "reason"] = "no median of its own: windows of many configurations, compared in the search's table"
     summary["best"] = ~search & (summary["speedup_ci_low"] > 1)
     return summary
 
