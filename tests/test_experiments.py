@@ -641,3 +641,23 @@ def test_a_point_without_its_declared_metric_or_with_an_undeclared_column_is_ref
     with pytest.raises(ValueError, match=r"undeclared columns \(spare\); declare each in EXPERIMENT.columns"):
         check_rows("hashers", RunResult(rows=[ok | {"spare": 1}]), Params, "mb_per_s", declared)
     check_rows("hashers", RunResult.skipped("asks for too many CPUs"), Params, "mb_per_s", declared)  # not measured
+
+
+def test_a_spawn_runner_runs_no_warm_up_epoch_and_the_others_do(monkeypatch):
+    """Spawn keeps nothing warm between epochs (new interpreters every epoch), so its runner
+    skips the warm-up; fork and forkserver (whose first epoch starts the server) run it, and the
+    cold first batch is recorded only where a warm-up ran."""
+    from experiments.startmethod import measure
+
+    calls = []
+
+    def epoch(self):
+        calls.append(self.params.start_method)
+        return measure.Epoch(0.0, [0.001, 0.002], 0.003)
+
+    monkeypatch.setattr(measure.Runner, "epoch", epoch)
+    for method in ("fork", "spawn", "forkserver"):
+        runner = measure.Runner(measure.Params(start_method=method, warmup_epochs=2, batches=10), meter=None)
+        assert math.isnan(runner.cold_first_batch_ms) == (method == "spawn")
+    assert calls == ["fork", "fork", "forkserver", "forkserver"]
+    assert measure.warmup_epochs(measure.Params(start_method="spawn", warmup_epochs=3)) == 0

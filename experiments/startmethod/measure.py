@@ -16,7 +16,8 @@ What each start method does per epoch (Python 3.11 on Linux, where fork is the d
   threads in the parent): every worker is a fresh interpreter that imports torch again when
   it unpickles its arguments, every epoch (a first batch after 1.1-1.2 s with two workers on
   the 2-vCPU development VM, against fork's 30-50 ms), and exits through the interpreter's
-  full shutdown (about 0.5 s there, counted in ``shutdown_ms``).
+  full shutdown (about 0.5 s there, counted in ``shutdown_ms``). Nothing of an epoch is left
+  warm for the next, so a spawn runner runs no warm-up epoch (:func:`warmup_epochs`).
 * ``forkserver``: a server process is started once per process (here in the untimed warm-up
   epoch, whose first batch is ``cold_first_batch_ms``; later epochs find it running); every
   worker is forked from it. The server is a fresh interpreter that imports only the modules
@@ -81,7 +82,11 @@ class Params(Declared):
         quick=50,
     )
     threads: int = param(1, min=1, help="intra-op threads of the main process")
-    warmup_epochs: int = param(1, min=0, help="untimed epochs first (the first starts forkserver's server)")
+    warmup_epochs: int = param(
+        1,
+        min=0,
+        help="untimed epochs first (the first starts forkserver's server); none under spawn, which keeps nothing warm",
+    )
     repeats: int = repeats_field(6, help="measured epochs, each with a new DataLoader")
     sample_hz: float = sample_hz_field()
 
@@ -132,15 +137,26 @@ def make_dataset(params: Params):
     return TensorDataset(torch.randn(n, 3, generator=g), torch.randn(n, 1, generator=g))
 
 
+def warmup_epochs(params: Params) -> int:
+    """Warm-up epochs a runner runs: ``params.warmup_epochs``, except none under spawn, where
+    an epoch leaves nothing warm for the next: its workers are new interpreters every epoch and
+    the main process keeps no server. Measured: spawn's first epoch without a warm-up took
+    0.99-1.04x the later ones' median on an Intel Xeon VM with AMX (2026-12-04, two jobs of
+    6 epochs each way), and 0.83-1.19x (median 0.95) on an Intel Xeon VM with AVX-512 earlier
+    that day (docs/benchmarks.md); the warm-up cost a job 1.5-3 s, one per worker process."""
+    return 0 if params.start_method == "spawn" else params.warmup_epochs
+
+
 class Runner:
-    """The dataset and thread settings; every epoch (warm-up or measured) builds a new DataLoader."""
+    """The dataset and thread settings; every epoch (warm-up or measured) builds a new DataLoader.
+    Its warm-up epochs: :func:`warmup_epochs`."""
 
     def __init__(self, params: Params, meter: Meter) -> None:
         self.params, self.meter = params, meter
         self.info = set_torch_threads(params.threads)
         self.dataset = make_dataset(params)
         self.cold_first_batch_ms = math.nan
-        for e in range(params.warmup_epochs):
+        for e in range(warmup_epochs(params)):
             epoch = self.epoch()
             if e == 0:
                 self.cold_first_batch_ms = epoch.first_batch_ms()
@@ -193,7 +209,8 @@ def run(params: Params, baseline: Params | None = None, rounds: Rounds | None = 
         A :class:`~lab.results.RunResult` with one row per epoch and role: ``wall_s`` (s),
         ``epochs_per_s`` (epochs/s), ``batches_per_s`` (all batches over the window, batches/s),
         ``first_batch_ms`` (ms), ``steady_batches_per_s`` (batches/s), ``shutdown_ms`` (ms),
-        ``cold_first_batch_ms`` (the first warm-up epoch's first batch, ms; NaN without warm-up),
+        ``cold_first_batch_ms`` (the first warm-up epoch's first batch, ms; NaN without warm-up,
+        as under spawn: :func:`warmup_epochs`),
         ``cpu_util_pct`` (0-100, workers included), ``oversubscribed`` (workers + main threads >
         available CPUs), ``torch_threads``/``interop_threads`` as torch reported them.
     """
