@@ -235,25 +235,22 @@ def multiprocessing_throughput(ctx: Context) -> Figure:
     policies = sorted(summary["omp_wait_policy"].astype(str).unique(), key=lambda v: (v != DEFAULT, v))
     for (policy, threads), sub in summary.groupby([summary["omp_wait_policy"].astype(str), "threads"]):
         sub = sub.sort_values("processes")
-        k = policies.index(policy)
         label = f"{plural(threads, 'thread')} per process"
         label += "" if policy == DEFAULT else f", OMP_WAIT_POLICY={policy}"
-        x = sub["processes"] * (1 + 0.03 * k)
         colour = PALETTE[threads_order.index(threads) % len(PALETTE)]
-        speedup_line(ax, x, sub, colour, label=label, linestyle="-" if policy == DEFAULT else "--")
+        speedup_line(ax, _x(sub, policies), sub, colour, label=label, linestyle="-" if policy == DEFAULT else "--")
         over = sub[sub["oversubscribed"].astype(bool)]
-        if len(over):
-            ax.scatter(
-                over["processes"] * (1 + 0.03 * k),
-                over["speedup"],
-                s=110,
-                marker="s",
-                facecolors="none",
-                edgecolors="#D55E00",
-                linewidths=1.5,
-                zorder=5,
-                label="oversubscribed (P x T > available CPUs)",
-            )
+        _marks(
+            ax,
+            over,
+            policies,
+            s=110,
+            marker="s",
+            facecolors="none",
+            edgecolors="#D55E00",
+            zorder=5,
+            label="oversubscribed (P x T > available CPUs)",
+        )
     _mark_capped(ax, summary, ctx.replicates, policies)
     if ncpu:
         label = f"{'the' if ncpu == 1 else 'all'} {cpus_text(ncpu)} busy (ideal)"
@@ -279,33 +276,29 @@ def multiprocessing_throughput(ctx: Context) -> Figure:
     return fig
 
 
+def _x(rows: pd.DataFrame, policies: list[str]):
+    """The x of ``rows``: processes, drawn 3% to the right per wait policy after the first, as
+    each policy's line is."""
+    return rows["processes"] * (1 + 0.03 * rows["omp_wait_policy"].astype(str).map(policies.index))
+
+
+def _marks(ax, rows: pd.DataFrame, policies: list[str], **style) -> None:
+    """A marker on each of ``rows`` at its speedup (``style``: matplotlib's scatter keywords)."""
+    if len(rows):
+        ax.scatter(_x(rows, policies), rows["speedup"], linewidths=1.5, **style)
+
+
 def _mark_capped(ax, summary: pd.DataFrame, replicates, policies: list[str]) -> None:
     """A black x on each point of ``summary`` with a window that reached ``max_window_s``
-    (:func:`_capped`), at the same x offset per wait policy as its line."""
+    (:func:`_capped`)."""
     capped = _capped(replicates)[1]
     if capped.empty:
         return
-    keys = set(
-        zip(capped["processes"].astype(int), capped["threads"].astype(int), capped["omp_wait_policy"].astype(str))
-    )
-    hit = summary[
-        [
-            (int(p), int(t), str(w)) in keys
-            for p, t, w in zip(summary["processes"], summary["threads"], summary["omp_wait_policy"])
-        ]
-    ]
-    k = hit["omp_wait_policy"].astype(str).map(policies.index)
-    cap = float(capped["max_window_s"].iloc[0])
-    ax.scatter(
-        hit["processes"] * (1 + 0.03 * k),
-        hit["speedup"],
-        s=60,
-        marker="x",
-        color="black",
-        linewidths=1.5,
-        zorder=6,
-        label=f"window reached max_window_s ({num(cap, 's')}): work unfinished",
-    )
+    keys = ["processes", "threads", "omp_wait_policy"]
+    types = {"processes": int, "threads": int, "omp_wait_policy": str}
+    hit = summary.astype(types).merge(capped[keys].astype(types).drop_duplicates(), on=keys)
+    label = f"window reached max_window_s ({num(float(capped['max_window_s'].iloc[0]), 's')}): work unfinished"
+    _marks(ax, hit, policies, s=60, marker="x", color="black", zorder=6, label=label)
 
 
 def timeline_points(ctx: Context) -> list[dict]:
