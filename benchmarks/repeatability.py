@@ -54,9 +54,15 @@ TOLERANCE = 0.10
 #: Summary columns each run contributes, suffixed _1 and _2.
 FIELDS = ("metric", "median", "speedup", "speedup_ci_low", "speedup_ci_high", "n", "rounds_stopped", "status", "best")
 FIELDS += ("speedup_norm", "speedup_norm_ci_low", "speedup_norm_ci_high")
+FIELDS += ("speedup_rerun_low", "speedup_rerun_high", "speedup_norm_rerun_low", "speedup_norm_rerun_high")
 
 #: The figures whose coverage is reported: the measured speedup and the speedup on whole cores.
 FIGURES = {"speedup": "measured", "speedup_norm": "on whole cores"}
+
+#: The intervals whose coverage is reported: the 95% CI and the 95% rerun interval
+#: (:mod:`analysis.stats`: the CI widened by sqrt(2) on the log scale), the one made for this
+#: question, where a rerun's estimate will fall.
+INTERVALS = {"ci": "95% CI", "rerun": "rerun interval"}
 
 
 def run(label: str, cores: int) -> float:
@@ -117,16 +123,24 @@ def judge(df: pd.DataFrame) -> pd.DataFrame:
     usable = ~out["is_baseline"].astype(bool) & (out["status_1"] == "ok") & (out["status_2"] == "ok")
     for fig in FIGURES:
         tag = "" if fig == "speedup" else f"{fig}_"
-        for i, other in ((1, 2), (2, 1)):
-            lo, hi, value = out[f"{fig}_ci_low_{i}"], out[f"{fig}_ci_high_{i}"], out[f"{fig}_{other}"]
+        for kind, i, other in ((k, i, o) for k in INTERVALS for i, o in ((1, 2), (2, 1))):
+            lo, hi = _bound(out, fig, kind, "low", i), _bound(out, fig, kind, "high", i)
+            value = out[f"{fig}_{other}"]
             has = usable & np.isfinite(lo) & np.isfinite(hi) & np.isfinite(value)
-            out[f"in_ci_{tag}{i}"] = np.where(has, (lo <= value) & (value <= hi), np.nan)
-            out[f"ci_width_pct_{tag}{i}"] = np.where(has, 100 * (hi - lo) / out[f"{fig}_{i}"], np.nan)
+            out[f"in_{kind}_{tag}{i}"] = np.where(has, (lo <= value) & (value <= hi), np.nan)
+            out[f"{kind}_width_pct_{tag}{i}"] = np.where(has, 100 * (hi - lo) / out[f"{fig}_{i}"], np.nan)
     out["headline"] = out["best_1"].fillna(False).astype(bool) | out["best_2"].fillna(False).astype(bool)
     return out
 
 
-def coverage(df: pd.DataFrame, figure: str = "speedup", headline: bool = False) -> dict:
+def _bound(out: pd.DataFrame, fig: str, kind: str, side: str, i: int) -> pd.Series:
+    """Run ``i``'s ``side`` (low, high) of interval ``kind`` (a key of :data:`INTERVALS`) of
+    ``fig``; NaN where the run's summary has no such column (results from before it)."""
+    col = f"{fig}_{kind}_{side}_{i}"
+    return out[col] if col in out else pd.Series(np.nan, index=out.index)
+
+
+def coverage(df: pd.DataFrame, figure: str = "speedup", headline: bool = False, kind: str = "ci") -> dict:
     """The coverage figures of :func:`judge`'s frame, for ``figure`` (a key of :data:`FIGURES`),
     over every point or (``headline``) over the points the first screen names: those flagged
     ``best`` of their group in either run.
@@ -146,12 +160,12 @@ def coverage(df: pd.DataFrame, figure: str = "speedup", headline: bool = False) 
     out: dict = {"points": int(compared.sum())}
     hits = []
     for i in (1, 2):
-        col = df[f"in_ci_{tag}{i}"].dropna().astype(bool)
+        col = df[f"in_{kind}_{tag}{i}"].dropna().astype(bool)
         out[f"with_ci_{i}"], out[f"covered_{i}"] = int(len(col)), int(col.sum())
         out[f"coverage_{i}"] = float(col.mean()) if len(col) else float("nan")
         hits += list(col)
     out["coverage"] = float(np.mean(hits)) if hits else float("nan")
-    widths = pd.concat([df[f"ci_width_pct_{tag}1"], df[f"ci_width_pct_{tag}2"]]).dropna()
+    widths = pd.concat([df[f"{kind}_width_pct_{tag}1"], df[f"{kind}_width_pct_{tag}2"]]).dropna()
     out["ci_width_pct_median"] = float(widths.median()) if len(widths) else float("nan")
     stopped = (df["rounds_stopped_1"].isin(["budget", "max_rounds"])) | (
         df["rounds_stopped_2"].isin(["budget", "max_rounds"])
@@ -182,17 +196,18 @@ def markdown(df: pd.DataFrame, host: dict, seconds: list[float]) -> str:
         f"{c['ci_width_pct_median']:.1f}% of the speedup. {c['points']} non-baseline points with a speedup; "
         f"{c['budget_stopped']} of them stopped on the time budget in a run.",
         "",
-        "| figure | points | coverage (2 in 1 / 1 in 2 / pooled) | median CI width |",
-        "|---|---|---|---|",
+        "| figure | interval | points | coverage (2 in 1 / 1 in 2 / pooled) | median width |",
+        "|---|---|---|---|---|",
     ]
     for fig, name in FIGURES.items():
         for headline in (False, True):
-            k = coverage(df, fig, headline)
-            which = "the first screen's (best per group)" if headline else "every point"
-            lines.append(
-                f"| {name}, {which} | {k['points']} | {k['covered_1']}/{k['with_ci_1']} / "
-                f"{k['covered_2']}/{k['with_ci_2']} / {k['coverage']:.0%} | {k['ci_width_pct_median']:.1f}% |"
-            )
+            for kind, interval in INTERVALS.items():
+                k = coverage(df, fig, headline, kind)
+                which = "the first screen's (best per group)" if headline else "every point"
+                lines.append(
+                    f"| {name}, {which} | {interval} | {k['points']} | {k['covered_1']}/{k['with_ci_1']} / "
+                    f"{k['covered_2']}/{k['with_ci_2']} / {k['coverage']:.0%} | {k['ci_width_pct_median']:.1f}% |"
+                )
     lines += [
         "",
         f"Points whose medians agree within +-10%: {df['median_agrees'].mean():.0%} "
@@ -257,7 +272,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown:
         write_text(Path(args.markdown), text)
     if args.json:
-        figures = {f"{fig}{'_headline' if h else ''}": coverage(df, fig, h) for fig in FIGURES for h in (False, True)}
+        figures = {
+            f"{fig}{'_headline' if h else ''}{'' if kind == 'ci' else '_' + kind}": coverage(df, fig, h, kind)
+            for fig in FIGURES
+            for h in (False, True)
+            for kind in INTERVALS
+        }
         write_text(Path(args.json), json.dumps(figures | {"run_s": seconds}, indent=2))
     return 0
 

@@ -114,7 +114,7 @@ def environment_rows(host: dict) -> list[tuple[str, str]]:
 def _columns(spec, multi_metric: bool, metric: str) -> list[str]:
     cols = list(spec.keys) + (["unit"] if multi_metric else [])
     unit = "" if multi_metric else f" ({spec.unit(metric)})"
-    cols += ["n", f"median{unit}", "IQR", "95% CI", "baseline, same job", "speedup (95% CI)"]
+    cols += ["n", f"median{unit}", "IQR", "95% CI", "baseline, same job", "speedup (95% CI)", "a rerun (95%)"]
     cols += ["efficiency"] if spec.parallel_units else []
     cols += [c.header for c in spec.extra_columns if c.in_table]
     return cols + ["CPU util %", "flags"]
@@ -143,7 +143,10 @@ def _measured_cells(spec, r: pd.Series) -> list[str]:
     sp = _fmt(r["speedup"], 3) + "x" if math.isfinite(r["speedup"]) else ""
     if math.isfinite(r.get("speedup_ci_low", float("nan"))):
         sp += f" ({r['speedup_ci_low']:.2f}-{r['speedup_ci_high']:.2f})"
-    row = [str(int(r["n"])), _fmt(r["median"]), _fmt(r["iqr"]), ci, _fmt(r.get("baseline_median")), sp]
+    lo, hi = r.get("speedup_rerun_low", math.nan), r.get("speedup_rerun_high", math.nan)
+    has = math.isfinite(lo) and math.isfinite(hi) and r.get("speedup_source") != "baseline"
+    rerun = f"{lo:.2f}-{hi:.2f}" if has else ""
+    row = [str(int(r["n"])), _fmt(r["median"]), _fmt(r["iqr"]), ci, _fmt(r.get("baseline_median")), sp, rerun]
     if spec.parallel_units:
         row.append(f"{r['parallel_efficiency']:.0%}" if math.isfinite(r["parallel_efficiency"]) else "")
     row += [_fmt(r[c.name]) for c in spec.extra_columns if c.in_table]

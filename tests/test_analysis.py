@@ -601,3 +601,28 @@ def test_the_throughput_chart_marks_the_points_whose_windows_reached_the_cap(tmp
     assert "window reached max_window_s (2 s): work unfinished" in labels
     crosses, labels = marks(reps[reps["steps_done"] == 300])
     assert crosses == [] and not any("max_window_s" in label for label in labels)
+
+
+def test_the_rerun_interval_is_the_ci_widened_by_root_two_on_the_log_scale():
+    """low' = s (low / s)^sqrt(2), high' likewise, for the speedup and the speedup on whole
+    cores; a baseline's stays 1, a point without an interval gets none."""
+    from analysis.stats import _rerun
+
+    s = pd.DataFrame(
+        {
+            "speedup": [1.0, 1.5, 2.0],
+            "speedup_ci_low": [1.0, 1.2, np.nan],
+            "speedup_ci_high": [1.0, 1.8, np.nan],
+            "speedup_norm": [1.0, 1.8, 2.0],
+            "speedup_norm_ci_low": [1.0, 1.6, 1.9],
+            "speedup_norm_ci_high": [1.0, 2.0, 2.1],
+        }
+    )
+    _rerun(s)
+    root2 = np.sqrt(2)
+    assert s.loc[0, ["speedup_rerun_low", "speedup_rerun_high"]].tolist() == [1.0, 1.0]
+    assert s.loc[1, "speedup_rerun_low"] == pytest.approx(1.5 * (1.2 / 1.5) ** root2)
+    assert s.loc[1, "speedup_rerun_high"] == pytest.approx(1.5 * (1.8 / 1.5) ** root2)
+    assert s.loc[1, "speedup_rerun_low"] < 1.2 and s.loc[1, "speedup_rerun_high"] > 1.8
+    assert np.isnan(s.loc[2, "speedup_rerun_low"]) and np.isnan(s.loc[2, "speedup_rerun_high"])
+    assert s.loc[2, "speedup_norm_rerun_low"] == pytest.approx(2.0 * (1.9 / 2.0) ** root2)

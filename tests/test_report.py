@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 
+import numpy as np
+import pandas as pd
 import pytest
 from helpers import gil_fixture, write_point
 from markupsafe import escape
@@ -328,3 +330,21 @@ def test_the_matmul_bf16_headline_names_its_operator():
     assert (
         bf16["answer"].startswith("for a 1024x1024 float matmul only: bfloat16 4.33x") and bf16["scope"] == "operator"
     )
+
+
+def test_the_summary_table_gives_each_speedup_its_rerun_interval(host_dir):
+    """The column "a rerun (95%)" holds summary.csv's rerun interval of every point with a
+    speedup interval, and stays empty for the baseline (speedup 1 by definition)."""
+    from report.build import summary_table
+
+    summary = pd.read_csv(host_dir / "gil" / "summary.csv")
+    table = summary_table(summary, "gil")
+    col = table["columns"].index("a rerun (95%)")
+    assert table["columns"][col - 1] == "speedup (95% CI)"
+    for (_, r), row in zip(summary.iterrows(), table["rows"]):
+        if r["speedup_source"] == "baseline" or not np.isfinite(r["speedup_rerun_low"]):
+            assert row[col] == ""
+        else:
+            assert row[col] == f"{r['speedup_rerun_low']:.2f}-{r['speedup_rerun_high']:.2f}"
+            assert r["speedup_rerun_low"] <= r["speedup_ci_low"] <= r["speedup_ci_high"] <= r["speedup_rerun_high"]
+    assert any(row[col] for row in table["rows"])

@@ -228,6 +228,7 @@ def test_coverage_of_two_fixture_runs(tmp_path):
         "r-1": [(0, 1.0, 1.0, 1.0, "fixed"), (1, 1.50, 1.40, 1.60, "target"), (2, 1.20, 1.10, 1.30, "budget")],
         "r-2": [(0, 1.0, 1.0, 1.0, "fixed"), (1, 1.55, 1.50, 1.58, "target"), (2, 1.35, 1.30, 1.45, "target")],
     }
+    reruns = {"r-1": [(1.0, 1.0), (1.35, 1.66), (1.05, 1.37)], "r-2": [(1.0, 1.0), (1.46, 1.60), (1.26, 1.52)]}
     for host, rows in runs.items():
         d = tmp_path / host / "dataloader"
         d.mkdir(parents=True)
@@ -245,8 +246,10 @@ def test_coverage_of_two_fixture_runs(tmp_path):
                     "speedup_ci_low": lo,
                     "speedup_ci_high": hi,
                     "rounds_stopped": why,
+                    "speedup_rerun_low": r_lo,
+                    "speedup_rerun_high": r_hi,
                 }
-                for w, s, lo, hi, why in rows
+                for (w, s, lo, hi, why), (r_lo, r_hi) in zip(rows, reruns[host])
             ]
         ).to_csv(d / "summary.csv", index=False)
     df = rep.compare("r-1", "r-2", tmp_path)
@@ -257,8 +260,13 @@ def test_coverage_of_two_fixture_runs(tmp_path):
     assert c["coverage"] == 0.5 and c["points"] == 2 and c["budget_stopped"] == 1
     widths = [100 * 0.2 / 1.5, 100 * 0.2 / 1.2, 100 * 0.08 / 1.55, 100 * 0.15 / 1.35]
     assert c["ci_width_pct_median"] == pytest.approx(np.median(widths))
+    # the rerun intervals: 1.55 in [1.35, 1.66] and 1.35 in [1.05, 1.37]; 1.50 in [1.46, 1.60], 1.20 not in [1.26, 1.52]
+    r = rep.coverage(df, kind="rerun")
+    assert (r["covered_1"], r["with_ci_1"], r["covered_2"], r["with_ci_2"]) == (2, 2, 1, 2) and r["coverage"] == 0.75
+    assert rep.coverage(df, "speedup_norm", kind="rerun")["with_ci_1"] == 0  # no such column: no interval
     text = rep.markdown(df, {"cpu_model": "fixture"}, [])
     assert "for 1 of 2 points (50%)" in text and "num_workers=2" in text
+    assert "| measured, every point | rerun interval | 2 | 2/2 / 1/2 / 75% |" in text
 
 
 def test_worker_scale_is_one_without_a_difference_between_workers_and_grows_with_one():

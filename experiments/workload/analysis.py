@@ -15,9 +15,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis import stats
 from analysis.capacity import cpus_text
 from analysis.findings import bound
-from analysis.stats import summarise as generic_summarise
 from experiments.workload import KNOBS
 from experiments.workload.figures import workload_search, workload_verify
 from experiments.workload.recommend import (
@@ -36,12 +36,12 @@ from experiments.workload.search import geomean_ci
 from lab.contract import Analysis, Context
 
 STAT_COLUMNS = ["median", "q1", "q3", "iqr", "iqr_pct", "ci_low", "ci_high", "baseline_median"]
-SPEEDUP_COLUMNS = ["speedup_ratio_of_medians", "speedup", "speedup_ci_low", "speedup_ci_high"]
+SPEEDUP_COLUMNS = ["speedup_ratio_of_medians", "speedup", "speedup_ci_low", "speedup_ci_high", *stats.RERUN_COLUMNS]
 
 
 def summarise(replicates: pd.DataFrame) -> pd.DataFrame:
     """The two-row summary of the module docstring."""
-    summary = generic_summarise(gain_windows(replicates), "workload")
+    summary = stats.summarise(gain_windows(replicates), "workload")
     search = summary["stage"] == "search"
     verify_rows = replicates[(replicates["stage"] == "verify") & (replicates["status"] == "ok")]
     if "memory_grows" in verify_rows and len(verify_rows):
