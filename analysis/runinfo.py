@@ -242,7 +242,9 @@ def capacity_table(labels: list[str], jobs: list[dict], metrics: list[pd.DataFra
 def capacity_drift(table: pd.DataFrame, phase_s: float) -> dict:
     """The run's capacity over its jobs (run.json ``capacity``), from :func:`capacity_table`:
     ``jobs`` (that ran the probe), ``single_min``, ``single_median``, ``single_max`` (the jobs'
-    median single-CPU rates, loop iterations/s) and ``single_drift_pct`` (``100 (max / min - 1)``:
+    median single-CPU rates, loop iterations/s), ``single_q1`` and ``single_q3`` (their 25th and
+    75th percentiles: where the middle half of the jobs ran, which one outlying job does not
+    move) and ``single_drift_pct`` (``100 (max / min - 1)``:
     how much faster one CPU was in the fastest job than in the slowest), ``delivered_min``,
     ``delivered_median``, ``delivered_max`` (CPUs delivered with all busy), ``cpus`` (available),
     ``probe_s`` (the probe's wall time over the run) and ``probe_share_pct`` (of the measurement
@@ -255,6 +257,8 @@ def capacity_drift(table: pd.DataFrame, phase_s: float) -> dict:
         "single_min": float(single.min()),
         "single_median": float(single.median()),
         "single_max": float(single.max()),
+        "single_q1": float(single.quantile(0.25)),
+        "single_q3": float(single.quantile(0.75)),
         "single_drift_pct": float(100 * (single.max() / single.min() - 1)) if single.min() > 0 else float("nan"),
         "delivered_min": float(delivered.min()),
         "delivered_median": float(delivered.median()),

@@ -9,6 +9,8 @@ Snakemake scheduling, process start-up) and ``capacity.csv``
 
 from __future__ import annotations
 
+import textwrap
+
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
@@ -78,6 +80,14 @@ def job_schedule(jobs: pd.DataFrame, host: dict) -> Figure:
     return fig
 
 
+def _middle_half(drift: dict) -> str:
+    """``, the middle half of them at 39.4-40.1 M/s`` from ``single_q1`` and ``single_q3``; ""
+    for run.json files from before them."""
+    if "single_q1" not in drift:
+        return ""
+    return f", the middle half of them at {drift['single_q1'] / 1e6:.1f}-{drift['single_q3'] / 1e6:.1f} M/s"
+
+
 def capacity_text(drift: dict) -> str:
     """``single-CPU speed varied 31.2-36.5 M loop iterations/s (the fastest job 17% above the
     slowest) over the 40 jobs that ran the probe; 2 CPUs delivered 0.85-1.95 cores (median
@@ -88,7 +98,7 @@ def capacity_text(drift: dict) -> str:
     return (
         f"single-CPU speed varied {drift['single_min'] / m:.1f}-{drift['single_max'] / m:.1f} M loop iterations/s"
         f" (the fastest job {drift['single_drift_pct']:.0f}% above the slowest) over the {drift['jobs']} jobs that"
-        " ran the probe;"
+        f" ran the probe{_middle_half(drift)};"
         f" {cpus_text(drift['cpus'])} delivered"
         f" {drift['delivered_min']:.2f}-{drift['delivered_max']:.2f} cores (median {drift['delivered_median']:.2f})"
     )
@@ -127,6 +137,6 @@ def run_capacity(capacity: pd.DataFrame, host: dict) -> Figure:
     bottom.set_ylabel("CPUs delivered,\nall busy")
     bottom.set_xlabel("time since the first measured window (min)")
     top.legend(loc="lower right", fontsize=7, ncol=min(4, len(colours)))
-    top.set_title(capacity_text(capacity_drift(capacity, 0.0)), fontsize=9, loc="left")
+    top.set_title(textwrap.fill(capacity_text(capacity_drift(capacity, 0.0)), 150), fontsize=9, loc="left")
     fig.suptitle(f"Capacity the machine delivered, job by job, on {host.get('host', '?')}", fontsize=11)
     return fig

@@ -480,6 +480,8 @@ def test_the_capacity_line_counts_one_cpu_in_the_singular():
     assert "20.4-43.6 M loop iterations/s (the fastest job 114% above the slowest) over" in capacity_text(
         d | {"cpus": 2}
     )
+    middle = capacity_text(d | {"cpus": 2, "single_q1": 30.06e6, "single_q3": 31.0e6})
+    assert "over the 36 jobs that ran the probe, the middle half of them at 30.1-31.0 M/s; 2 CPUs" in middle
 
 
 def _mp_point(root, processes: int, threads: int, policy: str, ratios: list[float], cpu: float):
