@@ -73,6 +73,12 @@ def speedup_check(
     return check_row(check, expected, s, ok, reason_ok, warn, ci)
 
 
+#: A point whose speedup exceeds the CPUs the probe read as delivered by more than this factor
+#: shows the reading does not describe its work (the probe's one-CPU loop ran faster in that
+#: job than the point's baseline did): its check is judged against the available CPUs instead.
+OVER_PROBE = 1.1
+
+
 def delivered(r, n: int) -> float | None:
     """CPUs the machine delivered to a point's ``n`` busy CPUs while it was measured (the
     capacity probe's ``cpus_delivered``, capped at ``n``), or None where no probe ran."""
@@ -98,9 +104,17 @@ def scaling_check(
     (:func:`analysis.capacity.capacity_reason`)."""
     r = pick(summary, **where)
     got = delivered(r, n)
+    ok_reason = why
+    sp = float(r["speedup"]) if r is not None and np.isfinite(r["speedup"]) else None
+    if got is not None and sp is not None and sp > OVER_PROBE * got:
+        # more than the probe read the machine delivered: the reading does not describe this work
+        ok_reason += (
+            f"; the probe read {got:.2f} of {n} CPUs delivered, below the {sp:.2f}x the point ran, so its reading"
+            f" does not describe this job's work and the check is judged against the {n} CPUs"
+        )
+        got = None
     need = share * (got if got is not None else n)
     expected = f">= {need:.2f}x" + (f" ({share:.0%} of the {got:.2f} CPUs delivered)" if got is not None else "")
-    ok_reason = why
     if got is not None and got < 0.9 * n and r is not None and np.isfinite(r["speedup"]):
         ok_reason += (
             f"; the machine delivered {got:.2f} of {n} CPUs while it was measured (the capacity probe) and the point"
