@@ -20,6 +20,7 @@ import pandas as pd
 import yaml
 
 from analysis.capacity import cpus_text
+from analysis.findings import bound
 from analysis.tables import read_table
 from lab import registry
 from lab.declare import point_label
@@ -142,10 +143,10 @@ def _measured_cells(spec, r: pd.Series) -> list[str]:
     ci = f"{_fmt(r['ci_low'])} - {_fmt(r['ci_high'])}" if math.isfinite(r["ci_low"]) else ""
     sp = _fmt(r["speedup"], 3) + "x" if math.isfinite(r["speedup"]) else ""
     if math.isfinite(r.get("speedup_ci_low", float("nan"))):
-        sp += f" ({r['speedup_ci_low']:.2f}-{r['speedup_ci_high']:.2f})"
+        sp += f" ({bound(r['speedup_ci_low'])}-{bound(r['speedup_ci_high'])})"
     lo, hi = r.get("speedup_rerun_low", math.nan), r.get("speedup_rerun_high", math.nan)
     has = math.isfinite(lo) and math.isfinite(hi) and r.get("speedup_source") != "baseline"
-    rerun = f"{lo:.2f}-{hi:.2f}" if has else ""
+    rerun = f"{bound(lo)}-{bound(hi)}" if has else ""
     row = [str(int(r["n"])), _fmt(r["median"]), _fmt(r["iqr"]), ci, _fmt(r.get("baseline_median")), sp, rerun]
     if spec.parallel_units:
         row.append(f"{r['parallel_efficiency']:.0%}" if math.isfinite(r["parallel_efficiency"]) else "")
