@@ -1,7 +1,7 @@
 # CPU-utilisation lab: how well do Python and PyTorch use this machine's CPUs, and why?
 #
 #   snakemake --cores 4                                   # default config.yaml
-#   snakemake --cores 4 --configfile config.quick.yaml    # small, about 5 minutes
+#   snakemake --cores 4 --configfile config.quick.yaml    # small, about 4 minutes
 #   snakemake --cores 4 --config host=laptop              # choose the host label
 #
 # Experiments are the packages experiments/<name>/, found by lab/registry.py; this file

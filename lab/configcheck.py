@@ -181,6 +181,8 @@ def _text_hint(message: str, value) -> str:
     pass it (the message cannot tell which of the two it was, so it names both). A top-level ``--config``
     value that reads as a number or a boolean (``host=007`` arrives as 7, quoted or not) where
     text is asked for: say it too."""
+    if not isinstance(value, (list, dict)) and "is not of type 'array'" in message:
+        return f"{message} (a swept parameter takes a list, even of one value: [{value}])"
     if value == "null" and "(a reserved name)" in message:
         return f"{message} (--config KEY=null arrives as the text null: leave the key out for its default)"
     if isinstance(value, (int, float)) and "is not of type 'string'" in message:

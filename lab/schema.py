@@ -295,7 +295,7 @@ def _declared_columns(exp) -> list[str]:
 #: The top-level config schema, whose ``quick`` annotations give the quick config's values of
 #: the keys that belong to no section with a ``Params`` (``sample_hz``, ``rounds``).
 #: What the quick run takes on a 2-CPU machine, in minutes (docs/benchmarks.md), for its header.
-QUICK_MINUTES = 5  # 264-325 s measured on an Intel Xeon VM, 2026-12-03
+QUICK_MINUTES = 4  # 167-187 s on an Intel Xeon VM with AMX, 262-325 s on a slower one (2026-12-04)
 
 CONFIG_SCHEMA = Path(__file__).resolve().parent.parent / "schemas" / "config.schema.yaml"
 

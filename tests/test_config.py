@@ -137,6 +137,10 @@ def test_bad_config_is_refused(root, default_config, patch, key):
         ({"host": "compare"}, "config key host: 'compare' is not allowed (a reserved name); allowed: string or null"),
         ({"host": "null"}, "'null' is not allowed (a reserved name); allowed: string or null (a label of 1 to 64"),
         (
+            {"dataloader": {"num_workers": 2}},
+            "items: integer >= 0 (a swept parameter takes a list, even of one value: [2])",
+        ),
+        (
             {"compare": {"hosts": ["a", "b"], "dirs": ["/x/c"], "baseline": "B"}},
             "config key compare.baseline: 'B' is not allowed (not one of the compared hosts); allowed: one of a, b, c,",
         ),

@@ -72,7 +72,7 @@ class Params(Declared):
         config=3_000_000,
         help="loop iterations per CPU-bound task",
         quick=2_000_000,
-        quick_why="about 0.15 s per task",
+        quick_why="0.05-0.15 s per task, by the machine",
     )
     io_iterations: int = param(100, min=1, config=25, help="sleeps per I/O-bound task", quick=15)
     io_sleep_s: float = param(0.01, min=0, unit="s", help="sleep per I/O iteration")

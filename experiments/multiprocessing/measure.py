@@ -70,7 +70,7 @@ class Params(Declared):
         config=100,
         help="SGD steps per process per repeat",
         quick=150,
-        quick_why="windows of 0.2 s and more: shorter ones fall between CPU samples",
+        quick_why="windows of 0.1-0.2 s and more, by the machine: shorter ones fall between CPU samples",
     )
     batch_size: int = param(64, min=1, unit="samples", help="batch of one SGD step")
     in_features: int = param(64, min=1, in_config=False, help="input features of the MLP")
