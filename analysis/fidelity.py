@@ -74,8 +74,8 @@ def speedup_check(
 
 
 #: A point whose speedup exceeds the CPUs the probe read as delivered by more than this factor
-#: shows the reading does not describe its work (the probe's one-CPU loop ran faster in that
-#: job than the point's baseline did): its check is judged against the available CPUs instead.
+#: got more than the reading says (the probe's one-CPU loop ran faster in that job than the
+#: point's baseline did): its check names the gap instead of a share above 100% of the reading.
 OVER_PROBE = 1.1
 
 
@@ -104,21 +104,20 @@ def scaling_check(
     (:func:`analysis.capacity.capacity_reason`)."""
     r = pick(summary, **where)
     got = delivered(r, n)
+    need = share * (got if got is not None else n)
+    expected = f">= {need:.2f}x" + (f" ({share:.0%} of the {got:.2f} CPUs delivered)" if got is not None else "")
     ok_reason = why
     sp = float(r["speedup"]) if r is not None and np.isfinite(r["speedup"]) else None
     if got is not None and sp is not None and sp > OVER_PROBE * got:
-        # more than the probe read the machine delivered: the reading does not describe this work
+        # above what the probe read the machine delivered: no share of it to claim
         ok_reason += (
-            f"; the probe read {got:.2f} of {n} CPUs delivered, below the {sp:.2f}x the point ran, so its reading"
-            f" does not describe this job's work and the check is judged against the {n} CPUs"
+            f"; the point ran {sp:.2f}x, above the {got:.2f} of {n} CPUs the capacity probe read as delivered:"
+            " the probe read less than this job's work got"
         )
-        got = None
-    need = share * (got if got is not None else n)
-    expected = f">= {need:.2f}x" + (f" ({share:.0%} of the {got:.2f} CPUs delivered)" if got is not None else "")
-    if got is not None and got < 0.9 * n and r is not None and np.isfinite(r["speedup"]):
+    elif got is not None and got < 0.9 * n and sp is not None:
         ok_reason += (
             f"; the machine delivered {got:.2f} of {n} CPUs while it was measured (the capacity probe) and the point"
-            f" reached {r['speedup'] / got:.0%} of that"
+            f" reached {sp / got:.0%} of that"
         )
     row = speedup_check(summary, where, check, expected, lambda s: s >= need, ok_reason, reason_warn)
     if n <= 1 and row["verdict"] == "n/a":  # not a gap in the run: there was nothing to scale to

@@ -635,10 +635,11 @@ def test_the_rerun_interval_is_the_ci_widened_by_root_two_on_the_log_scale():
     assert s.loc[2, "speedup_norm_rerun_low"] == pytest.approx(2.0 * (1.9 / 2.0) ** root2)
 
 
-def test_a_scaling_check_does_not_judge_a_point_by_a_probe_reading_below_its_speedup():
-    """2 threads at 1.83x where the probe read 1.24 CPUs delivered: the reading cannot describe
-    that work (no point runs faster than the CPUs it got), so the check says so and judges the
-    point against the 2 CPUs; a reading the point stays within is used as before."""
+def test_a_scaling_check_claims_no_share_above_the_probe_reading():
+    """2 threads at 1.83x where the probe read 1.24 CPUs delivered: the check does not say the
+    point reached 148% of what the machine gave; it names the gap (the probe read less than the
+    work got). The verdict is judged as before, against 70% of the reading; a point within the
+    reading gets its share."""
     from analysis.fidelity import scaling_check
 
     def row(speedup, got):
@@ -647,9 +648,9 @@ def test_a_scaling_check_does_not_judge_a_point_by_a_probe_reading_below_its_spe
         ).assign(cpus_delivered=got)
 
     over = scaling_check(row(1.83, 1.24), {"mode": "threads"}, "sha256", 2, 0.7, "it releases the GIL", "short")
-    assert over["verdict"] == "pass" and over["expected"] == ">= 1.40x"
-    assert "the probe read 1.24 of 2 CPUs delivered, below the 1.83x the point ran" in over["reason"]
-    assert "judged against the 2 CPUs" in over["reason"] and "of that" not in over["reason"]
+    assert over["verdict"] == "pass" and over["expected"] == ">= 0.87x (70% of the 1.24 CPUs delivered)"
+    assert "the point ran 1.83x, above the 1.24 of 2 CPUs the capacity probe read as delivered" in over["reason"]
+    assert "of that" not in over["reason"]
     within = scaling_check(row(1.25, 1.3), {"mode": "threads"}, "sha256", 2, 0.7, "it releases the GIL", "short")
     assert within["expected"] == ">= 0.91x (70% of the 1.30 CPUs delivered)"
     assert "the point reached 96% of that" in within["reason"]
