@@ -20,12 +20,29 @@ def bound(v: float) -> str:
     return f"{v:.3f}" if text == "1.00" and v != 1 else text
 
 
-def fmt_x(row) -> str:
-    """``1.93x (95% CI 1.85-2.01)``; without the interval when it is unknown."""
+#: The intervals a speedup can be given with: the column infix in the summary (``speedup_ci_low``,
+#: ``speedup_rerun_low``, ``speedup_norm_ci_low`` ...) and the words before the bounds.
+INTERVALS = {"ci": "95% CI", "rerun": "95% rerun interval"}
+
+
+def interval(row, kind: str = "ci", figure: str = "speedup") -> tuple[float, float] | None:
+    """``row``'s ``kind`` interval (a key of :data:`INTERVALS`) of ``figure`` (``speedup`` or
+    ``speedup_norm``) as (low, high), or None where a bound is missing or not finite."""
+    lo, hi = row.get(f"{figure}_{kind}_low"), row.get(f"{figure}_{kind}_high")
+    ok = lo is not None and hi is not None and np.isfinite(lo) and np.isfinite(hi)
+    return (lo, hi) if ok else None
+
+
+def fmt_x(row, kind: str = "ci") -> str:
+    """``1.93x (95% CI 1.85-2.01)``; without the interval when it is unknown. ``kind="rerun"``:
+    the 95% rerun interval instead, where a rerun of the point is expected to read
+    (:mod:`analysis.stats`): ``1.93x (95% rerun interval 1.80-2.07)``, the first screen's form
+    (the CI where a row has no rerun interval: results analysed before it existed)."""
     s = f"{row['speedup']:.2f}x"
-    lo, hi = row.get("speedup_ci_low"), row.get("speedup_ci_high")
-    if lo is not None and hi is not None and np.isfinite(lo) and np.isfinite(hi):
-        s += f" (95% CI {bound(lo)}-{bound(hi)})"
+    if interval(row, kind) is None:  # results from before the rerun interval: the CI
+        kind = "ci"
+    if (iv := interval(row, kind)) is not None:
+        s += f" ({INTERVALS[kind]} {bound(iv[0])}-{bound(iv[1])})"
     return s
 
 
@@ -34,42 +51,87 @@ def fmt_x(row) -> str:
 WHOLE_CORES = 0.03
 
 
-def fmt_transfer(row) -> str:
-    """A speedup as the report's headlines give it: the figure that transfers between runs.
+def fmt_transfer(row, kind: str = "rerun") -> str:
+    """A speedup as the report's headlines give it: the figure that transfers between runs, with
+    its ``kind`` interval (:data:`INTERVALS`; the headlines' is the 95% rerun interval, where a
+    rerun is expected to read, which ``benchmarks/repeatability.py`` checks against reruns).
     Where the capacity probe measured that the machine delivered less than whole cores to a
     point's busy CPUs (its speedup on whole cores, :mod:`analysis.stats` ``speedup_norm``, differs
     from the measured one by more than 3%), the speedup on whole cores with its interval and
-    what was measured: ``1.97x on whole cores (95% CI 1.80-2.10; 1.33x measured while 2 CPUs
-    delivered 1.35)``; else :func:`fmt_x`. Where the capacity readings' own spread widens the
-    interval on whole cores across 1 while the measured one lies clear of it, the measured figure
-    (which the winner rules decide on, :func:`winner`) leads and the other follows as too wide
-    to decide on: ``1.90x (95% CI 1.20-2.50); on whole cores 2.21x (95% CI 0.51-8.95), too wide
-    to decide on``. A figure on whole cores above the point's own CPU count (more than its CPUs
-    can give) says that the probe's loop, corrected for, is not this work: the measured figure
-    leads there too; so it does where the probe read more CPUs delivered than the point asked for
-    (2.24 of 2: the noise of its loops of a few ms), which no machine delivers."""
+    what was measured: ``1.97x on whole cores (95% rerun interval 1.75-2.16; 1.33x measured while
+    2 CPUs delivered 1.35)``; else :func:`fmt_x`. Where the capacity readings' own spread widens
+    the 95% CI on whole cores across 1 while the measured one lies clear of it, the measured
+    figure (which the winner rules decide on, :func:`winner`) leads and the other follows as too
+    wide to decide on: ``1.90x (...); on whole cores 2.21x (...), too wide to decide on``. So it
+    leads where the correction costs more certainty than it removes bias
+    (:func:`_spread_outweighs`): ``1.81x (...); on whole cores 1.89x (...): the probe's spread
+    outweighs its 5% correction``. A
+    figure on whole cores above the point's own CPU count (more than its CPUs can give) says
+    that the probe's loop, corrected for, is not this work: the measured figure leads there
+    too; so it does where the probe read more CPUs delivered than the point asked for (2.24 of
+    2: the noise of its loops of a few ms), which no machine delivers. Decisions read the 95%
+    CI whatever ``kind`` is shown."""
+    case = transfer_case(row)
     asked, got, norm, s = (row.get(c) for c in ("cpus_asked", "cpus_delivered", "speedup_norm", "speedup"))
-    if not all(v is not None and np.isfinite(v) for v in (asked, got, norm, s)) or s <= 0:
-        return fmt_x(row)
-    if abs(norm / s - 1) <= WHOLE_CORES:
-        return fmt_x(row)
-    if got > asked * (1 + WHOLE_CORES):  # more CPUs than the point has: the probe's own noise
+    if case in ("measured", "whole"):
+        return fmt_x(row, kind)
+    if case == "probe_noise":
         return (
-            f"{fmt_x(row)}; the probe read {got:.2f} CPUs delivered of the {int(asked)} the point asked for,"
+            f"{fmt_x(row, kind)}; the probe read {got:.2f} CPUs delivered of the {int(asked)} the point asked for,"
             " more than there are (its short loops' noise): no correction"
         )
-    lo, hi = row.get("speedup_norm_ci_low"), row.get("speedup_norm_ci_high")
-    has_ci = lo is not None and hi is not None and np.isfinite(lo) and np.isfinite(hi)
-    side = _side(row.get("speedup_ci_low"), row.get("speedup_ci_high"))
-    if has_ci and side and _side(lo, hi) != side:
-        return f"{fmt_x(row)}; on whole cores {norm:.2f}x (95% CI {bound(lo)}-{bound(hi)}), too wide to decide on"
-    if norm > asked * (1 + WHOLE_CORES):  # more than its CPUs can give: the probe's loop is not this work
+    shown_kind = kind if interval(row, kind, "speedup_norm") else "ci"  # the CI in results from before
+    shown = interval(row, shown_kind, "speedup_norm")
+    text = f"{INTERVALS[shown_kind]} {bound(shown[0])}-{bound(shown[1])}" if shown else ""
+    if case == "too_wide":
+        return f"{fmt_x(row, kind)}; on whole cores {norm:.2f}x ({text}), too wide to decide on"
+    if case == "spread":
         return (
-            f"{fmt_x(row)}; on whole cores {norm:.2f}x, above the {int(asked)}x its {int(asked)} CPUs allow:"
+            f"{fmt_x(row, kind)}; on whole cores {norm:.2f}x ({text}): the probe's spread outweighs"
+            f" its {100 * abs(norm / s - 1):.0f}% correction"
+        )
+    if case == "overshoots":
+        return (
+            f"{fmt_x(row, kind)}; on whole cores {norm:.2f}x, above the {int(asked)}x its {int(asked)} CPUs allow:"
             f" the correction for the {got:.2f} CPUs delivered overshoots for this work"
         )
-    ci = f"95% CI {bound(lo)}-{bound(hi)}; " if has_ci else ""
-    return f"{norm:.2f}x on whole cores ({ci}{s:.2f}x measured while {int(asked)} CPUs delivered {got:.2f})"
+    text += "; " if text else ""
+    return f"{norm:.2f}x on whole cores ({text}{s:.2f}x measured while {int(asked)} CPUs delivered {got:.2f})"
+
+
+def transfer_case(row) -> str:
+    """Which figure :func:`fmt_transfer` leads with, and why: ``on_whole_cores`` (the speedup on
+    whole cores leads) or, where the measured speedup leads, ``measured`` (no probe reading),
+    ``whole`` (the two within 3%), ``probe_noise`` (more CPUs read delivered than asked for),
+    ``too_wide`` (the CI on whole cores holds 1 where the measured one does not), ``spread``
+    (:func:`_spread_outweighs`) or ``overshoots`` (above the point's own CPU count)."""
+    asked, got, norm, s = (row.get(c) for c in ("cpus_asked", "cpus_delivered", "speedup_norm", "speedup"))
+    if not all(v is not None and np.isfinite(v) for v in (asked, got, norm, s)) or s <= 0:
+        return "measured"
+    if abs(norm / s - 1) <= WHOLE_CORES:
+        return "whole"
+    if got > asked * (1 + WHOLE_CORES):  # more CPUs than the point has: the probe's own noise
+        return "probe_noise"
+    ci, measured = interval(row, "ci", "speedup_norm"), interval(row, "ci")
+    side = _side(*measured) if measured else 0
+    if ci and side and _side(*ci) != side:
+        return "too_wide"
+    if ci and measured and _spread_outweighs(np.log(norm / s), ci, measured):
+        return "spread"
+    if norm > asked * (1 + WHOLE_CORES):  # more than its CPUs can give: the probe's loop is not this work
+        return "overshoots"
+    return "on_whole_cores"
+
+
+def _spread_outweighs(correction: float, norm_ci: tuple, measured_ci: tuple) -> bool:
+    """Whether correcting for the CPUs delivered costs more certainty than it removes bias: the
+    measured speedup, taken as off by the whole ``correction`` (log of whole-cores over measured),
+    has the smaller expected squared error on the log scale, ``correction**2 + h_measured**2 <
+    h_norm**2`` with ``h`` each 95% CI's half-width on the log scale (the bias-variance trade of
+    choosing an estimator by mean squared error; the capacity readings' own round-to-round noise
+    is what widens ``h_norm``)."""
+    half = [np.log(hi / lo) / 2 for lo, hi in (norm_ci, measured_ci)]
+    return bool(correction**2 + half[1] ** 2 < half[0] ** 2)
 
 
 def _side(lo, hi) -> int:
@@ -131,11 +193,12 @@ def unranked_text(summary: pd.DataFrame, best: pd.Series | None, name, short: bo
     """``"; 2 threads 1.81x (95% CI 0.34-2.09): a higher median but an interval holding 1, too
     uncertain to rank"``, to append to a sentence that names ``best``: the :func:`unranked`
     points, each named by ``name(row)``; empty when there are none. ``short``: the headline
-    form, ``" (2 threads 1.81x (95% CI 0.34-2.09) too uncertain to rank)"``."""
+    form, with the 95% rerun interval (:func:`fmt_x`): ``" (2 threads 1.81x (95% rerun interval
+    0.25-2.97) too uncertain to rank)"``."""
     rows = unranked(summary, best)
     if rows.empty:
         return ""
-    parts = ", ".join(f"{name(r)} {fmt_x(r)}" for _, r in rows.iterrows())
+    parts = ", ".join(f"{name(r)} {fmt_x(r, 'rerun' if short else 'ci')}" for _, r in rows.iterrows())
     if short:
         return f" ({parts} too uncertain to rank)"
     return f"; {parts}: a higher median but an interval holding 1, too uncertain to rank"

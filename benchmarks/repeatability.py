@@ -44,6 +44,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from analysis.findings import transfer_case  # noqa: E402
 from analysis.tables import read_table  # noqa: E402
 from lab import registry  # noqa: E402
 from lab.declare import point_label  # noqa: E402
@@ -55,9 +56,12 @@ TOLERANCE = 0.10
 FIELDS = ("metric", "median", "speedup", "speedup_ci_low", "speedup_ci_high", "n", "rounds_stopped", "status", "best")
 FIELDS += ("speedup_norm", "speedup_norm_ci_low", "speedup_norm_ci_high")
 FIELDS += ("speedup_rerun_low", "speedup_rerun_high", "speedup_norm_rerun_low", "speedup_norm_rerun_high")
+FIELDS += ("cpus_asked", "cpus_delivered")
 
-#: The figures whose coverage is reported: the measured speedup and the speedup on whole cores.
-FIGURES = {"speedup": "measured", "speedup_norm": "on whole cores"}
+#: The figures whose coverage is reported: the measured speedup, the speedup on whole cores,
+#: and per point and run the one the report's headline form leads with
+#: (:func:`analysis.findings.transfer_case`; ``lead``).
+FIGURES = {"speedup": "measured", "speedup_norm": "on whole cores", "lead": "as a headline gives it"}
 
 #: The intervals whose coverage is reported: the 95% CI and the 95% rerun interval
 #: (:mod:`analysis.stats`: the CI widened by sqrt(2) on the log scale), the one made for this
@@ -121,16 +125,35 @@ def judge(df: pd.DataFrame) -> pd.DataFrame:
     out["median_agrees"] = (out["median_ratio"] - 1).abs() <= TOLERANCE
     out["speedup_agrees"] = (out["speedup_ratio"] - 1).abs() <= TOLERANCE
     usable = ~out["is_baseline"].astype(bool) & (out["status_1"] == "ok") & (out["status_2"] == "ok")
+    _lead(out)
     for fig in FIGURES:
         tag = "" if fig == "speedup" else f"{fig}_"
         for kind, i, other in ((k, i, o) for k in INTERVALS for i, o in ((1, 2), (2, 1))):
             lo, hi = _bound(out, fig, kind, "low", i), _bound(out, fig, kind, "high", i)
-            value = out[f"{fig}_{other}"]
+            value = out[f"lead_on_{i}_{other}" if fig == "lead" else f"{fig}_{other}"]
             has = usable & np.isfinite(lo) & np.isfinite(hi) & np.isfinite(value)
             out[f"in_{kind}_{tag}{i}"] = np.where(has, (lo <= value) & (value <= hi), np.nan)
             out[f"{kind}_width_pct_{tag}{i}"] = np.where(has, 100 * (hi - lo) / out[f"{fig}_{i}"], np.nan)
     out["headline"] = out["best_1"].fillna(False).astype(bool) | out["best_2"].fillna(False).astype(bool)
     return out
+
+
+def _lead(out: pd.DataFrame) -> None:
+    """Add, per run ``i``, the figure its headline form leads with (``lead_figure_i``: speedup or
+    speedup_norm, :func:`analysis.findings.transfer_case` of that run's row) as the columns of a
+    figure ``lead``: ``lead_i`` (run i's value of run i's lead), ``lead_{kind}_{side}_i`` (its
+    interval), and ``lead_on_i_j`` (run j's value of run i's lead figure, which run i's interval
+    is asked to hold)."""
+    for i in (1, 2):
+        suffix = f"_{i}"
+        mine = [c for c in out if c.endswith(suffix)]
+        rows = out[mine].set_axis([c.removesuffix(suffix) for c in mine], axis=1)
+        norm = rows.apply(lambda r: transfer_case(r) == "on_whole_cores", axis=1).astype(bool).to_numpy()
+        out[f"lead_figure_{i}"] = np.where(norm, "speedup_norm", "speedup")
+        out[f"lead_{i}"] = np.where(norm, out[f"speedup_norm_{i}"], out[f"speedup_{i}"])
+        out[f"lead_on_{i}_{3 - i}"] = np.where(norm, out[f"speedup_norm_{3 - i}"], out[f"speedup_{3 - i}"])
+        for col in (f"{kind}_{side}" for kind in INTERVALS for side in ("low", "high")):
+            out[f"lead_{col}_{i}"] = np.where(norm, out[f"speedup_norm_{col}_{i}"], out[f"speedup_{col}_{i}"])
 
 
 def _bound(out: pd.DataFrame, fig: str, kind: str, side: str, i: int) -> pd.Series:

@@ -285,6 +285,7 @@ def build_context(host_dir: str | Path, experiments: list[str]) -> dict:
         figure(host_dir, "run_capacity", SECTIONS["figures"]["run_capacity"]) if cap_fig.exists() else None
     )
     trust["capacity_text"] = capacity_paragraph(run.get("capacity") or {})
+    glance = headlines(exps, trust)
     return {
         "trust": trust,
         "host": host.label,
@@ -292,7 +293,8 @@ def build_context(host_dir: str | Path, experiments: list[str]) -> dict:
         "available_cpus": host.get("available_cpus"),
         "available_cpus_text": cpus_text(host.get("available_cpus")),
         "environment": environment_rows(host) + interpreter_rows(interps) + user_env_rows(env, interps),
-        "headlines": headlines(exps, trust),
+        "headlines": glance,
+        "rerun_intervals": any("rerun interval" in h["answer"] for h in glance),
         "parallel_info": host.get("torch_parallel_info", ""),
         "generated": now.strftime("%Y-%m-%d %H:%M UTC"),
         "experiments": exps,

@@ -139,8 +139,38 @@ def test_the_headline_gives_the_figure_on_whole_cores_unless_its_interval_cannot
         " there are (its short loops' noise): no correction"
     )
     # a measured interval that holds 1 decides nothing either way: the figure on whole cores stays
-    holds = wide | {"speedup_ci_low": 0.9, "speedup_norm": 1.8}
-    assert fmt_transfer(holds).startswith("1.80x on whole cores (95% CI 0.51-8.95;")
+    holds = row | {"speedup_ci_low": 0.9, "speedup_norm": 1.8, "speedup_norm_ci_low": 1.1}
+    assert fmt_transfer(holds).startswith("1.80x on whole cores (95% CI 1.10-2.10;")
+    # the probe's spread costs more than its 35% correction gains: (0.30^2 + 0.22^2) < 1.43^2 on the log scale
+    assert fmt_transfer(wide | {"speedup_ci_low": 0.9, "speedup_norm": 1.8}) == (
+        "1.33x (95% CI 0.90-1.40); on whole cores 1.80x (95% CI 0.51-8.95): the probe's spread outweighs"
+        " its 35% correction"
+    )
+    # a 5% correction against a CI on whole cores 0.79 wide on the log scale: the measured figure leads
+    matmul = {"speedup": 1.81, "speedup_ci_low": 1.54, "speedup_ci_high": 2.09, "cpus_asked": 2, "cpus_delivered": 1.91}
+    matmul |= {"speedup_norm": 1.89, "speedup_norm_ci_low": 1.10, "speedup_norm_ci_high": 3.25}
+    assert fmt_transfer(matmul).startswith("1.81x (95% CI 1.54-2.09); on whole cores 1.89x (95% CI 1.10-3.25)")
+    # and the 1.35-CPU case above, as narrow on whole cores as measured: the correction is pure gain
+    assert not fmt_transfer(row).startswith("1.33x")
+
+
+def test_the_headlines_give_the_rerun_interval_where_the_summary_has_it():
+    """The first screen's intervals are where a rerun is expected to read (analysis.stats
+    ``_rerun``); the sections' sentences keep the 95% CI; rows analysed before the rerun interval
+    existed keep the CI on the first screen too."""
+    from analysis.findings import fmt_transfer, fmt_x
+
+    row = {"speedup": 1.33, "speedup_ci_low": 1.25, "speedup_ci_high": 1.40, "cpus_asked": 2, "cpus_delivered": 1.35}
+    row |= {"speedup_norm": 1.97, "speedup_norm_ci_low": 1.80, "speedup_norm_ci_high": 2.10}
+    rerun = row | {"speedup_rerun_low": 1.22, "speedup_rerun_high": 1.44}
+    rerun |= {"speedup_norm_rerun_low": 1.74, "speedup_norm_rerun_high": 2.18}
+    assert fmt_x(rerun) == "1.33x (95% CI 1.25-1.40)"
+    assert fmt_x(rerun, "rerun") == "1.33x (95% rerun interval 1.22-1.44)"
+    assert fmt_x(row, "rerun") == "1.33x (95% CI 1.25-1.40)"
+    assert fmt_transfer(rerun) == (
+        "1.97x on whole cores (95% rerun interval 1.74-2.18; 1.33x measured while 2 CPUs delivered 1.35)"
+    )
+    assert fmt_transfer(rerun, "ci").startswith("1.97x on whole cores (95% CI 1.80-2.10;")
 
 
 def test_files_without_the_probe_keep_the_speedup():

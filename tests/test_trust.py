@@ -264,6 +264,8 @@ def test_coverage_of_two_fixture_runs(tmp_path):
     r = rep.coverage(df, kind="rerun")
     assert (r["covered_1"], r["with_ci_1"], r["covered_2"], r["with_ci_2"]) == (2, 2, 1, 2) and r["coverage"] == 0.75
     assert rep.coverage(df, "speedup_norm", kind="rerun")["with_ci_1"] == 0  # no such column: no interval
+    # without the probe's columns every headline leads with the measured speedup: the same coverage
+    assert rep.coverage(df, "lead", kind="rerun")["coverage"] == 0.75 and set(df["lead_figure_1"]) == {"speedup"}
     text = rep.markdown(df, {"cpu_model": "fixture"}, [])
     assert "for 1 of 2 points (50%)" in text and "num_workers=2" in text
     assert "| measured, every point | rerun interval | 2 | 2/2 / 1/2 / 75% |" in text

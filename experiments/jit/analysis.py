@@ -66,7 +66,7 @@ def headlines(ctx: Context) -> list[dict]:
         better = sub[sub["speedup_ci_low"] > 1]
         if len(better):
             r = better.loc[better["speedup"].idxmax()]
-            parts.append(f"{model}: {r['mode']} {fmt_x(r)} at steady state")
+            parts.append(f"{model}: {r['mode']} {fmt_x(r, 'rerun')} at steady state")
         elif len(sub):
             parts.append(f"{model}: no mode clearly faster than eager")
     return (

@@ -198,7 +198,8 @@ def _better_elsewhere(every, main, best) -> str:
         if w is None or w.get("speedup_source") == "baseline":
             continue
         if best is None or best.get("speedup_source") == "baseline" or w["speedup"] > best["speedup"]:
-            out += f"; with OMP_WAIT_POLICY={policy}: {int(w['processes'])} x {int(w['threads'])} at {fmt_x(w)}"
+            split = f"{int(w['processes'])} x {int(w['threads'])}"
+            out += f"; with OMP_WAIT_POLICY={policy}: {split} at {fmt_x(w, 'rerun')}"
     return out
 
 
@@ -217,8 +218,8 @@ def _policy_headline(every) -> list[dict]:
     other = others.loc[others["median"].idxmax()]
     verdict = {1: "clearly faster", -1: "clearly slower", 0: "no clear difference"}[_verdict(other, worst)]
     answer = (
-        f"at {_split(worst)}, OMP_WAIT_POLICY={other['omp_wait_policy']} {fmt_x(other)} of 1 x 1 against"
-        f" {fmt_x(worst)} with the default ({verdict})"
+        f"at {_split(worst)}, OMP_WAIT_POLICY={other['omp_wait_policy']} {fmt_x(other, 'rerun')} of 1 x 1 against"
+        f" {fmt_x(worst, 'rerun')} with the default ({verdict})"
     )
     return [{"question": "What does oversubscription's cost come from?", "answer": answer}]
 

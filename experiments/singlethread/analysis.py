@@ -59,7 +59,7 @@ def headlines(ctx: Context) -> list[dict]:
     cpu = ok[ok["workload"] == "cpu"]
     if cpu.empty:
         return []
-    parts = [f"{r['interpreter']} {fmt_x(r)}" for _, r in cpu.iterrows()]
+    parts = [f"{r['interpreter']} {fmt_x(r, 'rerun')}" for _, r in cpu.iterrows()]
     answer = "one thread of CPU-bound Python against " + _reference(host) + ": " + "; ".join(parts)
     return [{"question": "What does another interpreter cost a single thread?", "answer": answer}]
 

@@ -16,8 +16,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import stats
-from analysis.capacity import cpus_text
-from analysis.findings import bound
+from analysis.findings import INTERVALS, bound
 from experiments.workload import KNOBS
 from experiments.workload.figures import workload_search, workload_verify
 from experiments.workload.recommend import (
@@ -25,6 +24,7 @@ from experiments.workload.recommend import (
     as_json,
     as_python,
     describe_changes,
+    environment_sentences,
     gain_windows,
     incomplete_text,
     outcome,
@@ -69,8 +69,16 @@ def data(ctx: Context) -> dict:
     return {**d, "user_environment": host.get("user_environment") or {}}
 
 
-def _x(v: float, ci) -> str:
-    return f"{v:.2f}x (95% CI {bound(ci[0])}-{bound(ci[1])})"
+def _x(v: float, ci, kind: str = "ci") -> str:
+    iv = ci if ci and all(np.isfinite(c) for c in ci) else None
+    return f"{v:.2f}x" + (f" ({INTERVALS[kind]} {bound(iv[0])}-{bound(iv[1])})" if iv else "")
+
+
+def _gain(d: dict) -> str:
+    """The verified gain as the first screen gives it: with its 95% rerun interval, where a
+    rerun of the verification is expected to read (the CI where results predate it)."""
+    rerun = d.get("gain_rerun")
+    return _x(d["gain"], rerun, "rerun") if rerun and all(np.isfinite(rerun)) else _x(d["gain"], d["gain_ci"])
 
 
 def _recommendation_sentence(d: dict) -> str:
@@ -182,37 +190,6 @@ def _numerics_sentences(d: dict) -> list[str]:
     return out
 
 
-def environment_sentences(env: dict, ncpu) -> list[str]:
-    """What the user's shell (``user_env.json``) does to a plain ``python train.py`` here."""
-    if not env:
-        return []
-    variables = env.get("variables") or {}
-    threads = env.get("torch_threads")
-    measured = "measured with torch.get_num_threads() in a fresh interpreter with your shell's variables"
-    if "OMP_NUM_THREADS" in variables or "MKL_NUM_THREADS" in variables:
-        name = "OMP_NUM_THREADS" if "OMP_NUM_THREADS" in variables else "MKL_NUM_THREADS"
-        out = [
-            f"Your shell exports {name}={variables[name]}: your own programs run {threads} intra-op "
-            f"thread{'s' if threads != 1 else ''} ({measured}) on {cpus_text(ncpu)} available."
-        ]
-    else:
-        out = [
-            f"Your shell sets no thread variable: a plain python train.py runs {threads} intra-op threads here"
-            f" ({measured})."
-        ]
-    placement = [k for k in variables if k.startswith(("KMP_", "GOMP_")) or k in ("OMP_PROC_BIND", "OMP_PLACES")]
-    if placement:
-        out.append(
-            "It also sets "
-            + ", ".join(f"{k}={variables[k]}" for k in placement)
-            + ", which pin OpenMP threads to cores."
-        )
-    if env.get("cgroup_quota_cpus"):
-        where = f", set by cgroup {env['cgroup_quota_cgroup']}" if env.get("cgroup_quota_cgroup") else ""
-        out.append(f"A CPU quota of {cpus_text(env['cgroup_quota_cpus'])} applies to it{where}.")
-    return out
-
-
 def findings(ctx: Context) -> list[str]:
     """The recommendation (or why there is none), the search, data stall, CPU and memory,
     bfloat16's numerical cost, and the user's shell: :func:`data` of ``ctx``, and ``ctx.host``'s CPUs."""
@@ -235,17 +212,14 @@ def headlines(ctx: Context) -> list[dict]:
     if kind == "failed":
         answer = f"no recommendation ({d['status']}: {d['reason']})"
     elif kind == "verified faster":
-        answer = f"verified faster: {describe_changes(d['changes'])}: {_x(d['gain'], d['gain_ci'])}"
+        answer = f"verified faster: {describe_changes(d['changes'])}: {_gain(d)}"
         answer += f" ({missing})" if missing else ""
         if d.get("verify_contended"):  # the figure may be the contention's, not the settings'
             answer += "; measured while other processes took CPU: rerun on an idle machine before acting on it"
     elif kind == "searched completely":
-        answer = (
-            "searched completely, nothing clearly faster: keep your settings"
-            f" (the best found gave {_x(d['gain'], d['gain_ci'])})"
-        )
+        answer = f"searched completely, nothing clearly faster: keep your settings (the best found gave {_gain(d)})"
     else:
-        answer = f"{missing}; so far nothing verified faster than your settings ({_x(d['gain'], d['gain_ci'])})"
+        answer = f"{missing}; so far nothing verified faster than your settings ({_gain(d)})"
     out = [{"question": "What should I change for my workload on this machine?", "answer": answer}]
     precision = precision_headline(d)
     return out + ([precision] if precision else [])

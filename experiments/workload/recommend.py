@@ -17,6 +17,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from analysis.capacity import cpus_text
 from analysis.findings import bound
 from analysis.stats import median_ci
 from experiments.workload import KNOB_TYPES, KNOBS
@@ -100,6 +101,7 @@ def recommendation(summary: pd.DataFrame, replicates: pd.DataFrame, jobs: list[d
         "verified": verified,
         "gain": float(r["speedup"]),
         "gain_ci": [float(lo), float(hi)],
+        "gain_rerun": [float(r.get(f"speedup_rerun_{side}", np.nan)) for side in ("low", "high")],
         "rounds": int(r["n"]),
         "current": current,
         "best_found": best,
@@ -322,3 +324,34 @@ def as_python(data: dict) -> str:
     if data.get("status") == "ok":
         lines += _snippet(data["recommended"], data.get("task") or "train", int(data.get("batch_size") or 32))
     return "\n".join(lines) + "\n"
+
+
+def environment_sentences(env: dict, ncpu) -> list[str]:
+    """What the user's shell (``user_env.json``) does to a plain ``python train.py`` here."""
+    if not env:
+        return []
+    variables = env.get("variables") or {}
+    threads = env.get("torch_threads")
+    measured = "measured with torch.get_num_threads() in a fresh interpreter with your shell's variables"
+    if "OMP_NUM_THREADS" in variables or "MKL_NUM_THREADS" in variables:
+        name = "OMP_NUM_THREADS" if "OMP_NUM_THREADS" in variables else "MKL_NUM_THREADS"
+        out = [
+            f"Your shell exports {name}={variables[name]}: your own programs run {threads} intra-op "
+            f"thread{'s' if threads != 1 else ''} ({measured}) on {cpus_text(ncpu)} available."
+        ]
+    else:
+        out = [
+            f"Your shell sets no thread variable: a plain python train.py runs {threads} intra-op threads here"
+            f" ({measured})."
+        ]
+    placement = [k for k in variables if k.startswith(("KMP_", "GOMP_")) or k in ("OMP_PROC_BIND", "OMP_PLACES")]
+    if placement:
+        out.append(
+            "It also sets "
+            + ", ".join(f"{k}={variables[k]}" for k in placement)
+            + ", which pin OpenMP threads to cores."
+        )
+    if env.get("cgroup_quota_cpus"):
+        where = f", set by cgroup {env['cgroup_quota_cgroup']}" if env.get("cgroup_quota_cgroup") else ""
+        out.append(f"A CPU quota of {cpus_text(env['cgroup_quota_cpus'])} applies to it{where}.")
+    return out
