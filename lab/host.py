@@ -27,6 +27,7 @@ from pathlib import Path
 
 from lab.capacity import cgroup_quota
 from lab.fileio import read_json_object
+from lab.prctl import set_parent_death_signal, set_process_name  # noqa: F401 (re-exported)
 
 
 def affinity() -> list[int]:
@@ -257,30 +258,6 @@ class Host(Mapping):
     def with_facts(self, **more) -> Host:
         """The same host with facts added or replaced."""
         return Host(self.label, {**self._facts, **more})
-
-
-def set_parent_death_signal(signum: int) -> bool:
-    """Ask Linux to send ``signum`` to this process when its parent dies
-    (``prctl(PR_SET_PDEATHSIG)``); return whether the call was available."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signum)  # 1 = PR_SET_PDEATHSIG
-        return True
-    except (OSError, AttributeError):
-        return False
-
-
-def set_process_name(name: str) -> None:
-    """Name this process (``prctl(PR_SET_NAME)``: ``ps -o comm``, psutil's ``name()``, 15
-    bytes at most), so that a forked helper reads as what it is rather than as its parent; a
-    no-op where prctl is absent."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(15, name.encode()[:15], 0, 0, 0)  # 15 = PR_SET_NAME
-    except (OSError, AttributeError):
-        pass
 
 
 def die_with_parent() -> None:
