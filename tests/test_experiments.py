@@ -661,3 +661,24 @@ def test_a_spawn_runner_runs_no_warm_up_epoch_and_the_others_do(monkeypatch):
         assert math.isnan(runner.cold_first_batch_ms) == (method == "spawn")
     assert calls == ["fork", "fork", "forkserver", "forkserver"]
     assert measure.warmup_epochs(measure.Params(start_method="spawn", warmup_epochs=3)) == 0
+
+
+def test_a_dataloader_warm_up_epoch_is_short_and_the_measured_ones_whole():
+    """The warm-up epoch stops after 2 batches per worker (it starts them; a whole epoch of the
+    io data was 13 s of the default run outside windows) and ends as an epoch does, so the
+    measured epochs that follow see every item, in RandomSampler's order for the same seed."""
+    import torch
+    from torch.utils.data import RandomSampler
+
+    p = dataloader.Params(dataset="tensor", num_workers=2, items=320, batch_size=32, repeats=1)
+    none = dataloader.Params(**{**p.__dict__, "num_workers": 0})
+    assert dataloader.warmup_batches(p) == 4 and dataloader.warmup_batches(none) == 2
+    sampler = dataloader.WarmupSampler(320, torch.Generator().manual_seed(0))
+    same = list(RandomSampler(range(320), generator=torch.Generator().manual_seed(0)))
+    sampler.limit = 4 * 32
+    assert len(sampler) == 128 and list(sampler) == same[:128]
+    sampler.limit = None
+    assert len(sampler) == 320 and sorted(sampler) == list(range(320))
+    row = dataloader.run(p).rows[0]  # after the short warm-up, the measured epoch has all 10 batches
+    assert row["batches_per_s"] * row["wall_s"] == pytest.approx(10)
+    assert row["samples_per_s"] * row["wall_s"] == pytest.approx(320)

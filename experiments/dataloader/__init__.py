@@ -34,9 +34,9 @@ EXPERIMENT = Experiment(
         "data_stall_pct": Col("float", "time inside `next(iterator)` (sum of `wait` spans) / `wall_s` x 100"),
         "first_epoch_s": Col(
             "float",
-            "wall time of the first untimed warm-up epoch only (iterating the loader, no training step), worker "
-            "start-up included; `nan` when `warmup_epochs = 0`; same value on every row of one role (point and "
-            "baseline each have their own loader)",
+            "wall time of the first untimed warm-up epoch only (iterating the loader, no training step; 2 batches"
+            " per worker, 2 without workers), worker start-up included; `nan` when `warmup_epochs = 0`; same value"
+            " on every row of one role (point and baseline each have their own loader)",
         ),
         "worker_warning": Col(
             "str",

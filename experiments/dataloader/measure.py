@@ -13,8 +13,13 @@ Datasets (``dataset``):
 The main loop runs one SGD step of a ``Linear(3, 1)`` regression per batch. One measured
 repeat is one whole epoch; ``samples_per_s`` = items / epoch wall time. Workers are persistent
 (``persistent_workers=True``) and ``warmup_epochs`` untimed epochs start them first, so the
-metric is the steady state; the first epoch's duration (worker start-up included) is kept in
-``first_epoch_s``.
+metric is the steady state; the first warm-up epoch's duration (worker start-up included) is
+kept in ``first_epoch_s``. A warm-up epoch is short (:class:`WarmupSampler`): the first
+:func:`warmup_batches` batches of its order, two for each worker (each worker then has started,
+imported what its ``__getitem__`` needs and sent batches back) and two without workers. It ends
+as a whole epoch does (the sampler runs out), so the loader is left as after one: a whole epoch
+of the ``io`` data took 13 s of the default run outside its windows, for nothing a measured
+epoch reads.
 
 In the main process every batch gives two spans: ``wait`` (inside ``next(iterator)``: the
 training loop is stalled on data) and ``step`` (the training step). ``data_stall_pct`` is the
@@ -72,7 +77,9 @@ class Params(Declared):
     cpu_work_size: int = param(4096, min=1, unit="floats", help="numpy work per item of dataset cpu (about 200 us)")
     io_latency_s: float = param(0.002, min=0, unit="s", help="sleep per item of dataset io (simulated I/O)")
     threads: int = param(1, min=1, help="intra-op threads of the main (training) process")
-    warmup_epochs: int = param(1, min=0, help="untimed epochs first (they start the persistent workers)")
+    warmup_epochs: int = param(
+        1, min=0, help="untimed epochs first, of 2 batches per worker (they start the persistent workers)"
+    )
     repeats: int = repeats_field(6, help="measured epochs")
     sample_hz: float = sample_hz_field()
     start_method: Literal["fork", "forkserver", "spawn"] = param(
@@ -139,6 +146,29 @@ def make_dataset(params: Params):
     return SleepDataset(params.items, params.io_latency_s)
 
 
+def warmup_batches(params: Params) -> int:
+    """Batches of one warm-up epoch: two per DataLoader worker, two without workers."""
+    return 2 * max(1, params.num_workers)
+
+
+class WarmupSampler:
+    """A random order of ``n`` indices per epoch, drawn as ``RandomSampler(generator=...)``
+    draws it (``torch.randperm``), cut after ``limit`` indices while ``limit`` is set (the
+    warm-up epochs) and whole after. The DataLoader asks its sampler for a new order every epoch
+    (persistent workers too), so setting ``limit`` changes the epochs that follow."""
+
+    def __init__(self, n: int, generator) -> None:
+        self.n, self.generator, self.limit = n, generator, None
+
+    def __len__(self) -> int:
+        return self.n if self.limit is None else min(self.n, self.limit)
+
+    def __iter__(self):
+        import torch
+
+        yield from torch.randperm(self.n, generator=self.generator).tolist()[: len(self)]
+
+
 class Runner:
     """A DataLoader (persistent workers started by the warm-up epochs), a model and an optimiser."""
 
@@ -154,15 +184,16 @@ class Runner:
         self.loss_fn = torch.nn.MSELoss()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
+            self.sampler = WarmupSampler(params.items, torch.Generator().manual_seed(0))
+            self.sampler.limit = warmup_batches(params) * params.batch_size
             self.loader = DataLoader(
                 TimedFetch(make_dataset(params)),
                 batch_size=params.batch_size,
                 collate_fn=timed_collate,
-                shuffle=True,
+                sampler=self.sampler,
                 num_workers=params.num_workers,
                 persistent_workers=params.num_workers > 0,
                 multiprocessing_context=params.start_method if params.num_workers > 0 else None,
-                generator=torch.Generator().manual_seed(0),
             )
             self.first_epoch_s = float("nan")
             for e in range(params.warmup_epochs):
@@ -171,6 +202,7 @@ class Runner:
                     pass
                 if e == 0:
                     self.first_epoch_s = time.perf_counter() - t
+            self.sampler.limit = None  # the measured epochs are whole
         self.worker_warning = " | ".join(str(w.message) for w in caught if "worker" in str(w.message))
 
     def once(self) -> Measured:
@@ -216,9 +248,10 @@ def run(params: Params, baseline: Params | None = None, rounds: Rounds | None = 
     Returns:
         A :class:`~lab.results.RunResult` with one row per epoch and role: ``wall_s``
         (s), ``samples_per_s``, ``batches_per_s``, ``data_stall_pct`` (0-100), ``cpu_util_pct``
-        (0-100, workers included), ``first_epoch_s`` (the first warm-up epoch, worker start-up
-        included), ``worker_warning``, ``oversubscribed`` (workers + main threads > available
-        CPUs), ``torch_threads``/``interop_threads`` as torch reported them;
+        (0-100, workers included), ``first_epoch_s`` (the first warm-up epoch, of
+        :func:`warmup_batches` batches, worker start-up included), ``worker_warning``,
+        ``oversubscribed`` (workers + main threads > available CPUs),
+        ``torch_threads``/``interop_threads`` as torch reported them;
         spans ``wait`` and ``step`` per batch in the main process and ``fetch`` per batch
         where it was made (``worker-<i>``, or ``main`` with ``num_workers = 0``).
     """
