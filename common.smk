@@ -36,6 +36,12 @@ HOST = host_label(config.get("host"))
 CLUSTER = (config.get("cluster") or {}).get("hosts") or {}
 #: Host labels this run measures.
 HOSTS = list(CLUSTER) or [HOST]
+if not config.get("host") and not CLUSTER:  # left out, null or `--config host=` (empty): said once
+    print(
+        f"host label {HOST!r}, this machine's hostname: results go under results/{HOST}/"
+        " (--config host=NAME sets another)",
+        file=sys.stderr,
+    )
 if "compare" in HOSTS:
     raise ValueError(
         "host label 'compare' is reserved for results/compare/; set another with --config host=NAME"

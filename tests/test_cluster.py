@@ -160,3 +160,16 @@ def test_the_slurm_profile_without_cluster_hosts_is_refused_before_any_submissio
     assert proc.returncode != 0
     assert "config key cluster.hosts: none set, but the executor is 'slurm'" in proc.stderr, proc.stderr[-2000:]
     assert "Submitted" not in proc.stderr and not (work / "results" / "noclu").exists()
+
+
+def test_a_run_without_a_host_label_says_which_one_it_took(root, tmp_path):
+    """`--config host=` (empty), null or no host at all: the hostname, said once on stderr with the
+    directory and how to set another; a run that names its label, or a cluster's, says nothing."""
+    from lab.host import default_host
+
+    proc = _dry_run(root, tmp_path, "host:\nexperiments: [gil]\n")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    label = default_host()
+    assert f"host label {label!r}, this machine's hostname: results go under results/{label}/" in proc.stderr
+    named = _dry_run(root, tmp_path, "host: mylaptop\nexperiments: [gil]\n")
+    assert named.returncode == 0 and "this machine's hostname" not in named.stderr
