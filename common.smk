@@ -476,6 +476,20 @@ def compare_host_dirs():
     return unique
 
 
+def compare_dirs_checked(wildcards=None):
+    """compare_host_dirs(), refused where fewer than 2 are found: `snakemake compare` then stops
+    while it builds its jobs, before any runs (the rule's params call this)."""
+    dirs = compare_host_dirs()
+    if len(dirs) < 2:
+        found = ", ".join(dirs) or "none"
+        raise WorkflowError(
+            f"snakemake compare needs at least 2 host directories with a host.json, found {len(dirs)}"
+            f" ({found}): measure another host (--config host=NAME), or list directories copied"
+            " from other machines under config compare.dirs"
+        )
+    return dirs
+
+
 def compare_baseline():
     cc = config.get("compare") or {}
     names = [Path(d).name for d in compare_host_dirs()]

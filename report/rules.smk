@@ -71,7 +71,7 @@ rule compare_tables:
     conda:
         "../environment.yml"
     params:
-        dirs=compare_host_dirs(),
+        dirs=compare_dirs_checked,
         baseline=compare_baseline(),
         experiments=EXPERIMENTS,
         stamp=compare_stamp(),
@@ -79,7 +79,7 @@ rule compare_tables:
         "python -m lab.server run --"
         " analysis compare --baseline {params.baseline:q} --experiments {params.experiments:q}"
         " --out-dir results/compare {params.dirs:q} > {log:q} 2>&1"
-        # an error (such as fewer than 2 hosts) on the console, not only in the log
+        # an error (such as an unreadable host) on the console, not only in the log
         " || {{ grep -h '^error:' {log:q} >&2; exit 1; }};"
         # a host that could not be read is left out with its reason: say so on the console too
         " grep -h '^not comparable:' {log:q} >&2 || true"
