@@ -18,6 +18,7 @@ from analysis.runinfo import RUN_FIGURES
 from lab import registry
 from lab.userenv import capture as capture_user_env
 from lab.server import export as export_job_server
+from lab.schedfix import one_timer_at_a_time
 from lab.threads import env_command
 from lab.interpreters import labels as interpreter_labels
 from lab.host import (
@@ -27,6 +28,9 @@ from lab.host import (
     prepare_environment,
 )
 
+# Snakemake's scheduler otherwise wakes itself once a second per finished job, and took up to
+# 0.23 CPU from the last measurements of a run (lab/schedfix.py)
+one_timer_at_a_time()
 #: The thread variables of the user's shell, before any job's environment is set.
 USER_ENV = capture_user_env()
 REGISTRY = registry.experiments()

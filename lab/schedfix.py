@@ -1,0 +1,58 @@
+"""Keep Snakemake's scheduler from taking CPU from the measurements: one re-evaluation timer at
+a time.
+
+What was measured (2026-12-04, AMX Xeon VM, 2 vCPUs, Snakemake 9.27.1, quick config): the main
+Snakemake process used 0.01-0.02 CPU for the first 110 s of the measurement phase and 0.12-0.23
+CPU in its last 50 s (its ``/proc/<pid>/stat`` read once a second). The measurement jobs of that
+stretch recorded it as ``pipeline_cpu_pct``, a median 13-19% of one CPU in every window of the
+last 15 jobs, against 0 before; the capacity probe read 1.66 delivered CPUs for the 2-process
+gil point measured there, 1.91-1.99 where it ran earlier in three other runs.
+
+Why: after every scheduling pass Snakemake (``JobScheduler.schedule``, with the default job rate
+limit ``--max-jobs-per-timespan 100/1s``) starts a ``threading.Timer`` that wakes the scheduler
+one second later, and that pass starts another. A finished job wakes the scheduler too, and its
+pass starts a chain of its own: after N jobs, N chains each wake it every second (``py-spy
+dump`` showed 31-35 live timer threads), and each pass re-evaluates the params and resources of
+every ready job (late in the run, every analysis job is ready and waits for the measurements).
+Upstream: snakemake/snakemake pull request 3744 (the scheduler "triggered multiple times").
+
+:func:`one_timer_at_a_time` makes ``_schedule_reevalutation`` start a timer only where none is
+pending: a pass that asks for a re-evaluation while one is pending gets it from that one, within
+the same second, which is all the rate limiter needs. Its timers are daemon threads, so a run
+no longer waits up to a second for one at exit.
+"""
+
+from __future__ import annotations
+
+import threading
+
+
+def one_timer_at_a_time() -> bool:
+    """Patch Snakemake's ``JobScheduler._schedule_reevalutation`` (see the module docstring);
+    return whether the method was found and patched (False on a Snakemake without it, which
+    then runs as it is)."""
+    try:
+        from snakemake.scheduling.job_scheduler import JobScheduler
+    except ImportError:
+        return False
+    if not hasattr(JobScheduler, "_schedule_reevalutation"):
+        return False
+    if getattr(JobScheduler._schedule_reevalutation, "lab_one_timer", False):
+        return True
+
+    def _schedule_reevalutation(self, delay) -> None:
+        if getattr(self, "_lab_reevaluation", None) is not None:
+            return  # the pending timer wakes the scheduler within the same delay
+
+        def fire() -> None:
+            self._lab_reevaluation = None  # before the wake-up: its pass may start the next timer
+            self._open_jobs.release()
+
+        timer = threading.Timer(delay, fire)
+        timer.daemon = True
+        self._lab_reevaluation = timer
+        timer.start()
+
+    _schedule_reevalutation.lab_one_timer = True
+    JobScheduler._schedule_reevalutation = _schedule_reevalutation
+    return True
