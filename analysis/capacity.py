@@ -28,6 +28,25 @@ STEAL_PCT = 5.0
 THROTTLED_S = 0.01
 
 
+def pooled_contended(windows: pd.DataFrame) -> bool:
+    """Whether other processes took more than :data:`lab.window.CONTENDED_PCT` % of one CPU over
+    ``windows`` (metrics rows: ``interference_pct``, ``wall_s``) taken together: their
+    interference weighted by wall time. One short window's figure is mostly the kernel's 10 ms
+    CPU-time ticks (two CPUs and the job's tree, each read to a tick at both ends of a 0.1 s
+    window, move it by tens of % of a CPU), so "any window flagged" flags most comparisons of
+    several windows on an idle machine; pooled, that noise averages out and real contention,
+    which lasts, stays. Rows without ``interference_pct`` fall back to their ``contended``
+    flags (any). Raises nothing; False for no rows."""
+    if windows.empty:
+        return False
+    if "interference_pct" not in windows or "wall_s" not in windows:
+        return bool(windows["contended"].fillna(False).astype(bool).any()) if "contended" in windows else False
+    other = pd.to_numeric(windows["interference_pct"], errors="coerce")
+    wall = pd.to_numeric(windows["wall_s"], errors="coerce")
+    ok = other.notna() & wall.notna() & (wall > 0)
+    return bool(ok.any() and (other[ok] * wall[ok]).sum() / wall[ok].sum() > CONTENDED_PCT)
+
+
 def _value(r, key: str) -> float:
     v = r.get(key) if r is not None else None
     try:

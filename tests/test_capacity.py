@@ -349,3 +349,24 @@ def test_throttling_counter_that_is_not_a_number_is_unread(tmp_path):
     assert capacity.throttled_seconds(capacity.Quota(cpus=0.5, directory=str(tmp_path))) is None
     (tmp_path / "cpu.stat").write_text("nr_periods 10\nthrottled_usec 2500000\n")
     assert capacity.throttled_seconds(capacity.Quota(cpus=0.5, directory=str(tmp_path))) == 2.5
+
+
+def test_contention_over_several_windows_is_pooled_by_wall_time():
+    """Short windows on an idle machine read 10-15% of a CPU now and then (the kernel's 10 ms
+    ticks): pooled by wall time they stay under 10% and the comparison is not flagged; a process
+    that took 30% of a CPU through every window is."""
+    import pandas as pd
+
+    from analysis.capacity import pooled_contended
+
+    idle = pd.DataFrame({"interference_pct": [12.0, 0.0, 0.0, 14.0, 0.0, 3.0], "wall_s": [0.1] * 6})
+    idle["contended"] = idle["interference_pct"] > 10
+    assert idle["contended"].any() and not pooled_contended(idle)  # (12 + 14 + 3) / 6 = 4.8%
+    busy = idle.assign(interference_pct=[31.0, 28.0, 35.0, 30.0, 26.0, 33.0])
+    assert pooled_contended(busy)
+    # weighted by wall time: one long contended window outweighs short idle ones
+    long = pd.DataFrame({"interference_pct": [40.0, 0.0, 0.0], "wall_s": [1.0, 0.1, 0.1]})
+    assert pooled_contended(long)
+    assert not pooled_contended(idle.iloc[0:0])
+    flags = pd.DataFrame({"contended": [False, True]})  # no interference column: any flag
+    assert pooled_contended(flags) and not pooled_contended(flags.iloc[:1])

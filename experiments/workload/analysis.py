@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import stats
+from analysis.capacity import pooled_contended
 from analysis.findings import INTERVALS, bound
 from experiments.workload import KNOBS
 from experiments.workload.figures import workload_search, workload_verify
@@ -303,7 +304,7 @@ def search_trail(replicates: pd.DataFrame, jobs: list[dict]) -> pd.DataFrame:
         rec.update(ratio=np.nan, ci_low=np.nan, ci_high=np.nan, ratio_text=c.get("reason") or "", contended=False)
         if c["rounds"]:
             w = rows[rows["comparison"] == measured_i] if "comparison" in rows else rows.iloc[0:0]
-            rec["contended"] = bool(w["contended"].fillna(False).astype(bool).any()) if "contended" in w else False
+            rec["contended"] = pooled_contended(w)
             pairs = w[w["role"] == "point"][["repeat", "value"]].merge(
                 w[w["role"] == "baseline"][["repeat", "value"]], on="repeat"
             )

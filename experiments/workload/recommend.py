@@ -17,7 +17,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from analysis.capacity import cpus_text
+from analysis.capacity import cpus_text, pooled_contended
 from analysis.findings import bound
 from analysis.stats import median_ci
 from experiments.workload import KNOB_TYPES, KNOBS
@@ -108,9 +108,7 @@ def recommendation(summary: pd.DataFrame, replicates: pd.DataFrame, jobs: list[d
         "recommended": best if verified else current,
         "changes": {k: [current[k], best[k]] for k in KNOBS if current[k] != best[k]} if verified else {},
         "measured": measured,
-        "verify_contended": bool(rows["contended"].fillna(False).astype(bool).mean() > 0.25)
-        if "contended" in rows
-        else False,
+        "verify_contended": pooled_contended(rows),
         "memory_grows": bool(every["memory_grows"].fillna(False).astype(bool).any())
         if "memory_grows" in every
         else False,
