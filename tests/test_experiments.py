@@ -310,17 +310,30 @@ def test_dataloader_io_dataset_benefits_from_workers():
 
 
 def test_intraop_matmul_gflops_definition():
-    res = intraop.run(intraop.Params(workload="matmul", threads=1, matmul_size=128, iterations=4, warmup=1, repeats=2))
-    for row in res.rows:
+    p = intraop.Params(workload="matmul", threads=1, matmul_size=128, iterations=4, warmup=1, repeats=2, min_window_s=0)
+    for row in intraop.run(p).rows:
+        assert row["calls"] == 4
         assert row["gflop_per_s"] == pytest.approx(2 * 128**3 * 4 / row["wall_s"] / 1e9)
         assert row["torch_threads"] == 1
         assert row["interop_threads"] == 1
 
 
+def test_intraop_windows_as_short_as_the_calls_grow_to_the_minimum():
+    """4 calls of a 128^2 matmul take well under 0.1 s on any CPU: the window runs as many as
+    fill min_window_s (timed at set-up), and the metric counts the calls it ran."""
+    p = intraop.Params(workload="matmul", threads=1, matmul_size=128, iterations=4, warmup=1, repeats=2)
+    rows = intraop.run(p).rows
+    for row in rows:
+        assert row["calls"] > 4
+        assert row["gflop_per_s"] == pytest.approx(2 * 128**3 * row["calls"] / row["wall_s"] / 1e9)
+    # the calls were sized to 0.1 s; the windows land near it (the machine's speed moves)
+    assert 0.03 < np.median([r["wall_s"] for r in rows]) < 1.0
+
+
 @pytest.mark.parametrize("workload", ["mlp", "tiny"])
 def test_intraop_training_steps(workload):
-    res = intraop.run(intraop.Params(workload=workload, threads=2, batch_size=8, iterations=3, warmup=1, repeats=1))
-    row = res.rows[0]
+    kw = dict(workload=workload, threads=2, batch_size=8, iterations=3, warmup=1, repeats=1, min_window_s=0)
+    row = intraop.run(intraop.Params(**kw)).rows[0]
     batch = 8 if workload == "mlp" else 4
     assert row["samples_per_s"] == pytest.approx(batch * 3 / row["wall_s"])
     assert row["torch_threads"] == 2

@@ -104,6 +104,24 @@ def test_run_contention_and_the_processes_named():
     from report.trust import _steal_text
 
     assert _steal_text(c) == "0.5% of the CPUs' time; 5% or more in 1 of 4 windows, up to 25%"
+    assert c["unnamed_windows"] == 0  # no top_other column: nothing said of it
+    # two short contended windows that named no process (the 10 ms ticks), one long that did
+    short = pd.DataFrame(
+        {
+            "status": ["ok"] * 3,
+            "wall_s": [0.04, 0.05, 1.0],
+            "interference_pct": [14.0, 12.0, 40.0],
+            "contended": [True] * 3,
+            "top_other_cpu_pct": [0.0, 0.5, 38.0],
+        }
+    )
+    u = contention([short], [], {"available_cpus": 2})
+    assert (u["unnamed_windows"], u["unnamed_short_windows"]) == (2, 2)
+    from report.trust import contention_text
+
+    text = contention_text({**u, "cpus_left": 1.6}, [], 2, 1, 1)
+    assert "3 of 3 windows were (100% of the measured time) (2 of them named no process at 1% of a CPU or more" in text
+    assert "2 of those under 0.1 s long, where the kernel's 10 ms CPU-time ticks alone move the figure" in text
     assert _steal_text({**c, "steal_windows": 0}) == "0.5% of the CPUs' time"
     # outside the pipeline's cgroup, other processes share its CPUs but not its quota
     quota = {"available_cpus": 1, "affinity": [0, 1], "cgroup_quota_cpus": 0.5}

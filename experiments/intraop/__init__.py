@@ -44,13 +44,19 @@ EXPERIMENT = Experiment(
     columns={
         "gflop_per_s": Col(
             "float",
-            "`2 n^3 x iterations / wall_s / 1e9`, n = `matmul_size`; metric for `matmul` and `matmul_bf16`; `nan` for"
+            "`2 n^3 x calls / wall_s / 1e9`, n = `matmul_size`; metric for `matmul` and `matmul_bf16`; `nan` for"
             " `mlp`, `tiny`",
         ),
         "samples_per_s": Col(
             "float",
-            "`batch x iterations / wall_s` (batch = `batch_size` for `mlp`, 4 for `tiny`); metric for `mlp`, `tiny`; "
+            "`batch x calls / wall_s` (batch = `batch_size` for `mlp`, 4 for `tiny`); metric for `mlp`, `tiny`; "
             "`nan` for `matmul`, `matmul_bf16`",
+        ),
+        "calls": Col(
+            "int",
+            "calls timed in the window: `iterations`, or more where those take less than `min_window_s` (timed at"
+            " set-up)",
+            "calls",
         ),
         "oversubscribed": Col("bool", "`threads > available_cpus`", "-"),
         "dtype": Col(

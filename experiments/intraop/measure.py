@@ -77,6 +77,15 @@ class Params(Declared):
     # thread, against 1.75x and 1.76x with two or three. The extra call costs about 0.4 s of the
     # quick run's 66 intraop windows.
     warmup: int = param(2, min=0, help="untimed iterations before every window, after its thread count is set")
+    # On an AMX Xeon a 1024^2 bfloat16 matmul takes 2 ms: 8 calls were 16 ms windows, shorter than
+    # one interval of the CPU sampler at 40 Hz, and 43% of a quick run's windows under 0.1 s read
+    # as contended on an idle machine (the kernel's 10 ms CPU-time ticks; docs/benchmarks.md).
+    min_window_s: float = param(
+        0.1,
+        min=0,
+        unit="s",
+        help="shortest window: where `iterations` calls take less (a fast CPU), a window runs more (`calls`)",
+    )
     repeats: int = repeats_field(6)
     sample_hz: float = sample_hz_field()
     bf16: Literal["native", "any"] = param(
@@ -115,6 +124,23 @@ def make_workload(params: Params):
     return (lambda: step(x, y)), 4, 0.0
 
 
+def calls_per_window(fn, params: Params) -> int:
+    """Calls of ``fn`` per window: ``params.iterations``, or as many as fill
+    ``params.min_window_s`` where those take less, from calls timed now (the warm-up's and
+    more, at least 20 ms of them; untimed by the windows). Threads must be set first."""
+    import math
+    import time
+
+    for _ in range(params.warmup):
+        fn()
+    n, t0 = 0, time.perf_counter()
+    while n < 2 or time.perf_counter() - t0 < 0.02:
+        fn()
+        n += 1
+    per_call = (time.perf_counter() - t0) / n
+    return max(params.iterations, math.ceil(params.min_window_s / per_call)) if per_call > 0 else params.iterations
+
+
 class Runner:
     """A workload built once; every window first sets its thread count and warms up."""
 
@@ -122,6 +148,7 @@ class Runner:
         self.params, self.meter = params, meter
         set_torch_threads(params.threads, inter_op=1)
         self.fn, self.samples, self.flop = make_workload(params)
+        self.calls = calls_per_window(self.fn, params)
 
     def once(self) -> Measured:
         """Set the threads (interleaved points use other counts), warm up, time ``iterations`` calls."""
@@ -130,11 +157,12 @@ class Runner:
         for _ in range(p.warmup):  # untimed: lets a resized thread pool settle
             self.fn()
         with self.meter.window() as win:
-            for _ in range(p.iterations):
+            for _ in range(self.calls):
                 self.fn()
         row = {
-            "gflop_per_s": self.flop * p.iterations / win.wall_s / 1e9 if self.flop else float("nan"),
-            "samples_per_s": self.samples * p.iterations / win.wall_s if self.samples else float("nan"),
+            "gflop_per_s": self.flop * self.calls / win.wall_s / 1e9 if self.flop else float("nan"),
+            "samples_per_s": self.samples * self.calls / win.wall_s if self.samples else float("nan"),
+            "calls": self.calls,
             "oversubscribed": p.cpus_requested() > self.meter.ncpu,
             "dtype": "bfloat16" if p.workload == "matmul_bf16" else "float32",
             **info,
@@ -146,12 +174,14 @@ class Runner:
 
 
 def run(params: Params, baseline: Params | None = None, rounds: Rounds | None = None) -> RunResult:
-    """Measure ``params.repeats`` repeats of ``params.iterations`` calls each, interleaved with
+    """Measure ``params.repeats`` repeats of ``params.iterations`` calls each (more where they
+    take less than ``params.min_window_s``: :func:`calls_per_window`), interleaved with
     ``baseline`` (typically 1 thread) if given.
 
     Returns:
         A :class:`~lab.results.RunResult` with one row per repeat and role: ``wall_s``
-        (s), ``gflop_per_s`` (matmul) or ``samples_per_s`` (mlp, tiny), ``cpu_util_pct``,
+        (s), ``gflop_per_s`` (matmul) or ``samples_per_s`` (mlp, tiny), ``calls`` (per
+        window), ``cpu_util_pct``,
         ``torch_threads``/``interop_threads`` as torch reported them, ``omp_num_threads_env``,
         ``oversubscribed`` (threads > available CPUs) and ``dtype``; or, for ``matmul_bf16``
         on a CPU without native bf16 and ``bf16="native"``, one row with status ``skipped``
