@@ -172,9 +172,10 @@ class Window:
         cpu_s: CPU seconds of the process tree in the window.
         cpu_util_pct: ``cpu_s / (wall_s * available CPUs) * 100``, clipped to 0-100.
         interference_pct: CPU used by everything else on the machine during the window, in %
-            of one CPU: mean(system busy) - mean(our tree), both in % of all available CPUs,
-            times the available CPUs, minus the sampler's own share and the pipeline's
-            (``pipeline_cpu_pct``); clipped at 0.
+            of one CPU: the mean of the sampled system busy % times the affinity CPUs, minus
+            the job's tree's CPU time over the window (``cpu_s / wall_s``, reaped worker
+            processes included), the sampler's own share and the pipeline's
+            (``pipeline_cpu_pct``); clipped at 0; NaN where no sample fell in the window.
         pipeline_cpu_pct: CPU of the process chain that started the job (Snakemake, its shell,
             the supervisor) over the window, % of one CPU: the lab's own overhead, kept out of
             ``interference_pct`` and reported on its own; 0 for a job run by hand (no
@@ -345,8 +346,11 @@ def _finish(win: Window, wall_s: float, cpu_s: float, samples: list, sampler_cpu
     denom = wall_s * win.ncpu
     win.cpu_util_pct = max(0.0, min(100.0, 100.0 * cpu_s / denom)) if denom > 0 else float("nan")
     win.sampler_cpu_pct = 100.0 * sampler_cpu_s / wall_s if wall_s > 0 else float("nan")
-    system, tree = _mean(samples, "system"), _mean(samples, "tree")
-    if system is not None and tree is not None:
-        # system is a share of the affinity CPUs, tree of the available ones
-        other = system * len(affinity()) - tree * win.ncpu - win.sampler_cpu_pct
+    system = _mean(samples, "system")
+    if system is not None and wall_s > 0:
+        # system is a share of the affinity CPUs; the tree's share is its CPU time between the
+        # window's edges (cpu_s), not its sampled series: a worker process reaped at the window's
+        # end moves its CPU time to its parent only then, past the series' last sample, and the
+        # series read 2 forked processes that kept 98% of 2 CPUs busy as 38% "other" CPU
+        other = system * len(affinity()) - 100.0 * cpu_s / wall_s - win.sampler_cpu_pct
         win.interference_pct = max(0.0, other)

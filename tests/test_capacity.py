@@ -370,3 +370,25 @@ def test_contention_over_several_windows_is_pooled_by_wall_time():
     assert not pooled_contended(idle.iloc[0:0])
     flags = pd.DataFrame({"contended": [False, True]})  # no interference column: any flag
     assert pooled_contended(flags) and not pooled_contended(flags.iloc[:1])
+
+
+def test_interference_counts_the_job_by_its_cpu_time_not_its_sampled_series():
+    """2 forked processes kept 98% of 2 CPUs busy for 0.06 s and were reaped at the window's end,
+    after its last sample: the sampled tree series missed their CPU time (it read 38% of a CPU
+    as "other" on an idle machine); the window's own CPU time, taken after the join, has it."""
+    import math
+
+    from lab.window import Window, _finish, affinity
+
+    ncpu, n_aff = 2, len(affinity())
+    samples = [(0.025, "system", 100.0), (0.025, "tree", 10.0), (0.05, "system", 100.0), (0.05, "tree", 10.0)]
+    win = Window(ncpu=ncpu)
+    _finish(win, wall_s=0.06, cpu_s=0.06 * ncpu * 0.98, samples=samples, sampler_cpu_s=0.0)
+    assert win.interference_pct == pytest.approx(max(0.0, 100.0 * n_aff - 98.0 * ncpu))
+    # a stranger that held one CPU: the system read it, the job's CPU time did not
+    busy = Window(ncpu=ncpu)
+    _finish(busy, wall_s=0.06, cpu_s=0.06 * (ncpu - 1), samples=samples, sampler_cpu_s=0.0)
+    assert busy.interference_pct == pytest.approx(max(0.0, 100.0 * n_aff - 100.0 * (ncpu - 1)))
+    none = Window(ncpu=ncpu)
+    _finish(none, 0.01, 0.01, [], 0.0)
+    assert math.isnan(none.interference_pct)  # no sample in the window: no reading
