@@ -137,14 +137,12 @@ def contention(metrics: list[pd.DataFrame], jobs: list[dict], host: dict) -> dic
         ``other_cpu_median`` (CPUs other processes used in the contended windows, median),
         ``cpus`` (the logical CPUs of the pipeline's affinity, which other processes share),
         ``quota_cpus`` (its cgroup's CPU quota, which they do not: None without one),
-        ``cpus_left`` (what CPU-bound work could use then: ``cpus`` minus the others' CPU, at
-        most the quota),
+        ``cpus_left`` (what CPU-bound work could use then: ``cpus`` minus the others', at most the quota),
         ``pipeline_cpu_median`` (CPUs the chain that started the jobs used: Snakemake, its
         shell, the supervisor), ``steal_pct_median``, ``steal_pct_max`` and
-        ``steal_windows`` (windows with at least :data:`analysis.capacity.STEAL_PCT` % steal)
-        and ``throttled_s`` (sum) over every window, ``rounds``:
-        how many jobs' rounds ended for each reason (:data:`lab.rounds.STOPPED`), and
-        :func:`_unnamed`'s ``unnamed_windows`` and ``unnamed_short_windows``.
+        ``steal_windows`` (windows with at least :data:`analysis.capacity.STEAL_PCT` % steal) and
+        ``throttled_s`` (sum) over every window, ``rounds`` (jobs per :data:`lab.rounds.STOPPED`
+        reason) and :func:`_unnamed`'s ``unnamed_windows`` and ``unnamed_short_windows``.
     """
     frames = [m for m in metrics if len(m) and "wall_s" in m]
     w = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["wall_s"])
