@@ -38,12 +38,17 @@ def fmt_x(row, kind: str = "ci") -> str:
     the 95% rerun interval instead, where a rerun of the point is expected to read
     (:mod:`analysis.stats`): ``1.93x (95% rerun interval 1.80-2.07)``, the first screen's form
     (the CI where a row has no rerun interval: results analysed before it existed)."""
-    s = f"{row['speedup']:.2f}x"
-    if interval(row, kind) is None:  # results from before the rerun interval: the CI
+    text = interval_text(row, kind)
+    return f"{row['speedup']:.2f}x" + (f" ({text})" if text else "")
+
+
+def interval_text(row, kind: str = "ci", figure: str = "speedup") -> str:
+    """``95% rerun interval 1.80-2.07`` (:func:`interval` in words); the CI where ``row`` has no
+    ``kind`` interval (results analysed before the rerun interval existed); "" without either."""
+    if interval(row, kind, figure) is None:
         kind = "ci"
-    if (iv := interval(row, kind)) is not None:
-        s += f" ({INTERVALS[kind]} {bound(iv[0])}-{bound(iv[1])})"
-    return s
+    iv = interval(row, kind, figure)
+    return f"{INTERVALS[kind]} {bound(iv[0])}-{bound(iv[1])}" if iv is not None else ""
 
 
 #: A speedup on whole cores within this share of the measured one reads as measured on whole
@@ -80,9 +85,7 @@ def fmt_transfer(row, kind: str = "rerun") -> str:
             f"{fmt_x(row, kind)}; the probe read {got:.2f} CPUs delivered of the {int(asked)} the point asked for,"
             " more than there are (its short loops' noise): no correction"
         )
-    shown_kind = kind if interval(row, kind, "speedup_norm") else "ci"  # the CI in results from before
-    shown = interval(row, shown_kind, "speedup_norm")
-    text = f"{INTERVALS[shown_kind]} {bound(shown[0])}-{bound(shown[1])}" if shown else ""
+    text = interval_text(row, kind, "speedup_norm")
     if case == "too_wide":
         return f"{fmt_x(row, kind)}; on whole cores {norm:.2f}x ({text}), too wide to decide on"
     if case == "spread":

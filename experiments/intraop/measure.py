@@ -22,6 +22,8 @@ inter-op threads are set to 1. Before every measured window the thread count is 
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass
 from typing import Literal
 
@@ -128,9 +130,6 @@ def calls_per_window(fn, params: Params) -> int:
     """Calls of ``fn`` per window: ``params.iterations``, or as many as fill
     ``params.min_window_s`` where those take less, from calls timed now (the warm-up's and
     more, at least 20 ms of them; untimed by the windows). Threads must be set first."""
-    import math
-    import time
-
     for _ in range(params.warmup):
         fn()
     n, t0 = 0, time.perf_counter()

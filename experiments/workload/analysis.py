@@ -17,7 +17,7 @@ import pandas as pd
 
 from analysis import stats
 from analysis.capacity import pooled_contended
-from analysis.findings import INTERVALS, bound
+from analysis.findings import bound, fmt_x
 from experiments.workload import KNOBS
 from experiments.workload.figures import workload_search, workload_verify
 from experiments.workload.recommend import (
@@ -70,16 +70,17 @@ def data(ctx: Context) -> dict:
     return {**d, "user_environment": host.get("user_environment") or {}}
 
 
-def _x(v: float, ci, kind: str = "ci") -> str:
-    iv = ci if ci and all(np.isfinite(c) for c in ci) else None
-    return f"{v:.2f}x" + (f" ({INTERVALS[kind]} {bound(iv[0])}-{bound(iv[1])})" if iv else "")
+def _x(v: float, ci) -> str:
+    return f"{v:.2f}x (95% CI {bound(ci[0])}-{bound(ci[1])})"
 
 
 def _gain(d: dict) -> str:
     """The verified gain as the first screen gives it: with its 95% rerun interval, where a
-    rerun of the verification is expected to read (the CI where results predate it)."""
-    rerun = d.get("gain_rerun")
-    return _x(d["gain"], rerun, "rerun") if rerun and all(np.isfinite(rerun)) else _x(d["gain"], d["gain_ci"])
+    rerun of the verification is expected to read (:func:`analysis.findings.fmt_x`: the CI
+    where the results predate it)."""
+    (lo, hi), (r_lo, r_hi) = d["gain_ci"], d.get("gain_rerun") or (np.nan, np.nan)
+    row = {"speedup": d["gain"], "speedup_ci_low": lo, "speedup_ci_high": hi}
+    return fmt_x(row | {"speedup_rerun_low": r_lo, "speedup_rerun_high": r_hi}, "rerun")
 
 
 def _recommendation_sentence(d: dict) -> str:
