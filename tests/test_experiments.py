@@ -326,8 +326,9 @@ def test_intraop_windows_as_short_as_the_calls_grow_to_the_minimum():
     for row in rows:
         assert row["calls"] > 4
         assert row["gflop_per_s"] == pytest.approx(2 * 128**3 * row["calls"] / row["wall_s"] / 1e9)
-    # the calls were sized to 0.1 s; the windows land near it (the machine's speed moves)
-    assert 0.03 < np.median([r["wall_s"] for r in rows]) < 1.0
+    # the calls were sized to min_window_s from calls timed at set-up; the windows land near it,
+    # within the 40% the machine's speed moves between jobs and well inside 3x either way
+    assert 1 / 3 < np.median([r["wall_s"] for r in rows]) / p.min_window_s < 3
 
 
 @pytest.mark.parametrize("workload", ["mlp", "tiny"])
