@@ -440,3 +440,26 @@ def test_the_best_num_workers_is_named_below_its_panel(tmp_path):
     assert [t.get_text() for t in legend.get_texts()] == ["best: num_workers=2"]
     below = legend.get_window_extent().y1 <= ax.get_window_extent().y0
     assert below, (legend.get_window_extent(), ax.get_window_extent())
+
+
+def test_an_oversubscribed_best_thread_count_says_so_on_the_first_screen():
+    """matmul_bf16 on an AMX VM: 4 threads on 2 CPUs 1.44x, 2 threads 0.98x; the headline names
+    4 and that it is more threads than CPUs."""
+    from experiments.intraop.analysis import headlines
+    from lab.contract import Context
+
+    base = {"workload": "matmul_bf16", "metric": "gflop_per_s", "status": "ok", "reason": ""}
+    rows = [
+        {**base, "threads": 1, "median": 1000.0, "speedup": 1.0, "speedup_ci_low": 1.0, "speedup_ci_high": 1.0},
+        {**base, "threads": 2, "median": 980.0, "speedup": 0.98, "speedup_ci_low": 0.96, "speedup_ci_high": 1.01},
+        {**base, "threads": 4, "median": 1440.0, "speedup": 1.44, "speedup_ci_low": 1.27, "speedup_ci_high": 1.56},
+    ]
+    s = pd.DataFrame(rows).assign(
+        speedup_source=["baseline", "interleaved", "interleaved"],
+        best=[False, False, True],
+        oversubscribed=[False, False, True],
+    )
+    answer = headlines(Context({"available_cpus": 2}, summary=s))[0]["answer"]
+    assert answer == "matmul_bf16: 4 (1.44x (95% CI 1.27-1.56)), oversubscribed: more threads than the 2 CPUs available"
+    s["oversubscribed"] = False
+    assert "oversubscribed" not in headlines(Context({"available_cpus": 4}, summary=s))[0]["answer"]
