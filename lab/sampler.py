@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import select
 import sys
 import time
@@ -215,7 +216,7 @@ def short_cmdline(pid: int, name: str, limit: int = 60) -> str:
         argv = proc.cmdline()
     except (psutil.Error, OSError):
         return name
-    text = " ".join(os.path.basename(a) if a.startswith("/") else a for a in argv) or name
+    text = " ".join(os.path.basename(a) if a.startswith("/") else a for a in redact(argv)) or name
     text = text if len(text) <= limit else text[: limit - 3] + "..."
     try:
         cwd = proc.cwd()
@@ -224,6 +225,34 @@ def short_cmdline(pid: int, name: str, limit: int = 60) -> str:
     if cwd in ("", "/") or cwd == os.getcwd():
         return text
     return f"{text} [in {cwd if len(cwd) <= CWD_CHARS else '...' + cwd[-CWD_CHARS + 3 :]}]"
+
+
+#: Words in an option or variable name whose value :func:`redact` hides.
+SECRET_WORDS = re.compile(r"pass(word|wd)?|secret|token|api[-_]?key|auth|credential", re.IGNORECASE)
+
+
+def redact(argv: list[str]) -> list[str]:
+    """``argv`` with the values of secret-looking options hidden (``--password=***``,
+    ``--token ***``, ``DB_PASSWORD=***``, ``mysql -p***``), since a process's command line
+    travels with ``results/<host>/`` into a report that is meant to be shared: the name of the
+    option stays, so a reader still sees what ran."""
+    out, hide_next = [], False
+    for a in argv:
+        if hide_next:
+            out.append("***")
+            hide_next = False
+            continue
+        key, eq, _value = a.partition("=")
+        if eq and SECRET_WORDS.search(key):
+            out.append(f"{key}=***")
+        elif a.startswith("-") and SECRET_WORDS.search(a):
+            out.append(a)
+            hide_next = True
+        elif a.startswith("-p") and len(a) > 2 and os.path.basename(argv[0]).startswith(("mysql", "mariadb")):
+            out.append("-p***")  # mysql -pSECRET
+        else:
+            out.append(a)
+    return out
 
 
 #: Characters of another process's working directory that :func:`short_cmdline` keeps (the tail).

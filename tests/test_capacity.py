@@ -392,3 +392,20 @@ def test_interference_counts_the_job_by_its_cpu_time_not_its_sampled_series():
     none = Window(ncpu=ncpu)
     _finish(none, 0.01, 0.01, [], 0.0)
     assert math.isnan(none.interference_pct)  # no sample in the window: no reading
+
+
+def test_a_named_process_keeps_its_secrets_out_of_the_report():
+    """Other processes' command lines go into results/<host>/ and the report, which are meant to
+    be shared: secret-looking values are hidden, the option names and everything else stay."""
+    from lab.sampler import redact
+
+    assert redact(["mysql", "-uroot", "-pS3cret", "db"]) == ["mysql", "-uroot", "-p***", "db"]
+    assert redact(["curl", "--token", "abc", "--api-key=xyz", "https://x"]) == [
+        "curl",
+        "--token",
+        "***",
+        "--api-key=***",
+        "https://x",
+    ]
+    plain = ["gcc", "-pthread", "x.c", "env", "DB_PASSWORD=hunter2", "python", "train.py", "--epochs", "3"]
+    assert redact(plain) == [*plain[:4], "DB_PASSWORD=***", *plain[5:]]
