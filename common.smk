@@ -40,7 +40,8 @@ HOST = host_label(config.get("host"))
 CLUSTER = (config.get("cluster") or {}).get("hosts") or {}
 #: Host labels this run measures.
 HOSTS = list(CLUSTER) or [HOST]
-if not config.get("host") and not CLUSTER:  # left out, null or `--config host=` (empty): said once
+# host left out, null or `--config host=` (empty): the label taken, said once
+if not config.get("host") and not CLUSTER:
     print(
         f"host label {HOST!r}, this machine's hostname: results go under results/{HOST}/"
         " (--config host=NAME sets another)",
