@@ -397,7 +397,7 @@ def test_interference_counts_the_job_by_its_cpu_time_not_its_sampled_series():
 def test_a_named_process_keeps_its_secrets_out_of_the_report():
     """Other processes' command lines go into results/<host>/ and the report, which are meant to
     be shared: secret-looking values are hidden, the option names and everything else stay."""
-    from lab.sampler import redact
+    from lab.cmdline import redact
 
     assert redact(["mysql", "-uroot", "-pS3cret", "db"]) == ["mysql", "-uroot", "-p***", "db"]
     assert redact(["curl", "--token", "abc", "--api-key=xyz", "https://x"]) == [

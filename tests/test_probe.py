@@ -357,7 +357,7 @@ def test_a_point_started_without_its_openmp_setting_stops_before_it_measures(tmp
 def test_short_cmdline_names_another_directory(tmp_path):
     """A process of another checkout (its own working directory) is named with it; one in this
     directory, or in /, is not; a process that has gone is its name."""
-    from lab.sampler import CWD_CHARS, short_cmdline
+    from lab.cmdline import CWD_CHARS, short_cmdline
 
     deep = tmp_path / ("d" * 60)
     deep.mkdir()

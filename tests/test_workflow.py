@@ -167,7 +167,9 @@ def test_your_workload_is_searched_verified_and_answered_first(quick_run):
     assert md.index("## At a glance") < md.index("## Environment")
     intro = " ".join(md.split("## At a glance")[0].split())  # the probe ran: "on whole cores" explained first
     said = 'Where a speedup is given "on whole cores" (where the machine delivered less than whole cores to a point)'
-    assert f"{said}, it is the measured one divided by" in intro and "on whole cores" in glance
+    # the intro explains the term wherever the probe ran; the first screen uses it only where the
+    # correction is worth its spread (analysis.findings.transfer_case), which a run need not have
+    assert f"{said}, it is the measured one divided by" in intro
     lines = [ln for ln in glance.splitlines() if ln.startswith("- ")]
     if lines[0].startswith("- [Measured under contention:](#trust)"):  # the run was contended: said first
         lines = lines[1:]
