@@ -43,7 +43,7 @@ HOSTS = list(CLUSTER) or [HOST]
 # host left out, null or `--config host=` (empty): the label taken, said once
 if not config.get("host") and not CLUSTER:
     print(
-        f"host label {HOST!r}, this machine's hostname: results go under results/{HOST}/"
+        f"host label {HOST!r}, this machine's hostname: measurements go under results/{HOST}/"
         " (--config host=NAME sets another)",
         file=sys.stderr,
     )
@@ -485,6 +485,12 @@ def compare_dirs_checked(wildcards=None):
     """compare_host_dirs(), refused where fewer than 2 are found: `snakemake compare` then stops
     while it builds its jobs, before any runs (the rule's params call this)."""
     dirs = compare_host_dirs()
+    missing = [d for d in dirs if not Path(d, "host.json").is_file()]
+    if missing:
+        raise WorkflowError(
+            f"snakemake compare: {', '.join(missing)} has no host.json (not measured here?): measure it"
+            " (--config host=NAME) or take it out of config compare.hosts / compare.dirs"
+        )
     if len(dirs) < 2:
         found = ", ".join(dirs) or "none"
         raise WorkflowError(

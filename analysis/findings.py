@@ -69,8 +69,8 @@ def fmt_transfer(row, kind: str = "rerun") -> str:
     figure (which the winner rules decide on, :func:`winner`) leads and the other follows as too
     wide to decide on: ``1.90x (...); on whole cores 2.21x (...), too wide to decide on``. So it
     leads where the correction costs more certainty than it removes bias
-    (:func:`_spread_outweighs`): ``1.81x (...); on whole cores 1.89x (...): the probe's spread
-    outweighs its 5% correction``. A
+    (:func:`_spread_outweighs`): ``1.81x (...); on whole cores 1.89x (...), too uncertain to be
+    worth its 5% correction``. A
     figure on whole cores above the point's own CPU count (more than its CPUs can give) says
     that the probe's loop, corrected for, is not this work: the measured figure leads there
     too; so it does where the probe read more CPUs delivered than the point asked for (2.24 of
@@ -90,8 +90,8 @@ def fmt_transfer(row, kind: str = "rerun") -> str:
         return f"{fmt_x(row, kind)}; on whole cores {norm:.2f}x ({text}), too wide to decide on"
     if case == "spread":
         return (
-            f"{fmt_x(row, kind)}; on whole cores {norm:.2f}x ({text}): the probe's spread outweighs"
-            f" its {100 * abs(norm / s - 1):.0f}% correction"
+            f"{fmt_x(row, kind)}; on whole cores {norm:.2f}x ({text}), too uncertain to be worth its"
+            f" {100 * abs(norm / s - 1):.0f}% correction"
         )
     if case == "overshoots":
         return (
@@ -129,12 +129,14 @@ def transfer_case(row) -> str:
 def _spread_outweighs(correction: float, norm_ci: tuple, measured_ci: tuple) -> bool:
     """Whether correcting for the CPUs delivered costs more certainty than it removes bias: the
     measured speedup, taken as off by the whole ``correction`` (log of whole-cores over measured),
-    has the smaller expected squared error on the log scale, ``correction**2 + h_measured**2 <
-    h_norm**2`` with ``h`` each 95% CI's half-width on the log scale (the bias-variance trade of
-    choosing an estimator by mean squared error; the capacity readings' own round-to-round noise
-    is what widens ``h_norm``)."""
-    half = [np.log(hi / lo) / 2 for lo, hi in (norm_ci, measured_ci)]
-    return bool(correction**2 + half[1] ** 2 < half[0] ** 2)
+    has the smaller expected squared error on the log scale, ``correction**2 + se_measured**2 <
+    se_norm**2`` with ``se`` each 95% CI's half-width on the log scale over 1.96 (the
+    bias-variance trade of choosing an estimator by mean squared error; the capacity readings'
+    own round-to-round noise is what widens ``se_norm``). False where a bound is not positive."""
+    if min(norm_ci[0], measured_ci[0]) <= 0:
+        return False
+    se = [float(np.log(hi / lo)) / 2 / 1.96 for lo, hi in (norm_ci, measured_ci)]
+    return bool(correction**2 + se[1] ** 2 < se[0] ** 2)
 
 
 def _side(lo, hi) -> int:

@@ -204,7 +204,8 @@ def _unnamed(w: pd.DataFrame, contended: pd.Series, wall: pd.Series) -> dict:
 
     if "top_other_cpu_pct" not in w:
         return {"unnamed_windows": 0, "unnamed_short_windows": 0}
-    unnamed = contended & (pd.to_numeric(w["top_other_cpu_pct"], errors="coerce").fillna(0.0) < OTHER_MIN_PCT)
+    top = pd.to_numeric(w["top_other_cpu_pct"], errors="coerce")  # NaN: a job from before the column
+    unnamed = contended & top.notna() & (top < OTHER_MIN_PCT)
     return {
         "unnamed_windows": int(unnamed.sum()),
         "unnamed_short_windows": int((unnamed & (wall < SHORT_WINDOW_S)).sum()),

@@ -40,9 +40,17 @@ def short_cmdline(pid: int, name: str, limit: int = 60) -> str:
 SECRET_WORDS = re.compile(r"pass(word|wd)?|secret|token|api[-_]?key|auth|credential", re.IGNORECASE)
 
 
+#: The user and password of a URL (``scheme://user:secret@host``).
+URL_CREDENTIALS = re.compile(r"://[^/@\s]+@")
+
+#: A header or ``key: value`` argument whose key names a secret (``Authorization: Bearer x``).
+SECRET_HEADER = re.compile(r"^((?:[\w-]*(?:auth|token|secret|pass|api[-_]?key)[\w-]*)\s*:\s*)\S", re.IGNORECASE)
+
+
 def redact(argv: list[str]) -> list[str]:
     """``argv`` with the values of secret-looking options hidden (``--password=***``,
-    ``--token ***``, ``DB_PASSWORD=***``, ``mysql -p***``), since a process's command line
+    ``--token ***``, ``DB_PASSWORD=***``, ``mysql -p***``, ``https://***@host``,
+    ``Authorization: ***``), since a process's command line
     travels with ``results/<host>/`` into a report that is meant to be shared: the name of the
     option stays, so a reader still sees what ran."""
     out, hide_next = [], False
@@ -50,6 +58,10 @@ def redact(argv: list[str]) -> list[str]:
         if hide_next:
             out.append("***")
             hide_next = False
+            continue
+        a = URL_CREDENTIALS.sub("://***@", a)  # postgresql://user:pw@host, https://user:token@host
+        if not a.startswith("-") and SECRET_HEADER.match(a):  # curl -H "Authorization: Bearer x"
+            out.append(SECRET_HEADER.match(a).group(1) + "***")
             continue
         key, eq, _value = a.partition("=")
         if eq and SECRET_WORDS.search(key):

@@ -76,7 +76,7 @@ def contention_text(c: dict, others: list[dict], ncpu, contended: int, points: i
     text = (
         f"{contended} of {points} measured points were contended (their median window's other "
         f"processes used over 10% of a CPU); {c['contended_windows']} of {c['windows']} windows were "
-        f"({c['contended_time_pct']:.0f}% of the measured time){_unnamed_text(c)}, and in them other processes"
+        f"({c['contended_time_pct']:.0f}% of the measured time), and in them other processes"
         f" used a median {c['other_cpu_median']:.2f} CPU of {c.get('cpus') or ncpu}"
     )
     if others:
@@ -94,24 +94,31 @@ def contention_text(c: dict, others: list[dict], ncpu, contended: int, points: i
         if left >= 1
         else "less than one: no parallel speedup was possible then (capped near 1x)"
     )
-    return text + (
-        f". CPU-bound work measured then had about {left:.2f} CPUs left{binds}, {cap}; a point and its baseline "
-        "met the same load only where both windows of a round were contended."
+    return (
+        text
+        + (
+            f". CPU-bound work measured then had about {left:.2f} CPUs left{binds}, {cap}; a point and its baseline "
+            "met the same load only where both windows of a round were contended."
+        )
+        + _unnamed_text(c)
     )
 
 
 def _unnamed_text(c: dict) -> str:
-    """``" (31 of them named no process at 1% of a CPU or more, 29 of those under 0.1 s long,
-    where the kernel's 10 ms CPU-time ticks alone move the figure by tens of %)"``; "" where
-    every contended window named one (run.json ``contention``, :func:`analysis.runinfo._unnamed`)."""
+    """``" In 31 of the contended windows no single other process used 1% of a CPU or more, 29
+    of them shorter than 0.1 s, where the kernel's 10 ms CPU accounting alone can read as tens
+    of % of a CPU."``; "" where every contended window named one (run.json ``contention``,
+    :func:`analysis.runinfo._unnamed`)."""
     n, short = c.get("unnamed_windows") or 0, c.get("unnamed_short_windows") or 0
     if not n:
         return ""
-    text = f" ({n} of them named no process at 1% of a CPU or more"
+    text = f" In {n} of the contended windows no single other process used 1% of a CPU or more"
     if short:
-        text += f", {short} of those under 0.1 s long, where the kernel's 10 ms CPU-time ticks alone move the figure"
-        text += " by tens of %"
-    return text + ")"
+        text += (
+            f", {short} of them shorter than 0.1 s, where the kernel's 10 ms CPU accounting alone can read as"
+            " tens of % of a CPU"
+        )
+    return text + "."
 
 
 def _share(run: dict, key: str) -> str:

@@ -407,5 +407,19 @@ def test_a_named_process_keeps_its_secrets_out_of_the_report():
         "--api-key=***",
         "https://x",
     ]
+    assert redact(["git", "clone", "https://me:ghp_x@github.com/a/b", "psql", "postgresql://u:pw@h/db"]) == [
+        "git",
+        "clone",
+        "https://***@github.com/a/b",
+        "psql",
+        "postgresql://***@h/db",
+    ]
+    assert redact(["curl", "-H", "Authorization: Bearer xyz", "-H", "Accept: json"]) == [
+        "curl",
+        "-H",
+        "Authorization: ***",
+        "-H",
+        "Accept: json",
+    ]
     plain = ["gcc", "-pthread", "x.c", "env", "DB_PASSWORD=hunter2", "python", "train.py", "--epochs", "3"]
     assert redact(plain) == [*plain[:4], "DB_PASSWORD=***", *plain[5:]]

@@ -170,19 +170,29 @@ def test_a_run_without_a_host_label_says_which_one_it_took(root, tmp_path):
     proc = _dry_run(root, tmp_path, "host:\nexperiments: [gil]\n")
     assert proc.returncode == 0, proc.stderr[-2000:]
     label = default_host()
-    assert f"host label {label!r}, this machine's hostname: results go under results/{label}/" in proc.stderr
+    assert f"host label {label!r}, this machine's hostname: measurements go under results/{label}/" in proc.stderr
     named = _dry_run(root, tmp_path, "host: mylaptop\nexperiments: [gil]\n")
     assert named.returncode == 0 and "this machine's hostname" not in named.stderr
 
 
 def test_compare_with_one_host_stops_before_any_job_starts(root, tmp_path):
     """`snakemake compare` with fewer than 2 host directories is refused while its jobs are
-    built, naming what it found and what to do, rather than in a job after the run started."""
+    built, naming what it found and what to do, rather than in a job after the run started; so
+    is a listed host that was never measured. (Run in an empty directory, so that no results/ of
+    this checkout's own counts; the target is the comparison's table, which reads no template.)"""
+    one = tmp_path / "one"
+    one.mkdir()
+    (one / "host.json").write_text("{}")
     cfg = tmp_path / "one.yaml"
-    cfg.write_text("compare: {hosts: [onlyone]}\n")
-    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "4", "compare", "--configfile", str(cfg)]
-    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=300, env=venv_env())
-    assert proc.returncode != 0
-    assert "snakemake compare needs at least 2 host directories with a host.json, found 1 (results/onlyone)" in (
-        proc.stdout + proc.stderr
-    )
+    cfg.write_text(f"compare: {{hosts: [], dirs: [{one}]}}\n")
+    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "4", "results/compare/comparison.csv"]
+    cmd += ["--configfile", str(cfg), "--directory", str(tmp_path), "--snakefile", str(root / "Snakefile")]
+
+    def said() -> str:
+        proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=300, env=venv_env())
+        assert proc.returncode != 0
+        return proc.stdout + proc.stderr
+
+    assert f"snakemake compare needs at least 2 host directories with a host.json, found 1 ({one})" in said()
+    cfg.write_text("compare: {hosts: [neverhere]}\n")
+    assert "snakemake compare: results/neverhere has no host.json (not measured here?)" in said()

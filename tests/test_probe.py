@@ -141,9 +141,10 @@ def test_the_headline_gives_the_figure_on_whole_cores_unless_its_interval_cannot
     # a measured interval that holds 1 decides nothing either way: the figure on whole cores stays
     holds = row | {"speedup_ci_low": 0.9, "speedup_norm": 1.8, "speedup_norm_ci_low": 1.1}
     assert fmt_transfer(holds).startswith("1.80x on whole cores (95% CI 1.10-2.10;")
-    # the probe's spread costs more than its 35% correction gains: (0.30^2 + 0.22^2) < 1.43^2 on the log scale
+    # the probe's spread costs more than its 35% correction gains, in standard errors on the log
+    # scale: 0.30^2 + (0.22 / 1.96)^2 < (1.43 / 1.96)^2
     assert fmt_transfer(wide | {"speedup_ci_low": 0.9, "speedup_norm": 1.8}) == (
-        "1.33x (95% CI 0.90-1.40); on whole cores 1.80x (95% CI 0.51-8.95): the probe's spread outweighs"
+        "1.33x (95% CI 0.90-1.40); on whole cores 1.80x (95% CI 0.51-8.95), too uncertain to be worth"
         " its 35% correction"
     )
     # a 5% correction against a CI on whole cores 0.79 wide on the log scale: the measured figure leads

@@ -326,3 +326,7 @@ def test_snakemakes_scheduler_keeps_one_reevaluation_timer():
     time.sleep(0.05)
     sched._schedule_reevalutation(0.05)  # a later pass asks again: a new timer
     assert sched._open_jobs.acquire(timeout=2)
+    # an earlier wake-up than the pending one's is not dropped: a 10 s wait, then a 0.05 s check
+    sched._schedule_reevalutation(10)
+    sched._schedule_reevalutation(0.05)
+    assert sched._open_jobs.acquire(timeout=2)

@@ -16,7 +16,7 @@ EXPERIMENT = Experiment(
     figures=("dataloader_throughput", "dataloader_stall"),
     extra_columns=(
         Column("data_stall_pct", "data stall", "%"),
-        Column("first_epoch_s", "first epoch", "s", in_table=False),
+        Column("first_epoch_s", "first (short) warm-up epoch", "s", in_table=False),
     ),
     flags=(Flag("worker_warning", "worker warning", "text"),),
     free_params=frozenset({"warmup_epochs"}),

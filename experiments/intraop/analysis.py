@@ -86,7 +86,8 @@ def headlines(ctx: Context) -> list[dict]:
             best = winner(sub)
             gain = f" ({fmt_transfer(best)})" if best is not None and int(best["threads"]) != 1 else ""
             if best is not None and bool(best.get("oversubscribed")):  # more threads than CPUs won: say so
-                gain += f", oversubscribed: more threads than the {cpus_text(ctx.host.get('available_cpus'))} available"
+                cpus = cpus_text(ctx.host.get("available_cpus"))
+                gain = f" threads on {cpus} available, oversubscribed{gain}"
             answer = f"{int(best['threads'])}{gain}" if best is not None else "no clear winner"
             answer += unranked_text(sub, best, _threads, short=True)
             parts.append(f"{workload}: {answer}")

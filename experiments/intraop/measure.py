@@ -3,7 +3,7 @@
 Workloads (``workload``):
 
 * ``matmul``: ``a @ b`` with two ``matmul_size`` x ``matmul_size`` float32 matrices;
-  metric ``gflop_per_s`` = 2 n^3 x iterations / wall time / 1e9 (the standard 2n^3 flop count
+  metric ``gflop_per_s`` = 2 n^3 x calls / wall time / 1e9 (the standard 2n^3 flop count
   of a dense square matrix product).
 * ``matmul_bf16``: the same product in bfloat16, the CPU training and inference dtype of
   Intel's AMX and AVX512_BF16 and of ``torch.autocast("cpu")``. Only CPUs with native bf16
@@ -68,7 +68,7 @@ class Params(Declared):
         min=1,
         per_key=True,
         config={"matmul": 20, "matmul_bf16": 20, "mlp": 50, "tiny": 2000},
-        help="timed iterations per repeat, per workload",
+        help="timed calls per repeat, per workload, at least (more where they take under min_window_s)",
         quick={"matmul": 8, "matmul_bf16": 8, "mlp": 20, "tiny": 200},
     )
     # Two untimed calls after the thread count changes. On an AMD EPYC VM the first call after a
@@ -150,7 +150,7 @@ class Runner:
         self.calls = calls_per_window(self.fn, params)
 
     def once(self) -> Measured:
-        """Set the threads (interleaved points use other counts), warm up, time ``iterations`` calls."""
+        """Set the threads (interleaved points use other counts), warm up, time ``self.calls`` calls."""
         p = self.params
         info = set_torch_threads(p.threads, inter_op=1)
         for _ in range(p.warmup):  # untimed: lets a resized thread pool settle
