@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.capacity import STEAL_PCT
+from lab.sampler import OTHER_MIN_PCT
 from lab.window import CONTENDED_PCT
 
 
@@ -200,8 +201,6 @@ def _unnamed(w: pd.DataFrame, contended: pd.Series, wall: pd.Series) -> dict:
     ``unnamed_short_windows``: those under :data:`SHORT_WINDOW_S` long (measured on an idle
     2-vCPU VM: 41% of its windows under 0.1 s read contended naming no process, 2% of those of
     0.3-1 s, none over 1 s)."""
-    from lab.sampler import OTHER_MIN_PCT
-
     if "top_other_cpu_pct" not in w:
         return {"unnamed_windows": 0, "unnamed_short_windows": 0}
     top = pd.to_numeric(w["top_other_cpu_pct"], errors="coerce")  # NaN: a job from before the column

@@ -20,7 +20,7 @@ import pandas as pd
 import yaml
 
 from analysis.capacity import cpus_text
-from analysis.findings import bound
+from analysis.findings import INTERVALS, bound, interval
 from analysis.tables import read_table
 from lab import registry
 from lab.declare import point_label
@@ -144,9 +144,8 @@ def _measured_cells(spec, r: pd.Series) -> list[str]:
     sp = _fmt(r["speedup"], 3) + "x" if math.isfinite(r["speedup"]) else ""
     if math.isfinite(r.get("speedup_ci_low", float("nan"))):
         sp += f" ({bound(r['speedup_ci_low'])}-{bound(r['speedup_ci_high'])})"
-    lo, hi = r.get("speedup_rerun_low", math.nan), r.get("speedup_rerun_high", math.nan)
-    has = math.isfinite(lo) and math.isfinite(hi) and r.get("speedup_source") != "baseline"
-    rerun = f"{bound(lo)}-{bound(hi)}" if has else ""
+    iv = interval(r, "rerun") if r.get("speedup_source") != "baseline" else None
+    rerun = f"{bound(iv[0])}-{bound(iv[1])}" if iv else ""
     row = [str(int(r["n"])), _fmt(r["median"]), _fmt(r["iqr"]), ci, _fmt(r.get("baseline_median")), sp, rerun]
     if spec.parallel_units:
         row.append(f"{r['parallel_efficiency']:.0%}" if math.isfinite(r["parallel_efficiency"]) else "")
@@ -294,7 +293,7 @@ def build_context(host_dir: str | Path, experiments: list[str]) -> dict:
         "available_cpus_text": cpus_text(host.get("available_cpus")),
         "environment": environment_rows(host) + interpreter_rows(interps) + user_env_rows(env, interps),
         "headlines": glance,
-        "rerun_intervals": any("rerun interval" in h["answer"] for h in glance),
+        "rerun_intervals": any(INTERVALS["rerun"] in h["answer"] for h in glance),
         "parallel_info": host.get("torch_parallel_info", ""),
         "generated": now.strftime("%Y-%m-%d %H:%M UTC"),
         "experiments": exps,
