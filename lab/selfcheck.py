@@ -8,8 +8,14 @@ Two windows per repeat, on a target whose CPU use is known:
   CLOCK_PROCESS_CPUTIME_ID). On a machine that delivers a whole CPU that is
   ``100 / available CPUs`` %; on a VM whose vCPU is shared (steal time) or under other load it
   is less, and the sampler must read the lower value, not the ideal one;
-* ``idle``: the main thread sleeps for ``duration_s``: the tree uses about nothing, and the
-  sampler's own CPU time (``sampler_cpu_pct``, % of one CPU) is its cost at ``sample_hz``.
+* ``idle``: for ``duration_s`` the main thread wakes ``sample_hz`` times a second and reads
+  ``/proc/stat`` and ``/proc/self/stat`` once each time, the least a sampler can do per sample,
+  and otherwise sleeps: the tree uses about nothing, and the sampler's own CPU time (``sampler_cpu_pct``, % of one
+  CPU) is its cost at ``sample_hz``. The main thread's CPU time per wake-up (``wake_read_ms``)
+  is what this machine charges for that least, measured beside the sampler in the same window:
+  on a VM, waking an idle vCPU costs far more than the work (0.08 ms for a whole sample in a
+  hot loop, 0.8-1.6 ms woken 40 times a second, on the 2-vCPU Xeon VM), and it moves with the
+  host, so the sampler's cost is judged against it (:mod:`analysis.fidelity`).
 
 The report's "Can these numbers be trusted?" section compares both with expectations.
 """
@@ -48,6 +54,13 @@ COLUMNS = {
         "% (0-100) of the available CPUs",
     ),
     "samples": Col("int", "number of `tree` samples in the window", "samples"),
+    "wake_read_ms": Col(
+        "float",
+        "`idle` only (`nan` for `busy`): the main thread's CPU time per wake-up, waking `sample_hz` times a second"
+        " and reading /proc/stat and /proc/self/stat once each time: this machine's cost of the least a sampler"
+        " can do per sample",
+        "ms",
+    ),
 }
 
 
@@ -62,7 +75,10 @@ class Params(Declared):
     """
 
     load: Literal["busy", "idle"] = param(
-        "busy", help="busy: the main thread loops; idle: it sleeps (the job measures both)", in_config=False
+        "busy",
+        help="busy: the main thread loops; idle: it sleeps but for two /proc reads at the sample rate"
+        " (the job measures both)",
+        in_config=False,
     )
     duration_s: float = param(1.0, min=0.2, unit="s", help="length of each window", quick=0.5)
     repeats: int = repeats_field(3, help="windows of each load")
@@ -74,8 +90,28 @@ class Params(Declared):
 SECTION = Section("selfcheck", "self-check of the CPU sampler (busy and idle windows)", Params, __file__, COLUMNS)
 
 
+#: What the least of samplers reads per sample: the machine's CPU times and its target's.
+READS = ("/proc/stat", "/proc/self/stat")
+
+
+def wake_and_read(duration_s: float, hz: float) -> int:
+    """Sleep for ``duration_s`` (s) but wake ``hz`` times a second to read :data:`READS` once.
+
+    Returns:
+        The number of wake-ups (``int(duration_s * hz)``, at least 1).
+    """
+    n = max(1, int(duration_s * hz))
+    start = time.monotonic()
+    for i in range(1, n + 1):
+        time.sleep(max(0.0, start + i / hz - time.monotonic()))
+        for path in READS:
+            with open(path, "rb") as fh:
+                fh.read()
+    return n
+
+
 class Runner:
-    """Busy-loops or sleeps for one window."""
+    """Busy-loops, or sleeps but for a read at the sample rate, for one window."""
 
     def __init__(self, params: Params, meter: Meter) -> None:
         self.params, self.meter = params, meter
@@ -83,13 +119,13 @@ class Runner:
     def once(self) -> Measured:
         p = self.params
         with self.meter.window() as win:
-            cpu0 = time.process_time()
+            cpu0, wakes = time.process_time(), 0
             if p.load == "busy":
                 end = time.perf_counter() + p.duration_s
                 while time.perf_counter() < end:
                     pass
             else:
-                time.sleep(p.duration_s)
+                wakes = wake_and_read(p.duration_s, p.sample_hz)
             cpu_s = time.process_time() - cpu0
         ncpu = self.meter.ncpu
         tree = [v for _, s, v in win.samples if s == "tree"]
@@ -98,6 +134,7 @@ class Runner:
             "expected_tree_pct": 100.0 / ncpu if p.load == "busy" else 0.0,
             "process_cpu_pct": 100.0 * cpu_s / (win.wall_s * ncpu) if win.wall_s > 0 else float("nan"),
             "samples": len(tree),
+            "wake_read_ms": 1e3 * cpu_s / wakes if wakes else float("nan"),
         }
         return Measured(win, row)
 
@@ -112,7 +149,8 @@ def run(params: Params, baseline: Params | None = None) -> RunResult:
         Rows with ``sampler_tree_pct`` (mean of the sampler's tree series, 0-100),
         ``expected_tree_pct`` (the ideal: one whole CPU when busy), ``process_cpu_pct`` (the
         process's own CPU time over the window, % of the available CPUs), ``samples`` (tree
-        samples in the window), ``sampler_cpu_pct`` (the sampler's own CPU, % of one CPU),
+        samples in the window), ``wake_read_ms`` (idle: the machine's cost per wake-up of the least a
+        sampler does, ms), ``sampler_cpu_pct`` (the sampler's own CPU, % of one CPU),
         ``cpu_util_pct`` and ``interference_pct``.
     """
     return interleave(Runner, params, baseline)

@@ -320,6 +320,15 @@ def test_fidelity_verdicts(tmp_path):
     assert t.loc["matmul GFLOP/s: 2 threads over 1", "verdict"] == "warn"  # 1.2 < 1.5
     assert t.loc["sampler: one busy-looping process", "verdict"] == "pass"
     assert t.loc["sampler's own cost at 10 Hz", "verdict"] == "pass"
+    assert "ms per sample" not in t.loc["sampler's own cost at 10 Hz", "reason"]  # no floor measured: no clause
+    # 4% of a CPU at 10 Hz is 4 ms per sample: over the goal, and given beside the machine's floor
+    floor = sc.assign(sampler_cpu_pct=[3.0] * 3 + [4.0] * 3, wake_read_ms=[np.nan] * 3 + [1.2, 1.5, 1.3])
+    row = checks({}, floor, ncpu=2, sample_hz=10).set_index("check").loc["sampler's own cost at 10 Hz"]
+    assert row["verdict"] == "warn" and row["measured"] == 4.0
+    assert row["reason"].endswith(
+        ": 4.00 ms per sample, where waking 10 times a second to read two /proc files cost this machine"
+        " 1.30 ms per wake-up, measured beside it"
+    ), row["reason"]
     # a VM that gave the loop 54% of a CPU: the sampler is judged against the kernel's account
     stolen = sc.assign(sampler_tree_pct=[29.0] * 3 + [0.1] * 3, process_cpu_pct=[27.0] * 3 + [0.0] * 3)
     row = (

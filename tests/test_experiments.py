@@ -469,6 +469,14 @@ def test_cli_baseline_rows_carry_baseline_params(tmp_path):
     assert bad.returncode == 2 and "nosuch=1" in bad.stderr
 
 
+#: How many times the least a sampler does per sample (wake up, read /proc/stat and
+#: /proc/self/stat) the sampler may cost. Measured side by side in the same windows on the
+#: 2-vCPU AMX Xeon VM: 2.2-4.9 times, at 10 Hz (2.5-4.2 ms against 0.85-1.6 ms) and at 40 Hz
+#: (1.0-1.6 ms against 0.21-0.45 ms). The whole-machine scan of the edge counters (all of
+#: /proc/*/stat) leaking into every sample would cost several times that.
+SAMPLER_OVER_FLOOR_MAX = 8.0
+
+
 def test_selfcheck_sampler_reads_known_load_and_costs_little():
     from lab import selfcheck
 
@@ -488,7 +496,10 @@ def test_selfcheck_sampler_reads_known_load_and_costs_little():
         assert r["samples"] >= 4
     for r in idle:
         assert r["sampler_tree_pct"] < 5
-        assert r["sampler_cpu_pct"] < 5  # measured cost, % of one CPU; the 1% goal is a fidelity check
+        # its cost per sample, judged against what this machine charged in the same window for
+        # waking at the same rate to read two /proc files (the goal, 1 ms, is a fidelity check)
+        per_sample_ms = 10 * r["sampler_cpu_pct"] / selfcheck.Params().sample_hz
+        assert 0 < r["wake_read_ms"] and per_sample_ms <= SAMPLER_OVER_FLOOR_MAX * r["wake_read_ms"], r
 
 
 def test_thread_mismatch_fails_naming_both_values(monkeypatch):

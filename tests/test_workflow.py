@@ -285,11 +285,12 @@ STRICT = ("sleep loop", "sampler: one busy", "Convoy")
 #: sequential ranged from 0.696x to 1.07x against a 0.70x lower bound. There the verdict is a
 #: finding about the host, and the test checks it is consistent with the numbers.
 HOST_DEPENDENT = ("threads over sequential", "processes over sequential", "matmul GFLOP/s", "sampler's own cost")
-#: The sampler's own cost at 40 Hz: 2.0-2.7% of a CPU on the Xeon VM, 3.0-4.1% on the AMD EPYC
-#: VM (about 0.9 ms per sample, of which a hot loop of the same calls spends 0.23 ms: the rest is
-#: waking up 40 times a second). Its verdict follows its 1 ms-per-sample budget; the test also
-#: bounds it, so that work leaking into the windows (the edge counters) would still fail it.
-SAMPLER_COST_MAX_PCT = 6.0
+#: The sampler's own cost per sample may be at most this many times what the machine charged
+#: beside it for waking at the same rate and reading two /proc files (``wake_read_ms``; tests/
+#: test_experiments.py gives the measured range, 2.2-4.9 times). Its verdict follows its 1 ms
+#: goal, a finding about the host; the test also bounds it, so that work leaking into the windows
+#: (the edge counters) would still fail it on any host.
+SAMPLER_OVER_FLOOR_MAX = 8.0
 
 
 @pytest.mark.slow
@@ -311,7 +312,10 @@ def test_fidelity_checks(quick_run):
                 bounds = [float(x.strip(" x")) for x in r["expected"].split(" to ")]
                 inside = bounds[0] <= r["measured"] <= bounds[1]
             elif "own cost" in r["check"]:
-                assert r["measured"] < SAMPLER_COST_MAX_PCT, r.to_dict()
+                idle = pd.read_csv(quick_run / "results" / "e2e" / "selfcheck" / "metrics.csv").query("load == 'idle'")
+                per_sample_ms = 10 * r["measured"] / idle["sample_hz"].iloc[0]
+                assert per_sample_ms <= SAMPLER_OVER_FLOOR_MAX * idle["wake_read_ms"].median(), r.to_dict()
+                assert f"{per_sample_ms:.2f} ms per sample" in r["reason"], r.to_dict()
                 bounds = [float(r["expected"].split("%")[0].strip("< "))]
                 inside = r["measured"] < bounds[0]
             else:  # ">= 1.39x" or ">= 1.39x (70% of the 1.99 CPUs delivered)"
