@@ -342,3 +342,21 @@ def test_the_import_graph_has_no_cycle_the_registry_included():
     assert not [
         m for m, deps in graph.items() if m.startswith("analysis") and any(d.startswith("report") for d in deps)
     ]
+
+
+#: The session fixtures that run the whole pipeline (minutes each): a test that asks for one is
+#: an end-to-end test, and ``python -m pytest -m "not slow"`` (the README's fast tests) must not
+#: start it.
+END_TO_END_FIXTURES = {"quick_run", "side_runs", "interpreters_run"}
+
+
+def test_every_test_of_an_end_to_end_run_is_marked_slow():
+    unmarked = []
+    for path in sorted((ROOT / "tests").glob("test_*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if not (isinstance(node, ast.FunctionDef) and node.name.startswith("test_")):
+                continue
+            runs = {a.arg for a in node.args.args} & END_TO_END_FIXTURES
+            if runs and not any("slow" in ast.unparse(d) for d in node.decorator_list):
+                unmarked.append(f"{path.name}::{node.name} ({', '.join(sorted(runs))})")
+    assert not unmarked, f"mark these @pytest.mark.slow: {unmarked}"

@@ -90,6 +90,7 @@ def test_the_prose_of_the_markdown_report_shows_dunder_names_as_text(quick_run):
     assert not any(re.search(r"(?<!\\)__getitem__", re.sub(r"`[^`]*`", "", ln)) for ln in prose)
 
 
+@pytest.mark.slow
 def test_an_experiment_is_one_folder_and_a_config_section(quick_run):
     """The fixture experiment (tests/fixtures/nap), added to the checkout as experiments/nap/
     with a nap: config section and nothing else, ran to its CSVs, summary, figure, findings and
