@@ -34,6 +34,16 @@ def test_the_probe_reads_one_cpu_and_all_of_them():
     assert 0 < np.median([r["delivered_cpus"] for r in readings]) <= NCPU * 1.1
 
 
+def test_the_probes_loop_runs_at_one_speed_from_its_first_reading_on():
+    """The fixed-work loop must not speed up as its interpreter warms up (CPython 3.11 specialises
+    a function after 8 calls, about 1.6x faster here; see lab.probe.WARM_CALLS). Judged against
+    the same probe's own readings, half a second apart: the machine's speed moves over minutes."""
+    with probe.Probe(NCPU, 5) as p:
+        rates = [p.measure()["capacity_1cpu_per_s"] for _ in range(12)]
+    first, last = np.median(rates[:3]), np.median(rates[-4:])
+    assert 0.8 < last / first < 1.25, [round(r / 1e6, 1) for r in rates]
+
+
 def test_a_busy_stranger_lowers_what_the_probe_sees_delivered():
     """Physics the probe must see: a process that keeps one CPU busy leaves the others; with
     all CPUs asked for, the delivered CPUs drop by about one (judged against a reading without
