@@ -10,12 +10,13 @@ Two windows per repeat, on a target whose CPU use is known:
   is less, and the sampler must read the lower value, not the ideal one;
 * ``idle``: for ``duration_s`` the main thread wakes ``sample_hz`` times a second and reads
   ``/proc/stat`` and ``/proc/self/stat`` once each time, the least a sampler can do per sample,
-  and otherwise sleeps: the tree uses about nothing, and the sampler's own CPU time (``sampler_cpu_pct``, % of one
-  CPU) is its cost at ``sample_hz``. The main thread's CPU time per wake-up (``wake_read_ms``)
-  is what this machine charges for that least, measured beside the sampler in the same window:
-  on a VM, waking an idle vCPU costs far more than the work (0.08 ms for a whole sample in a
-  hot loop, 0.8-1.6 ms woken 40 times a second, on the 2-vCPU Xeon VM), and it moves with the
-  host, so the sampler's cost is judged against it (:mod:`analysis.fidelity`).
+  and otherwise sleeps: the tree uses about nothing, and the sampler's own CPU time
+  (``sampler_cpu_pct``, % of one CPU) is its cost at ``sample_hz``. The main thread's CPU time
+  per wake-up (``wake_read_ms``) is what this machine charges for that least, measured beside
+  the sampler in the same window: on a VM, waking an idle vCPU costs far more than the work
+  (0.08 ms for a whole sample in a hot loop, 1.0-1.6 ms woken 40 times a second and 2.5-4.2 ms
+  woken 10 times, on the 2-vCPU Xeon VM), and it moves with the host, so the sampler's cost is
+  judged against it (:mod:`analysis.fidelity`).
 
 The report's "Can these numbers be trusted?" section compares both with expectations.
 """
@@ -94,20 +95,24 @@ SECTION = Section("selfcheck", "self-check of the CPU sampler (busy and idle win
 READS = ("/proc/stat", "/proc/self/stat")
 
 
-def wake_and_read(duration_s: float, hz: float) -> int:
+def wake_and_read(duration_s: float, hz: float) -> float:
     """Sleep for ``duration_s`` (s) but wake ``hz`` times a second to read :data:`READS` once.
 
     Returns:
-        The number of wake-ups (``int(duration_s * hz)``, at least 1).
+        The CPU time of this process per wake-up (ms; ``time.process_time`` over the
+        ``int(duration_s * hz)`` wake-ups), NaN where ``duration_s`` holds none (``hz`` below
+        ``1 / duration_s``). The call lasts ``duration_s`` either way.
     """
-    n = max(1, int(duration_s * hz))
-    start = time.monotonic()
+    n = int(duration_s * hz)
+    start, cpu0 = time.monotonic(), time.process_time()
     for i in range(1, n + 1):
         time.sleep(max(0.0, start + i / hz - time.monotonic()))
         for path in READS:
             with open(path, "rb") as fh:
                 fh.read()
-    return n
+    per_wake_ms = 1e3 * (time.process_time() - cpu0) / n if n else float("nan")
+    time.sleep(max(0.0, start + duration_s - time.monotonic()))
+    return per_wake_ms
 
 
 class Runner:
@@ -119,13 +124,13 @@ class Runner:
     def once(self) -> Measured:
         p = self.params
         with self.meter.window() as win:
-            cpu0, wakes = time.process_time(), 0
+            cpu0, wake_read_ms = time.process_time(), float("nan")
             if p.load == "busy":
                 end = time.perf_counter() + p.duration_s
                 while time.perf_counter() < end:
                     pass
             else:
-                wakes = wake_and_read(p.duration_s, p.sample_hz)
+                wake_read_ms = wake_and_read(p.duration_s, p.sample_hz)
             cpu_s = time.process_time() - cpu0
         ncpu = self.meter.ncpu
         tree = [v for _, s, v in win.samples if s == "tree"]
@@ -134,7 +139,7 @@ class Runner:
             "expected_tree_pct": 100.0 / ncpu if p.load == "busy" else 0.0,
             "process_cpu_pct": 100.0 * cpu_s / (win.wall_s * ncpu) if win.wall_s > 0 else float("nan"),
             "samples": len(tree),
-            "wake_read_ms": 1e3 * cpu_s / wakes if wakes else float("nan"),
+            "wake_read_ms": wake_read_ms,
         }
         return Measured(win, row)
 

@@ -469,6 +469,17 @@ def test_cli_baseline_rows_carry_baseline_params(tmp_path):
     assert bad.returncode == 2 and "nosuch=1" in bad.stderr
 
 
+def test_the_idle_windows_floor_lasts_its_window_at_any_rate():
+    from lab.selfcheck import wake_and_read
+
+    for hz, measured in ((40, True), (2, False)):  # 2 Hz: no wake-up fits 0.3 s
+        t = time.monotonic()
+        ms = wake_and_read(0.3, hz)
+        took = time.monotonic() - t
+        assert 0.3 <= took < 0.45, (hz, took)  # the window's length, not one period of 0.5 s
+        assert (ms > 0) if measured else np.isnan(ms), (hz, ms)
+
+
 #: How many times the least a sampler does per sample (wake up, read /proc/stat and
 #: /proc/self/stat) the sampler may cost. Measured side by side in the same windows on the
 #: 2-vCPU AMX Xeon VM: 2.2-4.9 times, at 10 Hz (2.5-4.2 ms against 0.85-1.6 ms) and at 40 Hz
