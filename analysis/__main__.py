@@ -270,6 +270,17 @@ def _runinfo_parser(sub) -> None:
     ri.add_argument("jobs", nargs="+", help="job.json of every measurement job")
 
 
+def _rate_hz(text: str) -> float:
+    """``--sample-hz``: a rate above 0 (samples/s); argparse names the option and the value otherwise."""
+    try:
+        hz = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r} (a rate in samples/s, above 0)") from None
+    if not hz > 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"{text} is not above 0 (a rate in samples/s, e.g. 10)")
+    return hz
+
+
 def _parser() -> argparse.ArgumentParser:
     names = list(registry.experiments())
     p = argparse.ArgumentParser(prog="python -m analysis", description=__doc__.splitlines()[0])
@@ -298,7 +309,9 @@ def _parser() -> argparse.ArgumentParser:
     fi = sub.add_parser("fidelity", help="compare measured ratios with theory (fidelity.csv)")
     fi.add_argument("--host-json", required=True)
     fi.add_argument("--selfcheck", default=None, help="selfcheck metrics.csv")
-    fi.add_argument("--sample-hz", type=float, required=True)
+    fi.add_argument(
+        "--sample-hz", type=_rate_hz, required=True, help="the run's CPU sampler rate (samples/s, > 0: sample_hz)"
+    )
     fi.add_argument("--out", required=True)
     fi.add_argument("summaries", nargs="*", help="results/<host>/<experiment>/summary.csv of the experiments run")
     _runinfo_parser(sub)

@@ -185,7 +185,8 @@ def wake_floor_text(idle: pd.DataFrame | None, cost_pct: float | None, sample_hz
         return ""
     floor_ms = float(np.median(idle["wake_read_ms"].dropna()))
     per_sample_ms = 10.0 * cost_pct / sample_hz
+    times = f"{per_sample_ms / floor_ms:.1f} times" if floor_ms > 0 else "against"
     return (
-        f": {per_sample_ms:.2f} ms per sample, where waking {sample_hz:g} times a second to read two /proc"
-        f" files cost this machine {floor_ms:.2f} ms per wake-up, measured beside it"
+        f": {per_sample_ms:.2f} ms per sample, {times} what waking {sample_hz:g} times a second to read two"
+        f" /proc files cost this machine ({floor_ms:.2f} ms per wake-up, measured beside it)"
     )
