@@ -185,6 +185,7 @@ class _Experiment:
         b = self.baseline
         mine, theirs = h.host.get("schema_version"), b.host.get("schema_version")
         if mine != theirs:
+            mine, theirs = (v if v is not None else "none recorded" for v in (mine, theirs))
             return f"results schema version {mine} on {h.name}, {theirs} on {b.name}"
         if k not in self.base_idx:
             return f"point measured on {h.name} only (not in {b.name}'s grid)"

@@ -117,6 +117,17 @@ def _experiment(d: Path, exp: str, c: pd.DataFrame, hosts: list[str], baseline: 
     }
 
 
+def schema_versions(hosts: list[dict]) -> list[str]:
+    """``["<host>: <version>", ...]`` where the hosts' results schema versions differ (``lab.
+    SCHEMA_VERSION`` in their host.json; "none recorded" without one), else ``[]``: every point
+    of a host whose version is not the baseline's is then not comparable, and the report says why
+    once rather than only point by point."""
+    versions = {h["name"]: (h.get("host") or {}).get("schema_version") for h in hosts}
+    if len(set(versions.values())) < 2:
+        return []
+    return [f"{name}: {v if v is not None else 'none recorded'}" for name, v in versions.items()]
+
+
 def build_compare_context(compare_dir: str | Path) -> dict:
     """The comparison report's data model.
 
@@ -124,7 +135,7 @@ def build_compare_context(compare_dir: str | Path) -> dict:
         ``hosts`` (name, cpus, cpu_model), ``baseline``, ``environment`` (columns, rows with a
         ``differs`` flag), ``experiments`` (name, title, table, figure, counts: those at least
         one host ran), ``not_run`` (the titles of the experiments of the comparison that no
-        host ran), ``best`` rows, ``generated``.
+        host ran), ``schema_versions`` (:func:`schema_versions`), ``best`` rows, ``generated``.
 
     Raises:
         FileNotFoundError: naming the missing comparison output.
@@ -162,6 +173,7 @@ def build_compare_context(compare_dir: str | Path) -> dict:
         "experiments": exps,
         "not_run": not_run,
         "not_comparable": meta.get("not_comparable", []),
+        "schema_versions": schema_versions(meta["hosts"]),
         "best": {
             "columns": ["experiment", "group", "host", "best", "speedup (95% CI)", "differs between hosts"],
             "rows": best_rows,

@@ -194,11 +194,35 @@ def test_cli_and_report(two_hosts, tmp_path, capsys):
     assert "0.50x (" in text and "slower" in text and "measured on one-cpu only" in text
     assert 'src="data:image/png;base64,' in text
     assert "| interpreter=default workload=cpu mode=processes workers=2 | one-cpu |" in md.read_text()
+    assert "versions of the lab's file formats" not in text  # one version: no note
     # a broken host is a one-line error naming the file, exit status 1
     (b / "host.json").write_text("{")
     assert analysis_main(args) == 1
     assert f"{b / 'host.json'}: not valid JSON" in capsys.readouterr().err
     pd.read_csv(out / "comparison.csv")  # the earlier output is intact
+
+
+def test_hosts_of_two_schema_versions_are_named_once_at_the_top(two_hosts, tmp_path):
+    a, b = two_hosts
+    host = json.loads((b / "host.json").read_text())
+    (b / "host.json").write_text(json.dumps({k: v for k, v in host.items() if k != "schema_version"}))
+    out = tmp_path / "compare"
+    assert (
+        analysis_main(
+            ["compare", "--baseline", "two-cpu", "--experiments", "gil", "--out-dir", str(out), str(a), str(b)]
+        )
+        == 0
+    )
+    reasons = pd.read_csv(out / "comparison.csv").query("host == 'one-cpu'")["reason"]
+    assert "results schema version none recorded on one-cpu, 1 on two-cpu" in reasons.tolist(), reasons.tolist()
+    assert not reasons.str.contains("None").any(), reasons.tolist()
+    figure = ["compare-figure", "gil", "--compare-dir", str(out), "--out", str(out / "figures/compare_gil.png")]
+    assert analysis_main(figure) == 0
+    html, md = out / "report.html", out / "report.md"
+    assert report_main(["--compare-dir", str(out), "--html", str(html), "--md", str(md)]) == 0
+    for text in (html.read_text(), md.read_text()):
+        head = text.split("Contents")[0]  # stated once, before the sections
+        assert "different versions of the lab's file formats (two-cpu: 1, one-cpu: none recorded;" in head
 
 
 def test_two_runs_of_one_machine_compare_at_equal_core_speed(tmp_path):
