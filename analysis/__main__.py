@@ -29,6 +29,7 @@ from analysis.tables import DataError, read_table
 from lab import registry
 from lab.fileio import output_dir_problem, output_file_problem, read_json_object, write_frame, write_json, write_text
 from lab.host import Host
+from lab.params import declaration, sample_hz_field
 
 
 def cmd_summarise(args) -> int:
@@ -271,13 +272,13 @@ def _runinfo_parser(sub) -> None:
 
 
 def _rate_hz(text: str) -> float:
-    """``--sample-hz``: a rate above 0 (samples/s); argparse names the option and the value otherwise."""
+    """``--sample-hz``: a number within the bounds every ``Params`` declares for its
+    ``sample_hz`` (:func:`lab.params.sample_hz_field`); argparse names the option otherwise."""
     try:
         hz = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r} (a rate in samples/s, above 0)") from None
-    if not hz > 0:  # NaN too
-        raise argparse.ArgumentTypeError(f"{text} is not above 0 (a rate in samples/s, e.g. 10)")
+        declaration(sample_hz_field()).check("sample_hz", hz)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc) if "sample_hz" in str(exc) else f"not a number: {text!r}") from None
     return hz
 
 
@@ -310,7 +311,7 @@ def _parser() -> argparse.ArgumentParser:
     fi.add_argument("--host-json", required=True)
     fi.add_argument("--selfcheck", default=None, help="selfcheck metrics.csv")
     fi.add_argument(
-        "--sample-hz", type=_rate_hz, required=True, help="the run's CPU sampler rate (samples/s, > 0: sample_hz)"
+        "--sample-hz", type=_rate_hz, required=True, help="the run's CPU sampler rate (samples/s, config sample_hz)"
     )
     fi.add_argument("--out", required=True)
     fi.add_argument("summaries", nargs="*", help="results/<host>/<experiment>/summary.csv of the experiments run")
