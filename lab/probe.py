@@ -113,9 +113,15 @@ class Probe:
             subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
             for _ in range(ncpu)
         ]
+        self.iterations = 0  # calibrated by the first reading (:meth:`calibrate`)
+
+    def calibrate(self) -> None:
+        """Set the loop's iterations so that one loop on one CPU takes ``probe_ms``, from one
+        loop of :data:`CALIBRATE_ITERATIONS`. :meth:`measure` calls it before its first reading:
+        a probe started while other processes set up (:mod:`lab.turns`) calibrates alone."""
         self.iterations = CALIBRATE_ITERATIONS
         rate = self._rate(1)[0]
-        self.iterations = max(1000, int(rate * probe_ms / 1000))
+        self.iterations = max(1000, int(rate * self.probe_ms / 1000))
 
     def __enter__(self) -> Probe:
         return self
@@ -154,6 +160,8 @@ class Probe:
             ``probe_s`` (wall time the probe took, s).
         """
         t = time.perf_counter()
+        if not self.iterations:
+            self.calibrate()
         one, _ = self._rate(1)
         ks = sorted(({min(max(1, int(k)), self.ncpu) for k in levels} | {self.ncpu}) - {1})
         at = {1: 1.0}

@@ -387,3 +387,12 @@ def test_short_cmdline_names_another_directory(tmp_path):
     assert long_.endswith(f" [in ...{str(deep)[-CWD_CHARS + 3 :]}]") and "d" * 40 in long_
     assert root == same == f"{Path(sys.executable).name} -c import time; time.sleep(30)"
     assert short_cmdline(procs[0].pid, "python") == "python"  # gone: its name
+
+
+def test_the_probe_calibrates_its_loop_at_its_first_reading_not_when_it_starts():
+    """A worker's probe starts while other workers set up (lab/turns.py): calibrated then, its
+    loop would take a length the contention chose. It calibrates when the first reading is asked."""
+    with probe.Probe(1, 10) as p:
+        assert p.iterations == 0
+        p.measure()
+        assert p.iterations >= 1000
