@@ -14,6 +14,7 @@ import typing
 from collections.abc import Callable
 
 from lab import probe as probe_mod
+from lab import turns
 from lab.rounds import Rounds
 from lab.window import Meter, Window
 
@@ -162,7 +163,8 @@ def interleave(
     baseline, point for odd ``r`` (A B B A ...), so that slow drift of a shared machine
     (timings here move by up to 30% between runs) affects both alike and cancels out of their
     ratio, as in asv's rounds and pyperf's worker processes. Without a baseline, or when the
-    point is its own baseline, only the point is measured.
+    point is its own baseline, only the point is measured. A worker process of
+    :func:`lab.workers.run_workers` waits, set up, for its turn (:func:`lab.turns.await_turn`).
 
     Before each round, where ``rounds.probe_ms`` is above 0, the capacity probe
     (:mod:`lab.probe`) measures what the machine delivers: its columns
@@ -186,31 +188,37 @@ def interleave(
                 runners.append(("baseline", baseline, make_runner(baseline, meter)))
             for _, _, runner in runners:
                 getattr(runner, "warm_up", lambda: None)()  # optional (see Runner)
-            asked = {role: _cpus_asked(p) for role, p, _ in runners}
             if rounds.probe_ms > 0:
                 probe = probe_mod.Probe(meter.ncpu, rounds.probe_ms)
-            result = RunResult()
-            seen: dict[str, list[float]] = {"point": [], "baseline": []}
-            t0, r, stopped = time.perf_counter(), 0, None
-            while stopped is None:
-                reading = probe.measure(asked.values()) if probe is not None else None
-                for role, p, runner in runners if r % 2 == 0 else runners[::-1]:
-                    m = runner.once()
-                    cap = probe_mod.row_columns(reading, asked[role], meter.ncpu) if reading else {}
-                    result.add_window(r, m.win, role=role, params=p if role == "baseline" else None, **m.row, **cap)
-                    result.spans.extend({"repeat": r, "role": role, **s} for s in m.spans)
-                    seen[role].append(float(m.row.get(rounds.metric, math.nan)) if rounds.metric else math.nan)
-                r += 1
-                stopped = rounds.decide(r, time.perf_counter() - t0, seen["point"], seen["baseline"])
-            result.rounds = rounds.record(r, stopped, time.perf_counter() - t0, seen["point"], seen["baseline"])
-            for row in result.rows:  # a fact of the job, on each of its rows like available_cpus
-                row["rounds_stopped"] = stopped
-            return result
+            return _measure_rounds(runners, turns.await_turn(rounds), probe, meter.ncpu)
         finally:
             for _, _, runner in runners:
                 runner.close()
             if probe is not None:
                 probe.close()
+
+
+def _measure_rounds(runners: list[tuple[str, typing.Any, Runner]], rounds: Rounds, probe, ncpu: int) -> RunResult:
+    """The rounds of :func:`interleave`, its runners set up and warmed up, ``probe`` (a
+    :class:`lab.probe.Probe` or None) started."""
+    asked = {role: _cpus_asked(p) for role, p, _ in runners}
+    result = RunResult()
+    seen: dict[str, list[float]] = {"point": [], "baseline": []}
+    t0, r, stopped = time.perf_counter(), 0, None
+    while stopped is None:
+        reading = probe.measure(asked.values()) if probe is not None else None
+        for role, p, runner in runners if r % 2 == 0 else runners[::-1]:
+            m = runner.once()
+            cap = probe_mod.row_columns(reading, asked[role], ncpu) if reading else {}
+            result.add_window(r, m.win, role=role, params=p if role == "baseline" else None, **m.row, **cap)
+            result.spans.extend({"repeat": r, "role": role, **s} for s in m.spans)
+            seen[role].append(float(m.row.get(rounds.metric, math.nan)) if rounds.metric else math.nan)
+        r += 1
+        stopped = rounds.decide(r, time.perf_counter() - t0, seen["point"], seen["baseline"])
+    result.rounds = rounds.record(r, stopped, time.perf_counter() - t0, seen["point"], seen["baseline"])
+    for row in result.rows:  # a fact of the job, on each of its rows like available_cpus
+        row["rounds_stopped"] = stopped
+    return result
 
 
 def _cpus_asked(params) -> int:

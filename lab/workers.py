@@ -1,4 +1,4 @@
-"""A job's rounds split over worker processes, one after the other, as pyperf does.
+"""A job's rounds split over worker processes that measure one after the other, as pyperf does.
 
 Measured here (``benchmarks/between_processes.py``, docs/benchmarks.md "Honest intervals"): the
 median speedup of a point can differ between processes that measure it back to back by more
@@ -15,7 +15,9 @@ point's rounds in :attr:`lab.rounds.Rounds.workers` processes (config
 (:func:`analysis.stats.worker_scale`).
 
 Each worker is a ``fork`` of the job's process made before the experiment's ``run`` sets
-anything up, so every worker imports torch, builds its model and warms up on its own. Rows
+anything up, so every worker builds its model and warms up on its own. The workers are forked
+together and set up at the same time; then they measure one after the other, each alone on the
+machine (:mod:`lab.turns`), so a job of ``W`` workers holds ``W`` set-ups in memory at once. Rows
 carry ``worker`` (0-based); ``repeat`` keeps counting across workers, so (point, repeat) stays
 unique and rounds stay in time order.
 """
@@ -28,6 +30,7 @@ import sys
 import traceback
 from collections.abc import Callable
 
+from lab import turns
 from lab.host import set_parent_death_signal
 from lab.results import RunResult
 from lab.rounds import Rounds
@@ -39,42 +42,110 @@ class WorkerError(RuntimeError):
 
 def _child(conn, fn: Callable[[], RunResult]) -> None:
     set_parent_death_signal(signal.SIGTERM)
+    turns.enter(conn)
     try:
-        conn.send(("ok", fn()))
+        msg = ("ok", fn())
+    except turns.TurnStopped:
+        msg = ("stopped", None)
     except BaseException:  # noqa: BLE001 - the parent reports whatever ended the worker
-        conn.send(("error", traceback.format_exc()))
+        msg = ("error", traceback.format_exc())
+    try:
+        conn.send(msg)
+    except OSError:  # the parent is gone or stopped listening: nothing left to tell
+        pass
     finally:
         conn.close()
 
 
-def in_worker(fn: Callable[[], RunResult]) -> RunResult:
-    """Run ``fn`` in a forked process and return its result.
+class _Worker:
+    """One forked worker process and the parent's end of its pipe (see :mod:`lab.turns`)."""
+
+    def __init__(self, fn: Callable[[], RunResult]) -> None:
+        ctx = multiprocessing.get_context("fork")
+        self.conn, theirs = ctx.Pipe(duplex=True)
+        self.proc = ctx.Process(target=_child, args=(theirs, fn))
+        self.proc.start()
+        theirs.close()
+
+    def recv(self) -> tuple[str, object]:
+        """The worker's next message: ``("ready", None)``, ``("ok", RunResult)``, ``("error",
+        traceback)``, or ``("died", None)`` where it ended without one."""
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError):
+            return "died", None
+
+    def result(self, msg: tuple[str, object]) -> RunResult:
+        """The :class:`RunResult` of a final message.
+
+        Raises:
+            WorkerError: for a worker that failed or died (its traceback printed to stderr).
+        """
+        kind, payload = msg
+        if kind == "ok":
+            return payload
+        self.proc.join(timeout=5)
+        if kind == "error":
+            print(payload, file=sys.stderr, end="")
+            raise WorkerError(f"worker process failed: {payload.strip().splitlines()[-1]}")
+        raise WorkerError(f"worker process died with exit code {self.proc.exitcode}")
+
+    def end(self) -> None:
+        """Stop the worker if it still waits for its turn, and reap it (killed after 10 s)."""
+        if self.proc.is_alive():
+            try:
+                self.conn.send(("stop", None))
+            except OSError:
+                pass
+        self.proc.join(timeout=10)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+        self.conn.close()
+
+
+def run_in_turn(
+    fns: list[Callable[[], RunResult]], policy: Callable[[int, list[RunResult]], Rounds]
+) -> list[RunResult]:
+    """Fork one worker per function at once; when all are ready (:func:`lab.turns.await_turn`),
+    let them measure one after the other, worker ``w`` with ``policy(w, results so far)``.
+
+    Returns:
+        The workers' results, in order; just the first one where a worker returned without
+        waiting for its turn and measured no rounds (a skipped point): the others are stopped.
 
     Raises:
-        WorkerError: naming the last line of the worker's traceback (printed in full to
-            stderr), or its exit code if it died without one.
+        WorkerError: for a worker that failed or died (the others are stopped), or one that
+            measured rounds without waiting for its turn.
     """
-    ctx = multiprocessing.get_context("fork")
-    recv, send = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(send, fn))
-    proc.start()
-    send.close()
+    workers = [_Worker(fn) for fn in fns]
     try:
-        kind, payload = recv.recv()
-    except EOFError:
-        kind, payload = "died", None
-    proc.join()
-    if kind == "ok":
-        return payload
-    if kind == "error":
-        print(payload, file=sys.stderr, end="")
-        raise WorkerError(f"worker process failed: {payload.strip().splitlines()[-1]}")
-    raise WorkerError(f"worker process died with exit code {proc.exitcode}")
+        for w, worker in enumerate(workers):
+            msg = worker.recv()
+            if msg[0] != "ready":
+                alone = worker.result(msg)
+                if alone.rounds is not None and len(fns) > 1:
+                    raise WorkerError(f"worker process {w} measured rounds without waiting for its turn")
+                return [alone]
+        results: list[RunResult] = []
+        for w, worker in enumerate(workers):
+            worker.conn.send(("go", policy(w, results)))
+            results.append(worker.result(worker.recv()))
+        return results
+    finally:
+        for worker in workers:
+            worker.end()
 
 
 def _metric_values(result: RunResult, role: str, metric: str) -> list[float]:
     rows = sorted((r for r in result.rows if r.get("role") == role), key=lambda r: r["repeat"])
     return [float(r.get(metric, float("nan"))) for r in rows]
+
+
+def _values(result: RunResult, metric: str) -> tuple[list[float], list[float]]:
+    """The point's and the baseline's ``metric`` values, one per round in round order (empty
+    without a metric)."""
+    return tuple(_metric_values(result, role, metric) if metric else [] for role in ("point", "baseline"))
 
 
 def _merge(into: RunResult, part: RunResult, worker: int, offset: int) -> None:
@@ -85,12 +156,26 @@ def _merge(into: RunResult, part: RunResult, worker: int, offset: int) -> None:
         getattr(into, name).extend({**x, "repeat": x["repeat"] + offset} for x in getattr(part, name))
 
 
+def _pooled(parts: list[RunResult]) -> tuple[RunResult, int, float]:
+    """The workers' results so far in one :class:`RunResult` (rounds numbered on), their rounds
+    and their summed ``elapsed_s``."""
+    merged, done, elapsed = RunResult(), 0, 0.0
+    for w, part in enumerate(parts):
+        _merge(merged, part, w, done)
+        done += part.rounds["done"]
+        elapsed += part.rounds["elapsed_s"]
+        merged.outcome = part.outcome or merged.outcome
+    return merged, done, elapsed
+
+
 def run_workers(call: Callable[[Rounds], RunResult], rounds: Rounds) -> RunResult:
-    """Measure a point's rounds in ``rounds.workers`` processes, one after the other.
+    """Measure a point's rounds in ``rounds.workers`` processes: set up together, measured one
+    after the other (:mod:`lab.turns`).
 
     Args:
         call: runs the experiment with a policy (its ``run(params, baseline, rounds=...)``).
-        rounds: the job's policy; each worker gets :meth:`Rounds.for_worker`.
+        rounds: the job's policy; each worker gets :meth:`Rounds.for_worker`, with the rounds
+            of the workers before it, when its turn comes.
 
     Returns:
         The workers' results in one :class:`~lab.results.RunResult`: rows with
@@ -98,25 +183,25 @@ def run_workers(call: Callable[[Rounds], RunResult], rounds: Rounds) -> RunResul
         worker's ``stopped``, the summed ``elapsed_s`` and each worker's rounds
         (``per_worker``). A result without rounds (a skipped point) is returned as it is.
         With one worker, ``call`` runs in this process.
+
+    Raises:
+        WorkerError: for a worker that failed or died (see :func:`run_in_turn`).
     """
     if rounds.workers == 1:
         return call(rounds)
-    merged, done, elapsed, per_worker = RunResult(), 0, 0.0, []
-    for w in range(rounds.workers):
-        point = _metric_values(merged, "point", rounds.metric) if rounds.metric else []
-        base = _metric_values(merged, "baseline", rounds.metric) if rounds.metric else []
-        policy = rounds.for_worker(w, done, elapsed, point, base)
-        part = in_worker(lambda policy=policy: call(policy))
-        if part.rounds is None:  # nothing measured in rounds (skipped): that is the answer
-            return part
-        _merge(merged, part, w, done)
-        done += part.rounds["done"]
-        elapsed += part.rounds["elapsed_s"]
-        per_worker.append(part.rounds["done"])
-        merged.outcome = part.outcome or merged.outcome
-        stopped = part.rounds["stopped"]
+
+    def policy(w: int, parts: list[RunResult]) -> Rounds:
+        merged, done, elapsed = _pooled(parts)
+        return rounds.for_worker(w, done, elapsed, *_values(merged, rounds.metric))
+
+    forked = [rounds.for_worker(w, 0, 0.0, [], []) for w in range(rounds.workers)]
+    parts = run_in_turn([lambda p=p: call(p) for p in forked], policy)
+    if parts[0].rounds is None:  # nothing measured in rounds (skipped): that is the answer
+        return parts[0]
+    merged, done, elapsed = _pooled(parts)
+    stopped = parts[-1].rounds["stopped"]
     for row in merged.rows:
         row["rounds_stopped"] = stopped
-    values = [_metric_values(merged, role, rounds.metric) if rounds.metric else [] for role in ("point", "baseline")]
-    merged.rounds = rounds.record(done, stopped, elapsed, *values) | {"per_worker": per_worker}
+    per_worker = {"per_worker": [p.rounds["done"] for p in parts]}
+    merged.rounds = rounds.record(done, stopped, elapsed, *_values(merged, rounds.metric)) | per_worker
     return merged

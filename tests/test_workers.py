@@ -1,0 +1,130 @@
+"""Worker processes (lab/workers.py, lab/turns.py): set up together, measured one at a time.
+
+The runners here sleep instead of working, so the order of events is what is asserted, not
+the machine's speed: a set-up of 0.4 s sleeping takes 0.4 s on any CPU.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import time
+from pathlib import Path
+
+import pytest
+
+from lab import turns
+from lab.results import Measured, RunResult, interleave
+from lab.rounds import Rounds
+from lab.workers import WorkerError, run_workers
+
+SETUP_S = 0.4
+
+#: Set-ups started so far, shared by forked workers (the second to start fails with ``fail_second``).
+_STARTED = multiprocessing.get_context("fork").Value("i", 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Sleepy:
+    """A point whose set-up and windows sleep; with ``fail_second``, the second worker to start
+    its set-up fails; with ``windows_log``, every window appends a line to that file."""
+
+    window_s: float = 0.02
+    sample_hz: float = 20.0
+    repeats: int = 2
+    fail_second: bool = False
+    windows_log: str = ""
+
+
+class SleepyRunner:
+    """Sets up by sleeping ``SETUP_S``, measures by sleeping ``window_s``; keeps the times."""
+
+    def __init__(self, params: Sleepy, meter) -> None:
+        self.params, self.meter = params, meter
+        self.setup = (time.time(), None)
+        with _STARTED.get_lock():
+            _STARTED.value += 1
+            nth = _STARTED.value
+        if params.fail_second and nth == 2:
+            time.sleep(SETUP_S / 2)
+            raise RuntimeError("set-up failed on purpose")
+        time.sleep(SETUP_S)
+        self.setup = (self.setup[0], time.time())
+
+    def once(self) -> Measured:
+        with self.meter.window() as win:
+            time.sleep(self.params.window_s)
+        if self.params.windows_log:
+            with open(self.params.windows_log, "a") as f:
+                f.write("window\n")
+        row = {"items_per_s": 1.0 / win.wall_s, "setup_start": self.setup[0], "setup_end": self.setup[1]}
+        return Measured(win, row)
+
+    def close(self) -> None:
+        pass
+
+
+def _run(params: Sleepy, rounds: Rounds) -> RunResult:
+    return run_workers(lambda policy: interleave(SleepyRunner, params, rounds=policy), rounds)
+
+
+def test_workers_set_up_together_and_measure_one_at_a_time():
+    rounds = Rounds(4, workers=2, metric="items_per_s")
+    t0 = time.time()
+    result = _run(Sleepy(), rounds)
+    wall = time.time() - t0
+    rows = result.rows
+    assert sorted({r["worker"] for r in rows}) == [0, 1]
+    by = {w: [r for r in rows if r["worker"] == w] for w in (0, 1)}
+    setups = {w: (by[w][0]["setup_start"], by[w][0]["setup_end"]) for w in by}
+    # the set-ups overlap: each started before the other ended
+    assert setups[1][0] < setups[0][1] and setups[0][0] < setups[1][1], setups
+    # no window of either worker starts before both set-ups ended, and worker 1's windows
+    # all come after worker 0's
+    last_setup = max(end for _, end in setups.values())
+    assert min(r["window_start_unix"] for r in rows) >= last_setup
+    assert max(r["window_end_unix"] for r in by[0]) <= min(r["window_start_unix"] for r in by[1])
+    # one set-up's sleep, not two, stood before the windows (two would be 0.8 s)
+    assert wall < 2 * SETUP_S + sum(r["wall_s"] for r in rows) + 0.35, wall
+    assert result.rounds["per_worker"] == [2, 2] and result.rounds["done"] == 4
+    assert [r["repeat"] for r in sorted(rows, key=lambda r: r["window_start_unix"])] == [0, 1, 2, 3]
+
+
+def test_the_last_worker_pools_the_rounds_of_the_workers_before_it():
+    """The policy a worker gets at its turn carries the earlier workers' metric values: with a
+    target no interval can reach, the last worker measures until max_rounds counted over both."""
+    rounds = Rounds(2, target_ci_pct=1e-9, budget_s=60, max_rounds=5, workers=2, metric="items_per_s")
+    result = _run(Sleepy(window_s=0.005), rounds)
+    assert result.rounds["per_worker"] == [1, 4]
+    assert result.rounds["stopped"] == "max_rounds"
+
+
+def test_a_worker_that_fails_to_set_up_stops_the_others_before_they_measure(tmp_path, capsys):
+    """One worker fails half-way through its set-up, while the other sets up: the job fails
+    naming the cause, and the other worker, set up and waiting, never measures a window."""
+    _STARTED.value = 0
+    log = tmp_path / "windows.log"
+    rounds = Rounds(2, workers=2, metric="items_per_s")
+    with pytest.raises(WorkerError, match="set-up failed on purpose"):
+        _run(Sleepy(fail_second=True, windows_log=str(log)), rounds)
+    assert "RuntimeError: set-up failed on purpose" in capsys.readouterr().err
+    assert _STARTED.value == 2
+    assert not Path(log).exists()
+
+
+def test_a_point_skipped_before_its_turn_is_the_answer():
+    rounds = Rounds(2, workers=3, metric="items_per_s")
+    result = run_workers(lambda policy: RunResult.skipped("not on this CPU"), rounds)
+    assert result.rounds is None
+    assert [r["status"] for r in result.rows] == ["skipped"]
+
+
+def test_a_worker_that_measures_without_its_turn_is_refused():
+    rounds = Rounds(2, workers=2, metric="items_per_s")
+    with pytest.raises(WorkerError, match="without waiting for its turn"):
+        run_workers(lambda policy: RunResult(rounds={"done": 1, "elapsed_s": 0.0, "stopped": "fixed"}), rounds)
+
+
+def test_outside_a_worker_the_turn_is_now_and_the_policy_unchanged():
+    rounds = Rounds(3, probe_ms=5)
+    assert turns.await_turn(rounds) is rounds
