@@ -21,8 +21,9 @@ the slowest one as an evenly split parallel job is. The delivered CPUs at level 
 rate over the one-CPU rate: ``k`` on a machine that gives whole cores,
 less where they share a core or the host takes time.
 
-Cost: one round of the probe takes ``probe_ms`` x (number of levels) of wall time plus about
-1 ms of pipe round trips, outside the measured windows; docs/benchmarks.md gives its noise
+Cost: one round of the probe takes ``probe_ms`` x (number of levels) of wall time, plus
+:data:`START_SLACK_S` for each level above one CPU and pipe round trips, outside the measured
+windows (with 2 CPUs and 5 ms loops, 12 ms a reading); docs/benchmarks.md gives its noise
 against ``probe_ms`` (how long a loop must run for the ratio to be repeatable) and the share of
 the run it takes.
 
@@ -79,7 +80,8 @@ while True:
 #: Iterations of the first, calibrating loop (a few ms on any CPU of the last decade).
 CALIBRATE_ITERATIONS = 200_000
 
-#: Time the workers wait for their common start (s): long enough for every pipe write and wake-up.
+#: Time the workers of a level above one CPU wait for their common start (s): long enough for
+#: every pipe write and wake-up. The one-CPU level starts at once (its worker times itself).
 START_SLACK_S = 0.002
 
 #: The columns a round's probe gives each metrics row of the round (:func:`row_columns`;
@@ -132,7 +134,7 @@ class Probe:
     def _rate(self, k: int) -> tuple[float, float]:
         """``(iterations per second over k CPUs, wall s)``: the loop on workers 0..k-1 at once."""
         procs = self._procs[:k]
-        start = time.perf_counter() + START_SLACK_S
+        start = time.perf_counter() + (START_SLACK_S if k > 1 else 0.0)  # one worker waits for no other
         line = f"{self.iterations} {start!r}\n"
         for p in procs:
             p.stdin.write(line)
