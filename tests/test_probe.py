@@ -396,3 +396,16 @@ def test_the_probe_calibrates_its_loop_at_its_first_reading_not_when_it_starts()
         assert p.iterations == 0
         p.measure()
         assert p.iterations >= 1000
+
+
+def test_a_calibrating_loop_the_host_slowed_does_not_leave_every_later_loop_short():
+    """The calibration follows the fastest one-CPU rate seen: a first loop that read a quarter of
+    the machine's speed (forced here) sets short loops only until the first reading."""
+    with probe.Probe(1, 10) as p:
+        p.measure()
+        right, rate = p.iterations, p._fastest
+        p._fastest = 0.0
+        p.calibrate(rate / 4)  # as if the host had stalled the calibrating loop
+        assert p.iterations < 0.5 * right
+        p.measure()
+        assert 0.5 * right < p.iterations < 2 * right
