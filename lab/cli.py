@@ -234,13 +234,9 @@ def rounds_policy(args, experiment: str, params, parser: argparse.ArgumentParser
         metric = registry.get(experiment).spec.metric(dataclasses.asdict(params)) if target > 0 else ""
         max_rounds = args.rounds_max or params.repeats
         return Rounds(
-            params.repeats,
-            target,
-            args.rounds_budget_s,
-            max_rounds,
-            metric,
-            args.rounds_workers,
+            *(params.repeats, target, args.rounds_budget_s, max_rounds, metric, args.rounds_workers),
             probe_ms=getattr(args, "rounds_probe_ms", 0.0),
+            setup_alone=registry.get(experiment).spec.times_setup,
         )
     except (ValueError, KeyError) as exc:
         parser.error(str(exc))

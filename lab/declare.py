@@ -152,26 +152,23 @@ class Experiment:
     """How to run and read one experiment.
 
     Attributes:
-        name: experiment name: the package, config section, path component and ``experiment``
-            column.
+        name: the package, config section, path component and ``experiment`` column.
         keys: swept parameters, in path order; together they identify a point.
         metrics: throughput column(s), higher is better, and the unit of each, e.g.
             ``{"samples_per_s": "samples/s"}``.
         group: keys whose points share a baseline (speedups are computed within a group).
         baseline: ``{key: value}`` picking the baseline point inside each group; ``{}``: no
             baseline point (each job measures what its points are compared with).
-        figures: names of the figures the ``figures`` of the package's ``ANALYSIS`` draw, in report
-            order (timeline figures are added after them, see :attr:`all_figures`).
+        figures: the figures its ``ANALYSIS.figures`` draw, in report order (then its timelines).
         metric_for: the metric column of a point (``{key: value}``); default: the one metric.
         parallel_units: ``p`` of a point for parallel efficiency; None where it has no meaning.
-        extra_columns: other columns summarised per point (median and CI).
-        flags: columns that flag a point in the report.
+        extra_columns, flags: other columns summarised per point (median and CI); columns that
+            flag a point in the report.
         columns: every column its ``run`` writes beyond its parameters and the lab's own, with
             type, unit and meaning (:class:`Col`); the metrics, :attr:`extra_columns` and
             :attr:`flags` among them. A job whose rows hold an undeclared column fails before it
             writes a file.
-        free_params: parameters besides :data:`FREE_PARAMS` that may differ between hosts
-            without making their results incomparable (warm-up counts, time-outs).
+        free_params: parameters besides :data:`FREE_PARAMS` hosts may differ in (warm-ups).
         resolve: per config key, a function ``(config value, available CPUs) -> list of values``
             that resolves a symbolic config value at parse time (e.g. ``threads: auto``): the
             values swept for a swept key, the tuple passed for a tuple-typed parameter.
@@ -190,6 +187,8 @@ class Experiment:
             (``run(..., rounds=Rounds)``, :mod:`lab.rounds`): config ``rounds`` adds rounds where
             an interval is wide and splits them over worker processes. False for a job that
             decides its own rounds (the workload's search).
+        times_setup: its runners time their set-up (a compile: ``upfront_s``), so its jobs'
+            worker processes set up one at a time, not together (:mod:`lab.turns`).
         chooses_points: its job chooses its own points (the workload's search) and gets
             ``run(..., max_oversubscription=factor)`` to skip the ones that ask too much.
         job_env: the environment variables a point's job must start with (``{name: value}``,
@@ -228,6 +227,7 @@ class Experiment:
     timeline: Timeline | None = None
     interpreters: bool = False
     adaptive_rounds: bool = True
+    times_setup: bool = False
     chooses_points: bool = False
     check_config: Callable[[Mapping[str, Any]], None] | None = None
     job_env: Callable[[Mapping[str, Any]], Mapping[str, str | None]] | None = None

@@ -71,6 +71,8 @@ class Rounds:
         probe_ms: before each round, the capacity probe (:mod:`lab.probe`) runs its
             loop this long (ms) on one CPU, on the round's own number of CPUs and on all of
             them; 0: no probe.
+        setup_alone: the workers set up one at a time, not together (an experiment that times
+            its set-up, :attr:`lab.declare.Experiment.times_setup`; :mod:`lab.turns`).
 
     Raises:
         ValueError: for a value out of range (the message names it).
@@ -85,6 +87,7 @@ class Rounds:
     prior_point: tuple[float, ...] = ()
     prior_baseline: tuple[float, ...] = ()
     probe_ms: float = 0.0
+    setup_alone: bool = False
 
     def __post_init__(self) -> None:
         check_min("repeats", self.min_rounds, 1)

@@ -105,10 +105,11 @@ class _Worker:
 
 
 def run_in_turn(
-    fns: list[Callable[[], RunResult]], policy: Callable[[int, list[RunResult]], Rounds]
+    fns: list[Callable[[], RunResult]], policy: Callable[[int, list[RunResult]], Rounds], together: bool = True
 ) -> list[RunResult]:
-    """Fork one worker per function at once; when all are ready (:func:`lab.turns.await_turn`),
-    let them measure one after the other, worker ``w`` with ``policy(w, results so far)``.
+    """Fork one worker per function at once (``together``; else each once the one before is
+    set up); when all are ready (:func:`lab.turns.await_turn`), let them measure one after
+    the other, worker ``w`` with ``policy(w, results so far)``.
 
     Returns:
         The workers' results, in order; just the first one where a worker returned without
@@ -118,9 +119,14 @@ def run_in_turn(
         WorkerError: for a worker that failed or died (the others are stopped), or one that
             measured rounds without waiting for its turn.
     """
-    workers = [_Worker(fn) for fn in fns]
+    workers: list[_Worker] = []
     try:
-        for w, worker in enumerate(workers):
+        for fn in fns if together else ():
+            workers.append(_Worker(fn))
+        for w, fn in enumerate(fns):
+            if not together:
+                workers.append(_Worker(fn))
+            worker = workers[w]
             msg = worker.recv()
             if msg[0] != "ready":
                 alone = worker.result(msg)
@@ -169,8 +175,8 @@ def _pooled(parts: list[RunResult]) -> tuple[RunResult, int, float]:
 
 
 def run_workers(call: Callable[[Rounds], RunResult], rounds: Rounds) -> RunResult:
-    """Measure a point's rounds in ``rounds.workers`` processes: set up together, measured one
-    after the other (:mod:`lab.turns`).
+    """Measure a point's rounds in ``rounds.workers`` processes: set up together (one at a time
+    with ``rounds.setup_alone``), measured one after the other (:mod:`lab.turns`).
 
     Args:
         call: runs the experiment with a policy (its ``run(params, baseline, rounds=...)``).
@@ -195,7 +201,7 @@ def run_workers(call: Callable[[Rounds], RunResult], rounds: Rounds) -> RunResul
         return rounds.for_worker(w, done, elapsed, *_values(merged, rounds.metric))
 
     forked = [rounds.for_worker(w, 0, 0.0, [], []) for w in range(rounds.workers)]
-    parts = run_in_turn([lambda p=p: call(p) for p in forked], policy)
+    parts = run_in_turn([lambda p=p: call(p) for p in forked], policy, together=not rounds.setup_alone)
     if parts[0].rounds is None:  # nothing measured in rounds (skipped): that is the answer
         return parts[0]
     merged, done, elapsed = _pooled(parts)

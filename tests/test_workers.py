@@ -90,6 +90,31 @@ def test_workers_set_up_together_and_measure_one_at_a_time():
     assert [r["repeat"] for r in sorted(rows, key=lambda r: r["window_start_unix"])] == [0, 1, 2, 3]
 
 
+def test_an_experiment_that_times_its_set_up_has_its_workers_set_up_one_at_a_time():
+    """With ``setup_alone`` (the jit experiment, which times a compile in its set-up) no set-up
+    overlaps another: worker 1 starts its set-up once worker 0 is set up."""
+    result = _run(Sleepy(), Rounds(2, workers=2, metric="items_per_s", setup_alone=True))
+    first = {w: next(r for r in result.rows if r["worker"] == w) for w in (0, 1)}
+    assert first[1]["setup_start"] >= first[0]["setup_end"]
+    assert first[0]["window_start_unix"] >= first[1]["setup_end"]  # and still measured after both
+
+
+def test_the_jit_experiment_sets_its_workers_up_one_at_a_time():
+    """jit times torch.compile's cold first call and finds the compile cache its first worker
+    filled in the second: the policy its command line builds keeps their set-ups apart."""
+    from lab import registry
+    from lab.cli import build_parser, rounds_policy
+
+    exp = registry.get("jit")
+    parser = build_parser(exp.params_cls, "jit")
+    args = parser.parse_args(["--out", "x", "--rounds-workers", "2"])
+    assert rounds_policy(args, "jit", exp.params_cls(), parser).setup_alone
+    gil = registry.get("gil")
+    parser = build_parser(gil.params_cls, "gil")
+    args = parser.parse_args(["--out", "x", "--rounds-workers", "2"])
+    assert not rounds_policy(args, "gil", gil.params_cls(), parser).setup_alone
+
+
 def test_the_last_worker_pools_the_rounds_of_the_workers_before_it():
     """The policy a worker gets at its turn carries the earlier workers' metric values: with a
     target no interval can reach, the last worker measures until max_rounds counted over both."""
