@@ -12,6 +12,10 @@ For every configuration point measured in both runs it reports
 * the median width of the speedup CIs (full width, % of the speedup), and the points whose
   rounds stopped on the time budget (config ``rounds``).
 
+A point whose job chose what it measured (``job.json`` ``outcome``: the workload's verification
+measures the configuration its search chose) and chose differently in the two runs measured two
+different things: it is listed, and left out of the coverage.
+
 What to expect. Even perfectly calibrated 95% intervals of a normally distributed estimate hold
 a replication's estimate only about 83% of the time, since the replication has noise of its
 own (G. Cumming and R. Maillardet, "Confidence intervals and replication: Where will the next
@@ -102,21 +106,45 @@ def compare(a: str, b: str, results: Path = ROOT / "results") -> pd.DataFrame:
         m = sa.merge(sb, on=keys, suffixes=("_1", "_2"))
         for _, r in m.iterrows():
             point = {k: r[k] for k in keys}
+            where = Path(exp, *(f"{k}~{point[k]}" for k in keys))
+            chose = [_outcome(results / run / where / "job.json") for run in (a, b)]
             rows.append(
                 {
                     "experiment": exp,
                     "point": point_label(point),
                     "is_baseline": spec.is_baseline(point),
+                    "same_choice": chose[0] == chose[1],
+                    "choice_1": chose[0],
+                    "choice_2": chose[1],
                     **{f"{f}_{i}": r[f"{f}_{i}"] for f in FIELDS for i in (1, 2)},
                 }
             )
     return judge(pd.DataFrame(rows))
 
 
+def _choices(one, two, prefix: str = "") -> str:
+    """Where two jobs' outcomes differ, as ``key: value 1 / value 2`` (nested dicts by dotted key)."""
+    if not (isinstance(one, dict) and isinstance(two, dict)):
+        return f"{prefix}{one} / {two}"
+    keys = [k for k in dict.fromkeys([*one, *two]) if one.get(k) != two.get(k)]
+    named = [f"{prefix[:-2]}.{k}: " if prefix else f"{k}: " for k in keys]
+    return "; ".join(_choices(one.get(k), two.get(k), name) for k, name in zip(keys, named))
+
+
+def _outcome(job_json: Path) -> dict | None:
+    """What a point's job decided while it measured (``job.json`` ``outcome``: the workload's
+    verification measures the configuration its search chose); None without one."""
+    try:
+        return json.loads(job_json.read_text()).get("outcome")
+    except (OSError, ValueError):
+        return None
+
+
 def judge(df: pd.DataFrame) -> pd.DataFrame:
     """Add to a frame of both runs' fields the ratios, the ±10% agreement and the coverage
     columns ``in_ci_1`` (run 2's speedup inside run 1's CI) and ``in_ci_2`` (the reverse);
-    NaN where that interval does not exist, for baselines and for points not ok in both runs."""
+    NaN where that interval does not exist, for baselines, for points not ok in both runs and
+    for points whose jobs chose what they measured differently (``same_choice`` False)."""
     if df.empty:
         return df
     out = df.copy()
@@ -125,6 +153,8 @@ def judge(df: pd.DataFrame) -> pd.DataFrame:
     out["median_agrees"] = (out["median_ratio"] - 1).abs() <= TOLERANCE
     out["speedup_agrees"] = (out["speedup_ratio"] - 1).abs() <= TOLERANCE
     usable = ~out["is_baseline"].astype(bool) & (out["status_1"] == "ok") & (out["status_2"] == "ok")
+    if "same_choice" in out:  # a job that chose what to measure differently measured two things
+        usable &= out["same_choice"].astype(bool)
     _lead(out)
     for fig in FIGURES:
         tag = "" if fig == "speedup" else f"{fig}_"
@@ -180,6 +210,8 @@ def coverage(df: pd.DataFrame, figure: str = "speedup", headline: bool = False, 
     if headline:
         df = df[df["headline"]]
     compared = ~df["is_baseline"].astype(bool) & np.isfinite(df[f"{figure}_1"]) & np.isfinite(df[f"{figure}_2"])
+    if "same_choice" in df:
+        compared &= df["same_choice"].astype(bool)
     out: dict = {"points": int(compared.sum())}
     hits = []
     for i in (1, 2):
@@ -252,6 +284,14 @@ def markdown(df: pd.DataFrame, host: dict, seconds: list[float]) -> str:
             f"| {r['experiment']} | {r['point']} | {rounds} | {sp[0]} | {sp[1]} | {_yes(r['in_ci_1'])} | "
             f"{_yes(r['in_ci_2'])} | {_cell(r['median_ratio'], '.3f')} |"
         )
+    differ = df.iloc[:0]
+    if "same_choice" in df:  # the points that have a speedup to compare, but measured two things
+        speedups = np.isfinite(df["speedup_1"].astype(float)) & np.isfinite(df["speedup_2"].astype(float))
+        differ = df[~df["same_choice"].astype(bool) & ~df["is_baseline"].astype(bool) & speedups]
+    if len(differ):
+        lines += ["", "Left out of the coverage: their jobs chose what they measured differently in the two runs:"]
+        for _, r in differ.iterrows():
+            lines.append(f"- {r['experiment']} {r['point']}: {_choices(r['choice_1'], r['choice_2'])}")
     return "\n".join(lines) + "\n"
 
 

@@ -4,6 +4,7 @@ and the coverage benchmark's arithmetic: analysis on fixtures with known answers
 from __future__ import annotations
 
 import importlib.util
+import json
 
 import numpy as np
 import pandas as pd
@@ -290,6 +291,32 @@ def test_coverage_of_two_fixture_runs(tmp_path):
     text = rep.markdown(df, {"cpu_model": "fixture"}, [])
     assert "for 1 of 2 points (50%)" in text and "num_workers=2" in text
     assert "| measured, every point | rerun interval | 2 | 2/2 / 1/2 / 75% |" in text
+
+
+def test_a_point_whose_job_chose_differently_is_left_out_of_the_coverage_and_listed(tmp_path):
+    """The workload's verification measures the configuration its search chose: where the two
+    runs' searches chose differently (job.json outcome), their speedups are of two different
+    things, and no interval is asked to hold the other."""
+    rep = _coverage_module()
+    winners = {"r-1": {"precision": "bfloat16", "channels_last": True}, "r-2": {"precision": "bfloat16"}}
+    for host, (s, lo, hi) in {"r-1": (1.53, 1.44, 1.61), "r-2": (1.26, 1.18, 1.33)}.items():
+        d = tmp_path / host / "workload"
+        (d / "stage~verify").mkdir(parents=True)
+        (d / "stage~verify" / "job.json").write_text(json.dumps({"outcome": {"winner": winners[host]}}))
+        row = {"experiment": "workload", "stage": "verify", "metric": "samples_per_s", "status": "ok", "n": 10}
+        row |= {"median": 100 * s, "speedup": s, "speedup_ci_low": lo, "speedup_ci_high": hi}
+        pd.DataFrame([row]).to_csv(d / "summary.csv", index=False)
+    df = rep.compare("r-1", "r-2", tmp_path)
+    assert not df["same_choice"].iloc[0] and np.isnan(df["in_ci_1"].iloc[0])
+    assert rep.coverage(df)["points"] == 0
+    text = rep.markdown(df, {"cpu_model": "fixture"}, [])
+    assert "- workload stage=verify: winner.channels_last: True / None" in text
+    winners["r-2"] = winners["r-1"]  # the same choice: compared as any point
+    (tmp_path / "r-2" / "workload" / "stage~verify" / "job.json").write_text(
+        json.dumps({"outcome": {"winner": winners["r-2"]}})
+    )
+    df = rep.compare("r-1", "r-2", tmp_path)
+    assert df["same_choice"].iloc[0] and rep.coverage(df)["points"] == 1 and df["in_ci_1"].iloc[0] == 0
 
 
 def test_worker_scale_is_one_without_a_difference_between_workers_and_grows_with_one():
