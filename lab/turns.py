@@ -18,9 +18,12 @@ only when every worker is ready. Outside such a worker (one worker, a job run by
 
 from __future__ import annotations
 
-from multiprocessing.connection import Connection
+import typing
 
 from lab.rounds import Rounds
+
+if typing.TYPE_CHECKING:  # only named in annotations: a job that never forks workers skips the import
+    from multiprocessing.connection import Connection
 
 #: This process's end of its parent's pipe while it is a worker waiting for its turn; None elsewhere.
 _conn: Connection | None = None
