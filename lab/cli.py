@@ -36,7 +36,7 @@ from lab.params import (
     parse_value,
 )
 from lab.results import SAMPLE_COLUMNS, PointError, RunResult, check_rows, metrics_rows, span_columns
-from lab.rounds import MAX_ROUNDS_WORKERS, Rounds
+from lab.rounds import MAX_ROUNDS_WORKERS, Rounds, as_option
 from lab.threads import check_job_env, load_time_settings
 from lab.workers import run_workers
 
@@ -76,17 +76,17 @@ def _rounds_options(p: argparse.ArgumentParser) -> None:
         type=float,
         default=0.0,
         metavar="PCT",
-        help="measure rounds until the speedup's 95%% CI half-width is below PCT %% of it (0: exactly --repeats)",
+        help="measure rounds until the speedup's 95%% CI half-width is below PCT %% of it (0: --repeats) [>= 0]",
     )
-    g.add_argument("--rounds-budget-s", type=float, default=0.0, metavar="S", help="wall time the rounds may take")
+    g.add_argument("--rounds-budget-s", type=float, default=0.0, metavar="S", help="s the rounds may take [>= 0]")
     g.add_argument("--rounds-max", type=int, default=0, metavar="N", help="at most N rounds (0: --repeats)")
-    g.add_argument("--rounds-workers", type=int, default=1, metavar="W", help="split the rounds over W processes")
+    g.add_argument("--rounds-workers", type=int, default=1, metavar="W", help="split the rounds over W processes [1-8]")
     g.add_argument(
         "--rounds-probe-ms",
         type=float,
         default=0.0,
         metavar="MS",
-        help="before each round, measure the delivered capacity with a loop of MS ms (lab/probe.py); 0: none",
+        help="before each round, measure the delivered capacity with a loop of MS ms (lab/probe.py); 0: none [>= 0]",
     )
 
 
@@ -239,7 +239,7 @@ def rounds_policy(args, experiment: str, params, parser: argparse.ArgumentParser
             setup_alone=registry.get(experiment).spec.times_setup,
         )
     except (ValueError, KeyError) as exc:
-        parser.error(str(exc))
+        parser.error(as_option(str(exc)))
 
 
 def write_point(out: Path, result: RunResult, host: str, experiment: str, params, job: dict) -> list[dict]:

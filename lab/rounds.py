@@ -41,6 +41,24 @@ STOPPED = {
 }
 
 
+#: The command-line option of each policy field (``python -m lab.point``; :func:`lab.cli.rounds_policy`).
+OPTIONS = {
+    "repeats": "--repeats",
+    "target_ci_pct": "--rounds-target-ci-pct",
+    "budget_s": "--rounds-budget-s",
+    "max_rounds": "--rounds-max",
+    "workers": "--rounds-workers",
+    "probe_ms": "--rounds-probe-ms",
+}
+
+
+def as_option(message: str) -> str:
+    """A policy's error message (``probe_ms=-1.0 is out of range ...``) naming the command-line
+    option (``--rounds-probe-ms=-1.0 ...``) instead of the field."""
+    name = message.split("=", 1)[0]
+    return OPTIONS[name] + message[len(name) :] if name in OPTIONS else message
+
+
 def median(values: list[float]) -> float:
     """The median of ``values``, NaNs left out (NaN for none)."""
     x = sorted(v for v in values if v == v)

@@ -246,6 +246,9 @@ def test_json_inputs_of_the_wrong_shape_and_unwritable_outputs_are_named_in_one_
         (["--rounds-workers", "9"], "--rounds-workers must be 1-8 (config rounds.workers), got 9"),
         (["--rounds-workers", "0"], "--rounds-workers must be 1-8 (config rounds.workers), got 0"),
         (["--max-oversubscription", "-2"], "--max-oversubscription must be > 0"),
+        (["--rounds-probe-ms", "-1"], "--rounds-probe-ms=-1.0 is out of range; it must be >= 0"),
+        (["--rounds-budget-s", "-5"], "--rounds-budget-s=-5.0 is out of range; it must be >= 0"),
+        (["--rounds-target-ci-pct", "-3"], "--rounds-target-ci-pct=-3.0 is out of range; it must be >= 0"),
     ],
 )
 def test_out_of_range_job_options_are_named_before_measuring(tmp_path, option, said):
@@ -287,6 +290,9 @@ def _benchmark(name: str):
         ("between_processes", ["--processes", "0"], "--processes and --repeats must be >= 2"),
         ("window_length", ["--lengths", "-1"], "--lengths must be > 0 s"),
         ("warmup", ["--workloads", "bogus"], "invalid choice: 'bogus'"),
+        ("probe_noise", ["--lengths", "5"], "at least two different loop lengths above 0 ms"),
+        ("probe_noise", ["--group", "1"], "--group >= 2"),
+        ("probe_noise", ["--markdown", "{dir}"], "--markdown {dir} is a directory"),
     ],
 )
 def test_benchmark_scripts_refuse_bad_arguments_before_measuring(tmp_path, capsys, script, args, message):
