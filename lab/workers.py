@@ -25,15 +25,20 @@ unique and rounds stay in time order.
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.connection
 import signal
 import sys
+import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from lab import turns
 from lab.host import set_parent_death_signal
 from lab.results import RunResult
 from lab.rounds import Rounds
+
+#: Seconds a stopped worker gets to end on its own, and again after SIGTERM, before SIGKILL.
+END_GRACE_S = 2.0
 
 
 class WorkerError(RuntimeError):
@@ -58,10 +63,12 @@ def _child(conn, fn: Callable[[], RunResult]) -> None:
 
 
 class _Worker:
-    """One forked worker process and the parent's end of its pipe (see :mod:`lab.turns`)."""
+    """One forked worker process (number ``index``) and the parent's end of its pipe (see
+    :mod:`lab.turns`)."""
 
-    def __init__(self, fn: Callable[[], RunResult]) -> None:
+    def __init__(self, index: int, fn: Callable[[], RunResult]) -> None:
         ctx = multiprocessing.get_context("fork")
+        self.index = index
         self.conn, theirs = ctx.Pipe(duplex=True)
         self.proc = ctx.Process(target=_child, args=(theirs, fn))
         self.proc.start()
@@ -75,11 +82,21 @@ class _Worker:
         except (EOFError, OSError):
             return "died", None
 
+    def go(self, policy: Rounds) -> tuple[str, object]:
+        """Send the worker its turn's policy; return its final message (``died`` where it
+        died while it waited)."""
+        try:
+            self.conn.send(("go", policy))
+        except OSError:
+            return "died", None
+        return self.recv()
+
     def result(self, msg: tuple[str, object]) -> RunResult:
         """The :class:`RunResult` of a final message.
 
         Raises:
-            WorkerError: for a worker that failed or died (its traceback printed to stderr).
+            WorkerError: for a worker that failed or died, naming it (its traceback printed
+                to stderr).
         """
         kind, payload = msg
         if kind == "ok":
@@ -87,21 +104,41 @@ class _Worker:
         self.proc.join(timeout=5)
         if kind == "error":
             print(payload, file=sys.stderr, end="")
-            raise WorkerError(f"worker process failed: {payload.strip().splitlines()[-1]}")
-        raise WorkerError(f"worker process died with exit code {self.proc.exitcode}")
+            raise WorkerError(f"worker process {self.index} failed: {payload.strip().splitlines()[-1]}")
+        raise WorkerError(f"worker process {self.index} died with exit code {self.proc.exitcode}")
 
-    def end(self) -> None:
-        """Stop the worker if it still waits for its turn, and reap it (killed after 10 s)."""
-        if self.proc.is_alive():
+
+def _end(workers: list[_Worker]) -> None:
+    """Stop the workers that still wait for their turn and reap them all: a worker still
+    setting up (it reads ``stop`` only when ready) gets :data:`END_GRACE_S`, then SIGTERM
+    (the lab's helper processes die with it: their parent-death signal), then SIGKILL."""
+    for w in workers:
+        if w.proc.is_alive():
             try:
-                self.conn.send(("stop", None))
+                w.conn.send(("stop", None))
             except OSError:
                 pass
-        self.proc.join(timeout=10)
-        if self.proc.is_alive():
-            self.proc.kill()
-            self.proc.join()
-        self.conn.close()
+    deadline = time.monotonic() + END_GRACE_S
+    for w in workers:
+        w.proc.join(timeout=max(0.0, deadline - time.monotonic()))
+    for how in ("terminate", "kill"):
+        for w in workers:
+            if w.proc.is_alive():
+                getattr(w.proc, how)()
+        for w in workers:
+            w.proc.join(timeout=END_GRACE_S)
+    for w in workers:
+        w.conn.close()
+
+
+def _first_messages(workers: list[_Worker]) -> Iterator[tuple[_Worker, tuple[str, object]]]:
+    """Each worker's first message, in the order they arrive (a failure is seen at once,
+    not after the set-ups of the workers before it)."""
+    waiting = {w.conn: w for w in workers}
+    while waiting:
+        for conn in multiprocessing.connection.wait(list(waiting)):
+            worker = waiting.pop(conn)
+            yield worker, worker.recv()
 
 
 def run_in_turn(
@@ -121,26 +158,22 @@ def run_in_turn(
     """
     workers: list[_Worker] = []
     try:
-        for fn in fns if together else ():
-            workers.append(_Worker(fn))
-        for w, fn in enumerate(fns):
-            if not together:
-                workers.append(_Worker(fn))
-            worker = workers[w]
-            msg = worker.recv()
-            if msg[0] != "ready":
-                alone = worker.result(msg)
-                if alone.rounds is not None and len(fns) > 1:
-                    raise WorkerError(f"worker process {w} measured rounds without waiting for its turn")
-                return [alone]
+        batches = [list(enumerate(fns))] if together else [[(i, fn)] for i, fn in enumerate(fns)]
+        for batch in batches:
+            started = [_Worker(i, fn) for i, fn in batch]
+            workers += started
+            for worker, msg in _first_messages(started):
+                if msg[0] != "ready":
+                    alone = worker.result(msg)
+                    if alone.rounds is not None and len(fns) > 1:
+                        raise WorkerError(f"worker process {worker.index} measured rounds without waiting for its turn")
+                    return [alone]
         results: list[RunResult] = []
-        for w, worker in enumerate(workers):
-            worker.conn.send(("go", policy(w, results)))
-            results.append(worker.result(worker.recv()))
+        for worker in workers:
+            results.append(worker.result(worker.go(policy(worker.index, results))))
         return results
     finally:
-        for worker in workers:
-            worker.end()
+        _end(workers)
 
 
 def _metric_values(result: RunResult, role: str, metric: str) -> list[float]:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
+import os
+import threading
 import time
 from pathlib import Path
 
@@ -34,6 +36,8 @@ class Sleepy:
     repeats: int = 2
     fail_second: bool = False
     windows_log: str = ""
+    setup_s: float = SETUP_S
+    exit_second_after_s: float = 0.0
 
 
 class SleepyRunner:
@@ -48,7 +52,9 @@ class SleepyRunner:
         if params.fail_second and nth == 2:
             time.sleep(SETUP_S / 2)
             raise RuntimeError("set-up failed on purpose")
-        time.sleep(SETUP_S)
+        if params.exit_second_after_s and nth == 2:  # dies while it waits for its turn
+            threading.Timer(params.setup_s + params.exit_second_after_s, os._exit, (3,)).start()
+        time.sleep(params.setup_s if nth == 1 else SETUP_S)
         self.setup = (self.setup[0], time.time())
 
     def once(self) -> Measured:
@@ -135,6 +141,23 @@ def test_a_worker_that_fails_to_set_up_stops_the_others_before_they_measure(tmp_
     assert "RuntimeError: set-up failed on purpose" in capsys.readouterr().err
     assert _STARTED.value == 2
     assert not Path(log).exists()
+
+
+def test_a_worker_that_dies_while_it_waits_for_its_turn_is_named():
+    _STARTED.value = 0
+    rounds = Rounds(8, workers=2, metric="items_per_s")
+    with pytest.raises(WorkerError, match="worker process 1 died with exit code 3"):
+        _run(Sleepy(window_s=0.05, exit_second_after_s=0.05), rounds)
+
+
+def test_a_failure_is_reported_without_waiting_for_a_slower_set_up():
+    """Worker 1 fails after 0.2 s while worker 0 sets up for 6 s: the job fails after the
+    failure and worker 0's grace (END_GRACE_S, then SIGTERM), not when worker 0 is set up."""
+    _STARTED.value = 0
+    t0 = time.monotonic()
+    with pytest.raises(WorkerError, match="worker process 1 failed: RuntimeError: set-up failed on purpose"):
+        _run(Sleepy(fail_second=True, setup_s=6.0), Rounds(2, workers=2, metric="items_per_s"))
+    assert time.monotonic() - t0 < 6.0
 
 
 def test_a_point_skipped_before_its_turn_is_the_answer():
