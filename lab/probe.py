@@ -50,7 +50,7 @@ from collections.abc import Iterable
 #: all-CPU level waited for slow workers and "delivered" 1.23 of 2 CPUs on an idle machine.
 WARM_CALLS = 16
 
-#: The worker: warms its loop up (:data:`WARM_CALLS`), then reads ``<iterations> <start
+#: The worker: warms its loop up (:data:`WARM_CALLS`) and says ``ready``, then reads ``<iterations> <start
 #: perf_counter s>`` lines, spins until the start time, runs the loop and answers ``<t0> <t1>``
 #: (perf_counter s, CLOCK_MONOTONIC: one clock for all processes of the machine). Standard
 #: library only.
@@ -63,6 +63,8 @@ def spin(n):
         i += 1
 for _ in range(WARM_CALLS):
     spin(1000)
+write("ready\n")
+flush()
 while True:
     line = readline()
     if not line:
@@ -102,6 +104,7 @@ class Probe:
 
     Raises:
         ValueError: for ``ncpu < 1`` or ``probe_ms <= 0``.
+        ProbeError: for a worker that did not start (the others are ended).
     """
 
     def __init__(self, ncpu: int, probe_ms: float) -> None:
@@ -115,6 +118,11 @@ class Probe:
             subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
             for _ in range(ncpu)
         ]
+        for p in self._procs:  # started and warmed up: none is still on a CPU once the job measures
+            said = p.stdout.readline()
+            if said != "ready\n":
+                self.close()
+                raise ProbeError(f"probe worker {p.pid} answered {said!r} at its start (exit code {p.poll()})")
         self.iterations = 0  # calibrated by the first reading (:meth:`calibrate`)
         self._fastest = 0.0  # the fastest one-CPU rate seen (iterations/s)
 
