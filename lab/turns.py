@@ -28,15 +28,25 @@ if typing.TYPE_CHECKING:  # only named in annotations: a job that never forks wo
 #: This process's end of its parent's pipe while it is a worker waiting for its turn; None elsewhere.
 _conn: Connection | None = None
 
+#: This process's number among its job's workers (0-based); None outside a worker.
+_index: int | None = None
+
 
 class TurnStopped(SystemExit):
     """The parent ended the job before this worker's turn (another worker failed or skipped)."""
 
 
-def enter(conn: Connection) -> None:
-    """Make this process a worker whose first round waits for the parent (called in the fork)."""
-    global _conn
-    _conn = conn
+def enter(conn: Connection, index: int) -> None:
+    """Make this process worker ``index`` (0-based), whose first round waits for the parent
+    (called in the fork)."""
+    global _conn, _index
+    _conn, _index = conn, index
+
+
+def worker() -> int | None:
+    """This process's number among its job's workers (0-based; the ``worker`` column of its
+    rows); None outside a worker process."""
+    return _index
 
 
 def await_turn(rounds: Rounds) -> Rounds:

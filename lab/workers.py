@@ -45,9 +45,9 @@ class WorkerError(RuntimeError):
     """A worker process failed; the message is the last line of its traceback."""
 
 
-def _child(conn, fn: Callable[[], RunResult]) -> None:
+def _child(conn, fn: Callable[[], RunResult], index: int) -> None:
     set_parent_death_signal(signal.SIGTERM)
-    turns.enter(conn)
+    turns.enter(conn, index)
     try:
         msg = ("ok", fn())
     except turns.TurnStopped:
@@ -70,7 +70,7 @@ class _Worker:
         ctx = multiprocessing.get_context("fork")
         self.index = index
         self.conn, theirs = ctx.Pipe(duplex=True)
-        self.proc = ctx.Process(target=_child, args=(theirs, fn))
+        self.proc = ctx.Process(target=_child, args=(theirs, fn, index))
         self.proc.start()
         theirs.close()
 

@@ -22,22 +22,25 @@ from lab.workers import WorkerError, run_workers
 
 SETUP_S = 0.4
 
-#: Set-ups started so far, shared by forked workers (the second to start fails with ``fail_second``).
+#: Set-ups started so far, shared by forked workers.
 _STARTED = multiprocessing.get_context("fork").Value("i", 0)
 
 
 @dataclasses.dataclass(frozen=True)
 class Sleepy:
-    """A point whose set-up and windows sleep; with ``fail_second``, the second worker to start
-    its set-up fails; with ``windows_log``, every window appends a line to that file."""
+    """A point whose set-up and windows sleep (``setup_s`` in worker 0, :data:`SETUP_S` in the
+    others); worker ``fail_worker`` fails half-way through its set-up; worker ``exit_worker``
+    exits ``exit_after_s`` after its set-up; with ``windows_log``, every window appends a line to
+    that file."""
 
     window_s: float = 0.02
     sample_hz: float = 20.0
     repeats: int = 2
-    fail_second: bool = False
+    fail_worker: int = -1
     windows_log: str = ""
     setup_s: float = SETUP_S
-    exit_second_after_s: float = 0.0
+    exit_worker: int = -1
+    exit_after_s: float = 0.0
 
 
 class SleepyRunner:
@@ -48,13 +51,14 @@ class SleepyRunner:
         self.setup = (time.time(), None)
         with _STARTED.get_lock():
             _STARTED.value += 1
-            nth = _STARTED.value
-        if params.fail_second and nth == 2:
+        me = turns.worker()
+        if me == params.fail_worker:
             time.sleep(SETUP_S / 2)
             raise RuntimeError("set-up failed on purpose")
-        if params.exit_second_after_s and nth == 2:  # dies while it waits for its turn
-            threading.Timer(params.setup_s + params.exit_second_after_s, os._exit, (3,)).start()
-        time.sleep(params.setup_s if nth == 1 else SETUP_S)
+        setup_s = params.setup_s if me == 0 else SETUP_S
+        if me == params.exit_worker:  # dies while it waits for its turn
+            threading.Timer(setup_s + params.exit_after_s, os._exit, (3,)).start()
+        time.sleep(setup_s)
         self.setup = (self.setup[0], time.time())
 
     def once(self) -> Measured:
@@ -64,6 +68,7 @@ class SleepyRunner:
             with open(self.params.windows_log, "a") as f:
                 f.write("window\n")
         row = {"items_per_s": 1.0 / win.wall_s, "setup_start": self.setup[0], "setup_end": self.setup[1]}
+        row["worker_seen"] = turns.worker()
         return Measured(win, row)
 
     def close(self) -> None:
@@ -93,6 +98,7 @@ def test_workers_set_up_together_and_measure_one_at_a_time():
     # one set-up's sleep, not two, stood before the windows (two would be 0.8 s)
     assert wall < 2 * SETUP_S + sum(r["wall_s"] for r in rows) + 0.35, wall
     assert result.rounds["per_worker"] == [2, 2] and result.rounds["done"] == 4
+    assert all(r["worker_seen"] == r["worker"] for r in rows)  # a worker knows its number
     assert [r["repeat"] for r in sorted(rows, key=lambda r: r["window_start_unix"])] == [0, 1, 2, 3]
 
 
@@ -137,7 +143,7 @@ def test_a_worker_that_fails_to_set_up_stops_the_others_before_they_measure(tmp_
     log = tmp_path / "windows.log"
     rounds = Rounds(2, workers=2, metric="items_per_s")
     with pytest.raises(WorkerError, match="set-up failed on purpose"):
-        _run(Sleepy(fail_second=True, windows_log=str(log)), rounds)
+        _run(Sleepy(fail_worker=1, windows_log=str(log)), rounds)
     assert "RuntimeError: set-up failed on purpose" in capsys.readouterr().err
     assert _STARTED.value == 2
     assert not Path(log).exists()
@@ -145,9 +151,9 @@ def test_a_worker_that_fails_to_set_up_stops_the_others_before_they_measure(tmp_
 
 def test_a_worker_that_dies_while_it_waits_for_its_turn_is_named():
     _STARTED.value = 0
-    rounds = Rounds(8, workers=2, metric="items_per_s")
+    rounds = Rounds(16, workers=2, metric="items_per_s")  # worker 0 measures 0.4 s; worker 1 dies 0.02 s in
     with pytest.raises(WorkerError, match="worker process 1 died with exit code 3"):
-        _run(Sleepy(window_s=0.05, exit_second_after_s=0.05), rounds)
+        _run(Sleepy(window_s=0.05, exit_worker=1, exit_after_s=0.02), rounds)
 
 
 def test_a_failure_is_reported_without_waiting_for_a_slower_set_up():
@@ -156,7 +162,7 @@ def test_a_failure_is_reported_without_waiting_for_a_slower_set_up():
     _STARTED.value = 0
     t0 = time.monotonic()
     with pytest.raises(WorkerError, match="worker process 1 failed: RuntimeError: set-up failed on purpose"):
-        _run(Sleepy(fail_second=True, setup_s=6.0), Rounds(2, workers=2, metric="items_per_s"))
+        _run(Sleepy(fail_worker=1, setup_s=6.0), Rounds(2, workers=2, metric="items_per_s"))
     assert time.monotonic() - t0 < 6.0
 
 
@@ -175,4 +181,4 @@ def test_a_worker_that_measures_without_its_turn_is_refused():
 
 def test_outside_a_worker_the_turn_is_now_and_the_policy_unchanged():
     rounds = Rounds(3, probe_ms=5)
-    assert turns.await_turn(rounds) is rounds
+    assert turns.await_turn(rounds) is rounds and turns.worker() is None
