@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from lab.fileio import output_args_problem, write_text  # noqa: E402
+from lab.fileio import emit, output_args_problem  # noqa: E402
 from lab.probe import Probe  # noqa: E402
 
 
@@ -114,9 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     if min(len(r) for r in readings.values()) < 2 * args.group:
         p.error(f"fewer than {2 * args.group} readings per length in {args.seconds:g} s: take more --seconds")
     text = table(summarise(readings, args.group), args.group)
-    print(text)
-    if args.markdown:
-        write_text(Path(args.markdown), text)
+    emit(text, args.markdown)
     return 0
 
 

@@ -52,7 +52,7 @@ from analysis.findings import transfer_case  # noqa: E402
 from analysis.tables import read_table  # noqa: E402
 from lab import registry  # noqa: E402
 from lab.declare import point_label  # noqa: E402
-from lab.fileio import output_args_problem, write_text  # noqa: E402
+from lab.fileio import emit, output_args_problem, write_text  # noqa: E402
 
 TOLERANCE = 0.10
 
@@ -331,9 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     df = compare(a, b, results)
     host = json.loads((results / a / "host.json").read_text())
     text = markdown(df, host, seconds)
-    print(text)
-    if args.markdown:
-        write_text(Path(args.markdown), text)
+    emit(text, args.markdown)
     if args.json:
         figures = {
             f"{fig}{'_headline' if h else ''}{'' if kind == 'ci' else '_' + kind}": coverage(df, fig, h, kind)

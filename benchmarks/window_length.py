@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lab.fileio import output_args_problem, write_text  # noqa: E402
+from lab.fileio import emit, output_args_problem  # noqa: E402
 
 #: 95% two-sided normal quantile.
 Z = 1.96
@@ -137,9 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             + "".join(f" {time_to_target(r, t):.1f} |" for t in args.targets)
         )
     text = "\n".join(lines) + "\n"
-    print(text)
-    if args.markdown:
-        write_text(Path(args.markdown), text)
+    emit(text, args.markdown)
     return 0
 
 

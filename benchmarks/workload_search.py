@@ -45,7 +45,7 @@ from experiments.workload.candidates import defaults, invalid_reason  # noqa: E4
 from experiments.workload.loader import WorkloadError, load  # noqa: E402
 from experiments.workload.search import geomean_ci  # noqa: E402
 from lab.capabilities import native_bf16  # noqa: E402
-from lab.fileio import output_args_problem, write_text  # noqa: E402
+from lab.fileio import emit, output_args_problem  # noqa: E402
 from lab.hostinfo import cpuinfo  # noqa: E402
 from lab.params import oversubscription_problem  # noqa: E402
 from lab.window import Meter  # noqa: E402
@@ -185,9 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             bench.close()
     lines = summary_lines(args, pipeline, s_wall, scores, (ex_wall, ex_windows), meter.ncpu, len(configs))
     text = "\n".join(lines) + "\n"
-    print(text)
-    if args.markdown:
-        write_text(Path(args.markdown), text)
+    emit(text, args.markdown)
     return 0
 
 

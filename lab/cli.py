@@ -231,12 +231,13 @@ def rounds_policy(args, experiment: str, params, parser: argparse.ArgumentParser
                 "--rounds-target-ci-pct needs --rounds-budget-s S (> 0) and --rounds-max N (>= --repeats):"
                 " without them no round is added"
             )
-        metric = registry.get(experiment).spec.metric(dataclasses.asdict(params)) if target > 0 else ""
+        spec = registry.get(experiment).spec
+        metric = spec.metric(dataclasses.asdict(params)) if target > 0 else ""
         max_rounds = args.rounds_max or params.repeats
         return Rounds(
             *(params.repeats, target, args.rounds_budget_s, max_rounds, metric, args.rounds_workers),
             probe_ms=getattr(args, "rounds_probe_ms", 0.0),
-            setup_alone=registry.get(experiment).spec.times_setup,
+            setup_alone=spec.times_setup,
         )
     except (ValueError, KeyError) as exc:
         parser.error(as_option(str(exc)))

@@ -73,6 +73,14 @@ def write_text(path: str | Path, text: str) -> Path:
     return atomic_write(path, lambda fh: fh.write(text))
 
 
+def emit(text: str, markdown: str | None) -> None:
+    """Print a benchmark's report and, where ``markdown`` names a file, write it there too
+    (:func:`write_text`)."""
+    print(text)
+    if markdown:
+        write_text(Path(markdown), text)
+
+
 def write_csv(path: str | Path, rows: list[dict], columns: list[str] | None = None) -> Path:
     """Write dict ``rows`` as CSV atomically, with a header even when there are no rows.
 
