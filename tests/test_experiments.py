@@ -679,24 +679,27 @@ def test_a_point_without_its_declared_metric_or_with_an_undeclared_column_is_ref
     check_rows("hashers", RunResult.skipped("asks for too many CPUs"), Params, "mb_per_s", declared)  # not measured
 
 
-def test_a_spawn_runner_runs_no_warm_up_epoch_and_the_others_do(monkeypatch):
-    """Spawn keeps nothing warm between epochs (new interpreters every epoch), so its runner
-    skips the warm-up; fork and forkserver (whose first epoch starts the server) run it, and the
-    cold first batch is recorded only where a warm-up ran."""
+def test_only_a_fork_runner_runs_warm_up_epochs_and_a_forkserver_runner_starts_its_server(monkeypatch):
+    """Spawn keeps nothing warm between epochs (new interpreters every epoch) and forkserver
+    keeps only its server, which its runner starts directly: an epoch would have its workers
+    import torch (3 s of a job before its first window). Fork runs its warm-up epochs."""
+    import multiprocessing.forkserver
+
     from experiments.startmethod import measure
 
-    calls = []
+    calls, servers = [], []
 
     def epoch(self):
         calls.append(self.params.start_method)
         return measure.Epoch(0.0, [0.001, 0.002], 0.003)
 
     monkeypatch.setattr(measure.Runner, "epoch", epoch)
+    monkeypatch.setattr(multiprocessing.forkserver, "ensure_running", lambda: servers.append(1))
     for method in ("fork", "spawn", "forkserver"):
-        runner = measure.Runner(measure.Params(start_method=method, warmup_epochs=2, batches=10), meter=None)
-        assert math.isnan(runner.cold_first_batch_ms) == (method == "spawn")
-    assert calls == ["fork", "fork", "forkserver", "forkserver"]
-    assert measure.warmup_epochs(measure.Params(start_method="spawn", warmup_epochs=3)) == 0
+        measure.Runner(measure.Params(start_method=method, warmup_epochs=2, batches=10), meter=None)
+    assert calls == ["fork", "fork"]
+    assert servers == [1]
+    assert measure.warmup_epochs(measure.Params(start_method="forkserver", warmup_epochs=3)) == 0
 
 
 def test_a_dataloader_warm_up_epoch_is_short_and_the_measured_ones_whole():

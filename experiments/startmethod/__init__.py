@@ -37,7 +37,6 @@ EXPERIMENT = Experiment(
         Column("first_batch_ms", "first batch", "ms"),
         Column("steady_batches_per_s", "steady state", "batches/s"),
         Column("shutdown_ms", "worker shutdown", "ms"),
-        Column("cold_first_batch_ms", "first batch of the process", "ms", in_table=False),
     ),
     free_params=frozenset({"warmup_epochs"}),
     check_config=check_config,
@@ -51,11 +50,6 @@ EXPERIMENT = Experiment(
             "float", "batches after the start-up round (the first `num_workers` x 2, requested at once) over their time"
         ),
         "shutdown_ms": Col("float", "from the last batch to the end of iteration (the loader joins its workers)"),
-        "cold_first_batch_ms": Col(
-            "float",
-            "the first batch of the process's first (untimed warm-up) epoch: forkserver starts its server there; NaN "
-            "without warm-up",
-        ),
         "oversubscribed": Col("bool", "`num_workers + threads > available_cpus`", "-"),
         "torch_threads": Col(
             "int",

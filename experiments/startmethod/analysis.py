@@ -116,30 +116,15 @@ def _method_finding(ctx: Context, row: pd.Series, fork: pd.Series | None) -> str
 
 def findings(ctx: Context) -> list[str]:
     """Per start method: the first batch's latency with its CI and x fork's, the steady state and
-    whether it differs from fork's, the workers' shutdown and the epoch's time; forkserver's cold
-    start. Reads ``ctx.summary`` and ``ctx.replicates`` (for the paired ratios)."""
+    whether it differs from fork's, the workers' shutdown and the epoch's time. Reads
+    ``ctx.summary`` and ``ctx.replicates`` (for the paired ratios)."""
     ok = measured(ctx.summary)
     fork = pick(ok, start_method="fork")
-    out = [
+    return [
         _method_finding(ctx, r, fork)
         for m in in_order(ok["start_method"], METHODS)
         for _, r in ok[ok["start_method"] == m].head(1).iterrows()
     ]
-    server = pick(ok, start_method="forkserver")
-    cold = server.get("cold_first_batch_ms", np.nan) if server is not None else np.nan
-    if np.isfinite(cold):
-        lo, hi, warm = server[f"{FIRST}_ci_low"], server[f"{FIRST}_ci_high"], server[FIRST]
-        s = (
-            "forkserver starts its server once per process; the epoch that started it (the untimed warm-up) gave"
-            f" its first batch after {num(cold, 'ms')}"
-        )
-        if np.isfinite(lo) and lo <= cold <= hi:
-            s += f", within the interval of the measured epochs' {num(warm, 'ms')}: starting the server adds little"
-        else:
-            more = "more" if cold > warm else "less"
-            s += f", {num(abs(cold - warm), 'ms')} {more} than the measured epochs' {num(warm, 'ms')}"
-        out.append(s + ".")
-    return out
 
 
 def headlines(ctx: Context) -> list[dict]:
@@ -270,7 +255,7 @@ def startmethod_latency(ctx: Context) -> Figure:
         fig,
         "Medians over epochs, each with a new DataLoader; error bars: 95% CI of the median. Steady state: "
         "batches after the first num_workers x 2, under each label its own job's median (another time than"
-        "\nthe ratio's rounds). forkserver's server was started in an untimed warm-up epoch.",
+        "\nthe ratio's rounds). forkserver's server was started before the measured epochs.",
     )
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     return fig

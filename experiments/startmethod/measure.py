@@ -18,9 +18,9 @@ What each start method does per epoch (Python 3.11 on Linux, where fork is the d
   the 2-vCPU development VM, against fork's 30-50 ms), and exits through the interpreter's
   full shutdown (about 0.5 s there, counted in ``shutdown_ms``). Nothing of an epoch is left
   warm for the next, so a spawn runner runs no warm-up epoch (:func:`warmup_epochs`).
-* ``forkserver``: a server process is started once per process (here in the untimed warm-up
-  epoch, whose first batch is ``cold_first_batch_ms``; later epochs find it running); every
-  worker is forked from it. The server is a fresh interpreter that imports only the modules
+* ``forkserver``: a server process is started once per process (here in the runner's set-up,
+  by ``multiprocessing.forkserver.ensure_running``, so every measured epoch finds it running);
+  every worker is forked from it. The server is a fresh interpreter that imports only the modules
   ``multiprocessing.set_forkserver_preload`` names (none here; with ``["torch"]``, tried by
   hand, a warm epoch's first batch came as fast as fork's), so each worker still imports torch
   every epoch: its first batch comes about as late as spawn's; only the interpreter's
@@ -85,7 +85,7 @@ class Params(Declared):
     warmup_epochs: int = param(
         1,
         min=0,
-        help="untimed epochs first (the first starts forkserver's server); none under spawn, which keeps nothing warm",
+        help="untimed epochs first, under fork; forkserver starts its server instead, spawn keeps nothing warm",
     )
     repeats: int = repeats_field(6, help="measured epochs, each with a new DataLoader")
     sample_hz: float = sample_hz_field()
@@ -138,28 +138,38 @@ def make_dataset(params: Params):
 
 
 def warmup_epochs(params: Params) -> int:
-    """Warm-up epochs a runner runs: ``params.warmup_epochs``, except none under spawn, where
-    an epoch leaves nothing warm for the next: its workers are new interpreters every epoch and
-    the main process keeps no server. Measured: spawn's first epoch without a warm-up took
-    0.99-1.04x the later ones' median on an Intel Xeon VM with AMX (2026-12-04, two jobs of
-    6 epochs each way), and 0.83-1.19x (median 0.95) on an Intel Xeon VM with AVX-512 earlier
-    that day (docs/benchmarks.md); the warm-up cost a job 1.5-3 s, one per worker process."""
-    return 0 if params.start_method == "spawn" else params.warmup_epochs
+    """Warm-up epochs a runner runs: ``params.warmup_epochs`` under fork, none otherwise.
+
+    Spawn keeps nothing warm: its workers are new interpreters every epoch and the main process
+    keeps no server. Measured: spawn's first epoch without a warm-up took 0.99-1.04x the later
+    ones' median on an Intel Xeon VM with AMX (2026-12-04, two jobs of 6 epochs each way), and
+    0.83-1.19x (median 0.95) on an Intel Xeon VM with AVX-512 earlier that day.
+
+    Forkserver keeps its server warm, and nothing else: the runner starts the server directly
+    (:meth:`Runner.__init__`) instead of running an epoch whose workers import torch. Measured
+    on the AMX Xeon VM (2026-12-05, ``python -m lab.point startmethod --start-method forkserver
+    --warmup-epochs 0|1``, two jobs each way): without a warm-up the first epoch's first batch
+    came 3-5% later than the later epochs' median (950 and 968 ms against 915 and 914: the
+    server's start); after a warm-up epoch the epochs matched (the first 932 and 847 ms against
+    a median 946 and 893). A warm-up epoch cost a forkserver job 3 s before its first window,
+    its two worker processes' four DataLoader workers importing torch at once (docs/benchmarks.md)."""
+    return params.warmup_epochs if params.start_method == "fork" else 0
 
 
 class Runner:
     """The dataset and thread settings; every epoch (warm-up or measured) builds a new DataLoader.
-    Its warm-up epochs: :func:`warmup_epochs`."""
+    Its warm-up epochs: :func:`warmup_epochs`; under forkserver, the server started here."""
 
     def __init__(self, params: Params, meter: Meter) -> None:
         self.params, self.meter = params, meter
         self.info = set_torch_threads(params.threads)
         self.dataset = make_dataset(params)
-        self.cold_first_batch_ms = math.nan
-        for e in range(warmup_epochs(params)):
-            epoch = self.epoch()
-            if e == 0:
-                self.cold_first_batch_ms = epoch.first_batch_ms()
+        if params.start_method == "forkserver":
+            import multiprocessing.forkserver
+
+            multiprocessing.forkserver.ensure_running()
+        for _ in range(warmup_epochs(params)):
+            self.epoch()
 
     def epoch(self) -> Epoch:
         """One epoch with a new DataLoader; its times."""
@@ -192,7 +202,6 @@ class Runner:
             "first_batch_ms": epoch.first_batch_ms(),
             "steady_batches_per_s": epoch.steady_batches_per_s(p.num_workers * PREFETCH),
             "shutdown_ms": epoch.shutdown_ms(),
-            "cold_first_batch_ms": self.cold_first_batch_ms,
             "oversubscribed": p.cpus_requested() > self.meter.ncpu,
             **self.info,
         }
@@ -209,8 +218,6 @@ def run(params: Params, baseline: Params | None = None, rounds: Rounds | None = 
         A :class:`~lab.results.RunResult` with one row per epoch and role: ``wall_s`` (s),
         ``epochs_per_s`` (epochs/s), ``batches_per_s`` (all batches over the window, batches/s),
         ``first_batch_ms`` (ms), ``steady_batches_per_s`` (batches/s), ``shutdown_ms`` (ms),
-        ``cold_first_batch_ms`` (the first warm-up epoch's first batch, ms; NaN without warm-up,
-        as under spawn: :func:`warmup_epochs`),
         ``cpu_util_pct`` (0-100, workers included), ``oversubscribed`` (workers + main threads >
         available CPUs), ``torch_threads``/``interop_threads`` as torch reported them.
     """
