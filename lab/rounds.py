@@ -134,9 +134,10 @@ class Rounds:
     def for_worker(self, w: int, done: int, elapsed_s: float, point: list[float], baseline: list[float]) -> Rounds:
         """The policy of worker ``w`` (0-based) of :attr:`workers`, after earlier workers
         measured ``done`` rounds in ``elapsed_s`` with these metric values: each measures its
-        share of ``min_rounds`` (rounded up); only the last one goes on while the pooled
-        interval is wide, within what is left of the budget and of ``max_rounds``."""
-        share = max(1, math.ceil(self.min_rounds / self.workers))
+        share of the ``min_rounds`` left (rounded up, at least one: 4 rounds over 3 workers are
+        2, 1 and 1); only the last one goes on while the pooled interval is wide, within what is
+        left of the budget and of ``max_rounds``."""
+        share = max(1, math.ceil((self.min_rounds - done) / (self.workers - w)))
         if w < self.workers - 1 or not self.adaptive:
             return dataclasses.replace(self, min_rounds=share, target_ci_pct=0.0, workers=1)
         return dataclasses.replace(

@@ -136,6 +136,15 @@ def test_the_last_worker_pools_the_rounds_of_the_workers_before_it():
     assert result.rounds["stopped"] == "max_rounds"
 
 
+@pytest.mark.parametrize(("repeats", "workers", "per_worker"), [(4, 3, [2, 1, 1]), (6, 2, [3, 3]), (5, 2, [3, 2])])
+def test_the_workers_measure_the_rounds_asked_for_between_them(repeats, workers, per_worker):
+    """Each worker measures its share of the rounds left, so the job measures ``repeats`` rounds
+    (a share rounded up for every worker measured 6 for 4 over 3 workers)."""
+    result = _run(Sleepy(window_s=0.005, setup_s=0.05), Rounds(repeats, workers=workers))
+    assert result.rounds["per_worker"] == per_worker
+    assert result.rounds["done"] == repeats == len({r["repeat"] for r in result.rows})
+
+
 def test_a_worker_that_fails_to_set_up_stops_the_others_before_they_measure(tmp_path, capsys):
     """One worker fails half-way through its set-up, while the other sets up: the job fails
     naming the cause, and the other worker, set up and waiting, never measures a window."""
