@@ -149,8 +149,9 @@ def run_in_turn(
     the other, worker ``w`` with ``policy(w, results so far)``.
 
     Returns:
-        The workers' results, in order; just the first one where a worker returned without
-        waiting for its turn and measured no rounds (a skipped point): the others are stopped.
+        The workers' results, in order; just one where a worker returned no rounds (a point
+        skipped before its turn, or one that failed in it, as a workload's own code may): the
+        others are stopped.
 
     Raises:
         WorkerError: for a worker that failed or died (the others are stopped), or one that
@@ -170,7 +171,10 @@ def run_in_turn(
                     return [alone]
         results: list[RunResult] = []
         for worker in workers:
-            results.append(worker.result(worker.go(policy(worker.index, results))))
+            result = worker.result(worker.go(policy(worker.index, results)))
+            if result.rounds is None:  # its turn ended in a failed or skipped point: the answer
+                return [result]
+            results.append(result)
         return results
     finally:
         _end(workers)

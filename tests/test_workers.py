@@ -182,6 +182,25 @@ def test_a_point_skipped_before_its_turn_is_the_answer():
     assert [r["status"] for r in result.rows] == ["skipped"]
 
 
+def test_a_point_that_fails_in_a_turn_is_the_answer_and_the_later_workers_do_not_measure(tmp_path):
+    """A worker whose turn ends in a failed point (a workload's own code raised) returns no
+    rounds: that failure is the job's answer, not an error of the lab's, and no later worker
+    measures a window."""
+    log = tmp_path / "windows"
+
+    def call(policy):
+        policy = turns.await_turn(policy)
+        if turns.worker() == 0:
+            return RunResult.failed("the workload raised KeyError while measured")
+        log.write_text("measured")
+        return RunResult(rounds={"done": 1, "elapsed_s": 0.0, "stopped": "fixed"})
+
+    result = run_workers(call, Rounds(2, workers=2, metric="items_per_s"))
+    assert result.rounds is None
+    assert [r["reason"] for r in result.rows] == ["the workload raised KeyError while measured"]
+    assert not log.exists()
+
+
 def test_a_worker_that_measures_without_its_turn_is_refused():
     rounds = Rounds(2, workers=2, metric="items_per_s")
     with pytest.raises(WorkerError, match="without waiting for its turn"):

@@ -387,7 +387,8 @@ def test_a_configuration_over_the_memory_budget_is_excluded_with_the_reason():
 @pytest.mark.parametrize("verify_epochs", [False, True])
 def test_the_verification_runs_an_epoch_each_then_its_rounds(tmp_path, monkeypatch, verify_epochs):
     """Default: repeat 0 is one whole epoch of each side (the timeline's spans), then the rounds
-    of ``steps`` steps, A B B A; ``verify_epochs``: every round a whole epoch."""
+    of ``steps`` steps, A B B A; ``verify_epochs``: every round a whole epoch. The rounds are
+    split over two worker processes (``verify_processes``); the first measures the timeline."""
     from experiments.workload.measure import Params, run
 
     entry = _module(tmp_path, monkeypatch, "wl_verify", GOOD)  # 64 items: 4 batches of 16
@@ -410,6 +411,10 @@ def test_the_verification_runs_an_epoch_each_then_its_rounds(tmp_path, monkeypat
     order = [r["role"] for r in res.rows if r["repeat"] > (0 if not verify_epochs else -1)]
     assert order[:4] == ["point", "baseline", "baseline", "point"]  # A B B A
     assert set(spans[spans["kind"] == "memory"]["role"]) == {"baseline", "point"}  # the reads, drawn
+    per_worker = rows.groupby("worker")["repeat"].nunique().to_dict()
+    assert per_worker == ({0: 2, 1: 2} if verify_epochs else {0: 3, 1: 2})  # 4 rounds, and the epochs
+    assert set(rows[rows["repeat"] == 0]["worker"]) == {0}
+    assert res.rounds["done"] == (4 if verify_epochs else 5) and res.rounds["per_worker"] == list(per_worker.values())
 
 
 @pytest.mark.skipif(not __import__("lab.capabilities").capabilities.native_bf16()[0], reason="no native bf16")

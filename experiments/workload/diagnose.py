@@ -187,7 +187,7 @@ def estimate_s(
 def diagnose(rec, workload, start: dict, params, ncpu: int) -> Diagnosis:
     """Time the start's step, size the windows, then measure one epoch of it (at most
     ``diagnose_s`` s) as a window of its own (``window`` = ``diagnosis``). ``rec`` is the search
-    job's recorder (:class:`experiments.workload.measure._Recorder`), ``params`` its Params;
+    job's recorder (:class:`experiments.workload.record.Recorder`), ``params`` its Params;
     ``ncpu`` the CPUs available. Raises what the user's workload raises."""
     from lab.capabilities import native_bf16
 

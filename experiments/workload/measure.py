@@ -7,11 +7,8 @@ measured), then :class:`experiments.workload.search.Search` over the knob space,
 row (``role`` ``point``: the candidate, ``baseline``: the best of that moment; ``comparison``:
 which comparison; ``repeat``: a round counter over the whole search). The job's outcome
 (``job.json``) is the start, the winner and the trail of comparisons. ``stage = verify``: the
-search's start (``baseline``) against its winner (``point``): first one whole epoch of each
-(repeat 0, ``window`` = ``epoch``: the timeline, with the main loop's spans, and the workers'
-memory across an epoch; at most ``timeline_steps_max`` steps of it), then ``repeats`` rounds
-A B B A of ``steps`` steps (``window`` = ``steps``: the gain). With ``verify_epochs`` every
-round is a whole epoch and round 0 gives the timeline. Columns: see
+search's start (``baseline``) against its winner (``point``), in ``verify_processes`` worker
+processes (:mod:`experiments.workload.verify`). Columns: see
 :meth:`experiments.workload.bench.Bench.measure`, plus ``max_abs_diff``, ``loss_after`` and
 ``loss_after_fp32`` on bfloat16 windows (the numerical cost of autocast).
 
@@ -30,6 +27,7 @@ from typing import Literal
 from experiments.workload import KNOBS
 from experiments.workload.candidates import defaults, fit_threads, invalid_reason, knob_space
 from experiments.workload.loader import WorkloadError
+from experiments.workload.record import Recorder, user_failure, where
 from experiments.workload.search import MIN_ROUNDS
 from lab.params import Declared, check_min, param, repeats_field, sample_hz_field
 from lab.results import RunResult
@@ -119,6 +117,13 @@ class Params(Declared):
         quick=8,
     )
     repeats: int = repeats_field(10, help="verification rounds (current, recommended)")
+    verify_processes: int = param(
+        2,
+        min=1,
+        max=8,
+        help="worker processes the verification's rounds are split over, one after the other: what differs "
+        "between processes shows in its interval (experiments/workload/verify.py)",
+    )
     verify_epochs: bool = param(False, help="verification windows of a whole epoch instead of steps")
     timeline_steps_max: int = param(
         200,
@@ -150,52 +155,6 @@ class Params(Declared):
         return {"entry": self.entry, "task": self.task, "batch_size": self.batch_size}
 
 
-class _Recorder:
-    """Rows, samples and spans of the job's windows; the round function of the search."""
-
-    def __init__(self, bench, params: Params, numerics: dict, memory_budget_mb: float) -> None:
-        self.bench, self.params, self.numerics, self.budget_mb = bench, params, numerics, memory_budget_mb
-        self.result = RunResult()
-        self.repeat, self.comparison = 0, -1
-
-    def window(
-        self, cfg: dict, role: str, spans: bool = False, epoch: bool = False, epoch_cap: int = 0, **extra
-    ) -> dict:
-        from experiments.workload.bench import key
-
-        limit = self.params.timeline_steps_max if epoch and not self.params.verify_epochs else 0
-        if epoch_cap:
-            limit = min(limit, epoch_cap) if limit else epoch_cap
-        win, row, sp = self.bench.measure(cfg, epoch=epoch, epoch_steps_max=limit)
-        numbers = self.numerics.get(cfg["precision"], {})
-        full = self.result.add_window(self.repeat, win, role=role, stage=self.params.stage, **row, **numbers, **extra)
-        if spans:
-            self.result.spans.extend({"repeat": self.repeat, "role": role, **s} for s in sp)
-        full["config"] = key(cfg)
-        return full
-
-    def round(self, candidate: dict, incumbent: dict, r: int) -> tuple[float, float]:
-        from experiments.workload.bench import key
-        from experiments.workload.search import Excluded
-
-        if r == 0:
-            self.comparison += 1
-            self.bench.release_except({key(candidate), key(incumbent)})
-        from experiments.workload.session import CandidateError
-
-        order = [("point", candidate), ("baseline", incumbent)]
-        try:
-            rows = {role: self.window(cfg, role, comparison=self.comparison) for role, cfg in order[:: 1 - 2 * (r % 2)]}
-        except CandidateError as exc:  # this workload cannot run the candidate
-            raise Excluded(str(exc)) from None
-        except RuntimeError as exc:  # a replica failed or hung: drop the candidate, keep searching
-            raise Excluded(f"its processes failed: {exc}") from None
-        self.repeat += 1
-        if self.budget_mb and rows["point"]["peak_pss_mb"] > self.budget_mb:
-            raise Excluded(f"peak PSS {rows['point']['peak_pss_mb']:.0f} MB exceeds memory_budget_gb")
-        return rows["point"]["samples_per_s"], rows["baseline"]["samples_per_s"]
-
-
 def _open(params: Params, host_files: dict | None, max_oversubscription: float | None):
     """Load the workload and work out the knob space and the start; raises WorkloadError."""
     from experiments.workload.loader import load
@@ -206,10 +165,6 @@ def _open(params: Params, host_files: dict | None, max_oversubscription: float |
     space, skipped = knob_space(params, workload)
     limit = max_oversubscription or math.inf
     return workload, start, space, skipped, lambda cfg: invalid_reason(cfg, params, workload, skipped, limit)
-
-
-def _where(params: Params) -> str:
-    return f"config key workload.entry: {params.entry!r}" if params.entry else "the built-in workload"
 
 
 def _check_start(bench, workload, start: dict, params: Params) -> None:
@@ -225,19 +180,7 @@ def _check_start(bench, workload, start: dict, params: Params) -> None:
     try:
         bench.check(start)
     except (CandidateError, RuntimeError) as exc:
-        raise WorkloadError(f"{_where(params)}: {source} ({label(start)}) do not run on this workload: {exc}") from None
-
-
-def _user_failure(exc: BaseException, params: Params) -> RunResult | None:
-    """A failed point when ``exc`` came from the workload's own code (a ``__getitem__`` that
-    raises at item 100, say); None when it is the lab's own error."""
-    from experiments.workload.loader import raised_by_user
-
-    if not raised_by_user(exc, params.entry):
-        return None
-    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()] or [""]
-    said = lines[0] if len(lines) == 1 else f"{lines[0]} {lines[-1]}"  # a worker's: where, then what
-    return RunResult.failed(f"{_where(params)}: the workload raised {type(exc).__name__} while measured: {said}")
+        raise WorkloadError(f"{where(params)}: {source} ({label(start)}) do not run on this workload: {exc}") from None
 
 
 def _numerics(bench, params: Params, space: dict) -> dict:
@@ -259,7 +202,7 @@ def search(params: Params, host_files: dict | None, max_oversubscription: float 
         try:
             _check_start(bench, workload, start, params)
             numerics = _numerics(bench, params, space)
-            rec = _Recorder(bench, params, numerics, params.memory_budget_gb * 1024)
+            rec = Recorder(bench, params, numerics, params.memory_budget_gb * 1024)
             t0 = time.monotonic()
             auto = params.budget_s == "auto"
             plan = {"budget_s": 0.0 if auto else float(params.budget_s), "steps": params.steps}
@@ -273,10 +216,7 @@ def search(params: Params, host_files: dict | None, max_oversubscription: float 
         except WorkloadError as exc:
             return RunResult.failed(str(exc))
         except Exception as exc:
-            failed = _user_failure(exc, params)
-            if failed is None:
-                raise
-            return failed
+            return user_failure(exc, params)
         finally:
             bench.close()
     if not rec.result.rows:  # nothing was compared: one row that says why, so the point is not empty
@@ -295,54 +235,6 @@ def search(params: Params, host_files: dict | None, max_oversubscription: float 
         **plan,
     }
     return rec.result
-
-
-def verify(params: Params, after: list[dict] | None, host_files: dict | None) -> RunResult:
-    """Stage ``verify`` (see the module docstring)."""
-    from experiments.workload.bench import Bench
-    from experiments.workload.loader import load
-
-    found = (after or [{}])[0]
-    outcome = found.get("outcome") or {}
-    if "winner" not in outcome:
-        why = outcome.get("reason") or found.get("reason") or "it recorded no winner"
-        return RunResult.failed(f"the search did not finish ({why}); nothing to verify")
-    try:
-        workload = load(params.entry, params.task, params.batch_size)
-    except WorkloadError as exc:
-        return RunResult.failed(str(exc))
-    start, winner = outcome["start"], outcome["winner"]
-    with Meter(params.sample_hz) as meter:
-        warmup = params.warmup if params.steps else outcome.get("warmup", params.warmup)
-        bench = Bench(workload, params.job, meter, params.steps or outcome.get("steps"), warmup)
-        try:
-            if not bench.steps:  # a search of an older version: size the windows here
-                from experiments.workload.diagnose import step_time, steps_for
-
-                bench.steps = steps_for(params.window_s, step_time(bench, start))
-            rec = _Recorder(bench, params, outcome.get("numerics", {}), 0)
-            _verify_rounds(rec, params, start, winner)
-        except Exception as exc:
-            failed = _user_failure(exc, params)
-            if failed is None:
-                raise
-            return failed
-        finally:
-            bench.close()
-    rec.result.outcome = {"start": start, "winner": winner}
-    return rec.result
-
-
-def _verify_rounds(rec: _Recorder, params: Params, start: dict, winner: dict) -> None:
-    if not params.verify_epochs:  # repeat 0: one whole epoch of each, for the timeline
-        for role, cfg in (("baseline", start), ("point", winner)):
-            rec.window(cfg, role, spans=True, epoch=True)
-        rec.repeat += 1
-    for r in range(params.repeats):
-        order = [("point", winner), ("baseline", start)]
-        for role, cfg in order[:: 1 if r % 2 == 0 else -1]:
-            rec.window(cfg, role, spans=params.verify_epochs and r == 0, epoch=params.verify_epochs)
-        rec.repeat += 1
 
 
 def run(
@@ -366,4 +258,6 @@ def run(
     """
     if params.stage == "search":
         return search(params, host_files, max_oversubscription)
-    return verify(params, after, host_files)
+    from experiments.workload.verify import verify
+
+    return verify(params, after)

@@ -1,0 +1,102 @@
+"""Workload experiment, stage ``verify``: the search's start (``baseline``) against its winner
+(``point``), in worker processes one after the other.
+
+Why worker processes: a process's own state moves a workload's speed, and not alike for two
+configurations. On the AMX Xeon VM (2026-12-05), a 1024^2 float32 matmul on one thread ran at
+166-182 GFLOP/s in one fresh process after another, and in bfloat16 at 1016-1371 GFLOP/s, while
+within one process its 0.25 s readings stayed within a few percent; two quick runs' verifications,
+each in one process, put the same bfloat16 and channels_last winner at 1.43x (95% CI 1.36-1.47)
+and 1.61x (1.54-1.67) over float32 (their float32 side 9% apart). Rounds in one process cannot
+show that in their interval. Split over ``verify_processes`` processes
+(:func:`lab.workers.run_workers`, set up together, measured in turn: :mod:`lab.turns`), the rows
+carry ``worker`` and the summary widens the interval by the spread between them
+(:func:`analysis.stats.worker_scale`), as for every other experiment's rounds.
+
+Each worker loads the workload, makes both settings ready and runs one untimed step of each
+(before its turn), then measures its share of ``repeats`` rounds A B B A of ``steps`` steps
+(``window`` = ``steps``). The first worker first measures one whole epoch of each (repeat 0,
+counted in its share; ``window`` = ``epoch``: the timeline, with the main loop's spans, and the
+DataLoader workers' memory across an epoch; at most ``timeline_steps_max`` steps of it). With
+``verify_epochs`` every round is a whole epoch and the first worker's round 0 gives the timeline.
+"""
+
+from __future__ import annotations
+
+import time
+
+from lab import turns
+from lab.results import RunResult
+from lab.rounds import Rounds
+from lab.window import Meter
+from lab.workers import run_workers
+
+
+def verify(params, after: list[dict] | None) -> RunResult:
+    """Stage ``verify`` of ``params`` (:class:`experiments.workload.measure.Params`) after the
+    search job ``after`` (its ``job.json``).
+
+    Returns:
+        The rows of every worker (``worker``, ``repeat`` numbered on over them) with the outcome
+        ``{"start", "winner"}``; or one ``failed`` row: the search recorded no winner, the
+        workload cannot be loaded, or its own code raised (the reason names the config key).
+
+    Raises:
+        lab.workers.WorkerError: for a worker process that died or hit an error of the lab's own.
+    """
+    outcome = ((after or [{}])[0].get("outcome")) or {}
+    if "winner" not in outcome:
+        why = outcome.get("reason") or (after or [{}])[0].get("reason") or "it recorded no winner"
+        return RunResult.failed(f"the search did not finish ({why}); nothing to verify")
+    epochs = 0 if params.verify_epochs else 1  # the timeline's epochs: the first worker's repeat 0
+    policy = Rounds(params.repeats + epochs, workers=params.verify_processes)  # the summary judges the gain
+    return run_workers(lambda rounds: _measure(params, outcome, rounds), policy)
+
+
+def _measure(params, outcome: dict, rounds: Rounds) -> RunResult:
+    """One worker's share of the verification (see the module docstring)."""
+    from experiments.workload.bench import Bench
+    from experiments.workload.loader import WorkloadError, load
+    from experiments.workload.record import Recorder, user_failure
+
+    try:
+        workload = load(params.entry, params.task, params.batch_size)
+    except WorkloadError as exc:
+        return RunResult.failed(str(exc))
+    start, winner = outcome["start"], outcome["winner"]
+    with Meter(params.sample_hz) as meter:
+        warmup = params.warmup if params.steps else outcome.get("warmup", params.warmup)
+        bench = Bench(workload, params.job, meter, params.steps or outcome.get("steps"), warmup)
+        try:
+            if not bench.steps:  # a search of an older version: size the windows here
+                from experiments.workload.diagnose import step_time, steps_for
+
+                bench.steps = steps_for(params.window_s, step_time(bench, start))
+            for cfg in (start, winner):  # set up before the turn: no set-up while another worker measures
+                bench.check(cfg)
+            rounds = turns.await_turn(rounds)
+            rec = Recorder(bench, params, outcome.get("numerics", {}), 0)
+            t0 = time.monotonic()
+            timeline = turns.worker() in (None, 0)
+            n = rounds.min_rounds - (timeline and not params.verify_epochs)  # its share counts the epochs
+            _rounds(rec, params, start, winner, n, timeline)
+        except Exception as exc:
+            return user_failure(exc, params)
+        finally:
+            bench.close()
+    rec.result.outcome = {"start": start, "winner": winner}
+    rec.result.rounds = {"done": rec.repeat, "stopped": "fixed", "elapsed_s": time.monotonic() - t0}
+    return rec.result
+
+
+def _rounds(rec, params, start: dict, winner: dict, n: int, timeline: bool) -> None:
+    """``n`` rounds A B B A of the winner (``point``) and the start (``baseline``); first, with
+    ``timeline``, one whole epoch of each (or, with ``verify_epochs``, spans in round 0)."""
+    if timeline and not params.verify_epochs:  # repeat 0: one whole epoch of each, for the timeline
+        for role, cfg in (("baseline", start), ("point", winner)):
+            rec.window(cfg, role, spans=True, epoch=True)
+        rec.repeat += 1
+    for r in range(n):
+        order = [("point", winner), ("baseline", start)]
+        for role, cfg in order[:: 1 if r % 2 == 0 else -1]:
+            rec.window(cfg, role, spans=timeline and params.verify_epochs and r == 0, epoch=params.verify_epochs)
+        rec.repeat += 1
