@@ -19,6 +19,7 @@ import pytest
 from experiments.workload import KNOBS
 from experiments.workload.loader import WorkloadError, load, resolve_entry
 from experiments.workload.search import MIN_ROUNDS, Search, decide, geomean_ci
+from lab.results import RunResult
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -666,3 +667,17 @@ def test_the_first_screen_gives_the_verified_gain_with_its_rerun_interval():
     d = {"gain": 1.47, "gain_ci": [1.29, 1.60], "gain_rerun": [1.20, 1.69]}
     assert _gain(d) == "1.47x (95% rerun interval 1.20-1.69)"
     assert _gain({**d, "gain_rerun": None}) == "1.47x (95% CI 1.29-1.60)"  # a recommended.json from before
+
+
+def test_the_verification_splits_its_rounds_over_processes_set_up_one_at_a_time(monkeypatch):
+    """Its policy: ``repeats`` rounds and the timeline's epochs over ``verify_processes``
+    workers, set up one at a time (two set-ups at once run their steps on the same CPUs)."""
+    from experiments.workload import verify
+    from experiments.workload.measure import Params
+
+    seen = []
+    monkeypatch.setattr(verify, "run_workers", lambda call, policy: seen.append(policy) or RunResult())
+    after = [{"outcome": {"start": _cfg(), "winner": _cfg(num_workers=1)}}]
+    for epochs in (False, True):
+        verify.verify(Params(stage="verify", repeats=6, verify_processes=3, verify_epochs=epochs), after)
+    assert [(p.min_rounds, p.workers, p.setup_alone) for p in seen] == [(7, 3, True), (6, 3, True)]

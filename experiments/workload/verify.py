@@ -8,7 +8,7 @@ within one process its 0.25 s readings stayed within a few percent; two quick ru
 each in one process, put the same bfloat16 and channels_last winner at 1.43x (95% CI 1.36-1.47)
 and 1.61x (1.54-1.67) over float32 (their float32 side 9% apart). Rounds in one process cannot
 show that in their interval. Split over ``verify_processes`` processes
-(:func:`lab.workers.run_workers`, set up together, measured in turn: :mod:`lab.turns`), the rows
+(:func:`lab.workers.run_workers`, set up one at a time, measured in turn), the rows
 carry ``worker`` and the summary widens the interval by the spread between them
 (:func:`analysis.stats.worker_scale`), as for every other experiment's rounds.
 
@@ -48,7 +48,11 @@ def verify(params, after: list[dict] | None) -> RunResult:
         why = outcome.get("reason") or (after or [{}])[0].get("reason") or "it recorded no winner"
         return RunResult.failed(f"the search did not finish ({why}); nothing to verify")
     epochs = 0 if params.verify_epochs else 1  # the timeline's epochs: the first worker's repeat 0
-    policy = Rounds(params.repeats + epochs, workers=params.verify_processes)  # the summary judges the gain
+    # Set up one at a time: a set-up runs a step of each side on its threads, and two at once
+    # oversubscribe the CPUs. The quick run's verification (2 threads a side, AMX Xeon VM,
+    # 2026-12-05) waited 2.60, 1.21 and 0.46 s for its first window set up together, 0.52 and
+    # 0.49 s one at a time. The summary judges the gain: no metric here.
+    policy = Rounds(params.repeats + epochs, workers=params.verify_processes, setup_alone=True)
     return run_workers(lambda rounds: _measure(params, outcome, rounds), policy)
 
 
