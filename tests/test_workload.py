@@ -515,6 +515,10 @@ def test_recommendation_files_reproduce_the_verified_settings():
     assert 'with torch.autocast("cpu", dtype=torch.bfloat16):' in py and "torch.set_num_threads(1)" in py
     compile(py, "recommended.py", "exec")  # valid Python
     assert "export OMP_NUM_THREADS=1" in as_env(d) and json.loads(as_json(d))["gain_ci"] == [1.4, 1.6]
+    from experiments.workload.analysis import _recommendation_sentence
+
+    assert d["processes"] == 1 and "interleaved rounds: " in _recommendation_sentence(d)
+    assert "interleaved rounds in 2 worker processes: " in _recommendation_sentence(d | {"processes": 2})
     unclear = _verified(0.9)  # the gain's CI includes 1: no recommendation
     assert not unclear["verified"] and unclear["recommended"] == unclear["current"] and unclear["changes"] == {}
     assert "current settings are fine here" in as_python(unclear) and "num_workers=0" in as_python(unclear)

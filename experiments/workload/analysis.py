@@ -83,6 +83,12 @@ def _gain(d: dict) -> str:
     return fmt_x(row | {"speedup_rerun_low": r_lo, "speedup_rerun_high": r_hi}, "rerun")
 
 
+def _in_processes(d: dict) -> str:
+    """`` in 2 worker processes`` where the verification split its rounds; "" otherwise."""
+    n = d.get("processes") or 1
+    return f" in {n} worker processes" if n > 1 else ""
+
+
 def _recommendation_sentence(d: dict) -> str:
     if d["status"] != "ok":
         return f"No recommendation: {d['reason']}."
@@ -90,7 +96,8 @@ def _recommendation_sentence(d: dict) -> str:
         payoff = f" Its up-front cost pays off after {d['payoff_calls']:,} calls." if d.get("payoff_calls") else ""
         return (
             f"Recommendation: {describe_changes(d['changes'])}. Verified in a separate job over {d['rounds']} "
-            f"interleaved rounds: {_x(d['gain'], d['gain_ci'])} the samples/s of {d['current_source']}.{payoff}"
+            f"interleaved rounds{_in_processes(d)}: {_x(d['gain'], d['gain_ci'])} the samples/s of"
+            f" {d['current_source']}.{payoff}"
         )
     missing = incomplete_text(d)
     if missing:  # an unfinished search is no answer: say what it did not try and what would
