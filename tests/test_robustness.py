@@ -293,6 +293,9 @@ def _benchmark(name: str):
         ("probe_noise", ["--lengths", "5"], "at least two different loop lengths above 0 ms"),
         ("probe_noise", ["--group", "1"], "--group >= 2"),
         ("probe_noise", ["--markdown", "{dir}"], "--markdown {dir} is a directory"),
+        ("process_state", ["--processes", "1"], "--processes 1, --readings 8, --seconds 0.25: allowed: at least 2"),
+        ("process_state", ["--seconds", "0"], "seconds > 0"),
+        ("process_state", ["--markdown", "{dir}"], "--markdown {dir} is a directory"),
     ],
 )
 def test_benchmark_scripts_refuse_bad_arguments_before_measuring(tmp_path, capsys, script, args, message):

@@ -1,13 +1,15 @@
 """Workload experiment, stage ``verify``: the search's start (``baseline``) against its winner
 (``point``), in worker processes one after the other.
 
-Why worker processes: a process's own state moves a workload's speed, and not alike for two
-configurations. On the AMX Xeon VM (2026-12-05), a 1024^2 float32 matmul on one thread ran at
-166-182 GFLOP/s in one fresh process after another, and in bfloat16 at 1016-1371 GFLOP/s, while
-within one process its 0.25 s readings stayed within a few percent; two quick runs' verifications,
-each in one process, put the same bfloat16 and channels_last winner at 1.43x (95% CI 1.36-1.47)
-and 1.61x (1.54-1.67) over float32 (their float32 side 9% apart). Rounds in one process cannot
-show that in their interval. Split over ``verify_processes`` processes
+Why worker processes: a process's own state can move a workload's speed, and not alike for two
+configurations. In the quick run y1-1 (AMX Xeon VM, 2026-12-05), the first with this split, the
+winner (bfloat16, channels_last) over float32 read 1.31-1.42x in the first worker's five rounds
+and 1.42-1.49x in the second's, seconds later. Two earlier runs' verifications, each in one
+process, had put it at 1.43x (95% CI 1.36-1.47) and 1.61x (1.54-1.67). A bare 1024^2 bfloat16
+matmul moves less: its per-process medians spread 11% over eight fresh processes, a between-process
+sd of logs 0.030 and 0.041 against 0.049 and 0.022 within a process in two readings (float32: 6%,
+0.022 against 0.023-0.024; ``benchmarks/process_state.py``, docs/benchmarks.md). Rounds in one
+process cannot show such a shift in their interval. Split over ``verify_processes`` processes
 (:func:`lab.workers.run_workers`, set up one at a time, measured in turn), the rows
 carry ``worker`` and the summary widens the interval by the spread between them
 (:func:`analysis.stats.worker_scale`), as for every other experiment's rounds.
