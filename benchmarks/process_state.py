@@ -98,10 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=0.25, help="length of one reading (s, > 0)")
     p.add_argument("--markdown", help="also write the table to this file")
     args = p.parse_args(argv)
-    if args.processes < 2 or args.readings < 2 or not args.seconds > 0:
+    if args.processes < 2 or args.readings < 2 or not 0 < args.seconds < math.inf:
         p.error(
             f"--processes {args.processes}, --readings {args.readings}, --seconds {args.seconds}: "
-            "allowed: at least 2 processes and 2 readings, seconds > 0"
+            "allowed: at least 2 processes and 2 readings, seconds > 0 and finite"
         )
     if problem := output_args_problem(args, ("markdown",)):
         p.error(problem)

@@ -222,8 +222,9 @@ def rounds_policy(args, experiment: str, params, parser: argparse.ArgumentParser
     try:
         if args.rounds_max < 0:
             raise ValueError(f"--rounds-max must be >= 0 (0: as many as --repeats), got {args.rounds_max}")
-        if not 1 <= args.rounds_workers <= MAX_ROUNDS_WORKERS:
-            allowed = f"1-{MAX_ROUNDS_WORKERS} (config rounds.workers)"
+        most = min(MAX_ROUNDS_WORKERS, params.repeats)  # each worker measures a round at least
+        if not 1 <= args.rounds_workers <= most:
+            allowed = f"1-{most} (config rounds.workers; at most --repeats {params.repeats})"
             raise ValueError(f"--rounds-workers must be {allowed}, got {args.rounds_workers}")
         target = args.rounds_target_ci_pct
         if target > 0 and not (args.rounds_budget_s > 0 and args.rounds_max >= params.repeats):

@@ -283,7 +283,7 @@ def check_rounds(config: dict, users: list[str]) -> None:
         if name not in config.get("experiments", []):
             continue
         repeats = (config.get(name) or {}).get("repeats", 1)
-        if workers > 1 and -(-repeats // workers) < 2:
+        if workers > 1 and repeats // workers < 2:  # the smallest share (lab.rounds.Rounds.for_worker)
             raise ConfigError(
                 f"config key rounds.workers: {workers} is not allowed ({name}.repeats {repeats} would give a worker"
                 f" process fewer than 2 rounds); allowed: at most {max(1, repeats // 2)}, or raise {name}.repeats"

@@ -158,8 +158,18 @@ def test_bad_config_is_refused(root, default_config, patch, key):
             "config key rounds.max_rounds: 3 is not allowed (less than gil.repeats 6); allowed: integer >= 6",
         ),
         (
-            {"rounds": {"workers": 4}, "gil": {"repeats": 6}, "jit": {"repeats": 3}},
-            "config key rounds.workers: 4 is not allowed (jit.repeats 3 would give a worker process fewer than 2",
+            {"rounds": {"workers": 3}, "gil": {"repeats": 6}, "jit": {"repeats": 3}},
+            "config key rounds.workers: 3 is not allowed (jit.repeats 3 would give a worker process fewer than 2",
+        ),
+        (
+            {"workload": {"repeats": 3}},
+            "config key workload.repeats: 3 is not allowed (workload.verify_processes 2 would give a worker process"
+            " fewer than 2 verification rounds); allowed: integer >= 4, or fewer verify_processes",
+        ),
+        (  # 5 rounds over 3 workers are 2, 2 and 1
+            {"rounds": {"workers": 3}, "gil": {"repeats": 5}},
+            "rounds.workers: 3 is not allowed (gil.repeats 5 would give a worker process fewer than 2 rounds);"
+            " allowed: at most 2",
         ),
         ({"rounds": {"budget_s": 0}}, "config key rounds.budget_s: 0 is not allowed (rounds.target_ci_pct 5 needs"),
         ({"cluster": {"hosts": {"big": {"partition": "amd"}}}}, "config key cluster.hosts.big: "),

@@ -243,8 +243,12 @@ def test_json_inputs_of_the_wrong_shape_and_unwritable_outputs_are_named_in_one_
     ("option", "said"),
     [
         (["--rounds-max", "-1"], "--rounds-max must be >= 0"),
-        (["--rounds-workers", "9"], "--rounds-workers must be 1-8 (config rounds.workers), got 9"),
-        (["--rounds-workers", "0"], "--rounds-workers must be 1-8 (config rounds.workers), got 0"),
+        (["--repeats", "12", "--rounds-workers", "9"], "--rounds-workers must be 1-8 (config rounds.workers; at most"),
+        (["--rounds-workers", "0"], "--rounds-workers must be 1-1 (config rounds.workers; at most --repeats 1), got 0"),
+        (
+            ["--repeats", "2", "--rounds-workers", "3"],
+            "must be 1-2 (config rounds.workers; at most --repeats 2), got 3",
+        ),
         (["--max-oversubscription", "-2"], "--max-oversubscription must be > 0"),
         (["--rounds-probe-ms", "-1"], "--rounds-probe-ms=-1.0 is out of range; it must be >= 0"),
         (["--rounds-budget-s", "-5"], "--rounds-budget-s=-5.0 is out of range; it must be >= 0"),

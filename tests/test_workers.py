@@ -139,7 +139,8 @@ def test_the_last_worker_pools_the_rounds_of_the_workers_before_it():
 @pytest.mark.parametrize(("repeats", "workers", "per_worker"), [(4, 3, [2, 1, 1]), (6, 2, [3, 3]), (5, 2, [3, 2])])
 def test_the_workers_measure_the_rounds_asked_for_between_them(repeats, workers, per_worker):
     """Each worker measures its share of the rounds left, so the job measures ``repeats`` rounds
-    (a share rounded up for every worker measured 6 for 4 over 3 workers)."""
+    (a share rounded up for every worker measured 6 for 4 over 3 workers); the command line
+    refuses more workers than rounds (tests/test_robustness.py)."""
     result = _run(Sleepy(window_s=0.005, setup_s=0.05), Rounds(repeats, workers=workers))
     assert result.rounds["per_worker"] == per_worker
     assert result.rounds["done"] == repeats == len({r["repeat"] for r in result.rows})

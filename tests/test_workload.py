@@ -416,6 +416,9 @@ def test_the_verification_runs_an_epoch_each_then_its_rounds(tmp_path, monkeypat
     assert per_worker == ({0: 2, 1: 2} if verify_epochs else {0: 3, 1: 2})  # 4 rounds, and the epochs
     assert set(rows[rows["repeat"] == 0]["worker"]) == {0}
     assert res.rounds["done"] == (4 if verify_epochs else 5) and res.rounds["per_worker"] == list(per_worker.values())
+    one = run(dataclasses.replace(params, verify_processes=1), after=after)
+    assert "worker" not in pd.DataFrame(one.rows) and one.rounds["per_worker"] == [one.rounds["done"]]
+    assert one.rounds["workers"] == 1 and one.rounds["min_rounds"] == one.rounds["done"]
 
 
 @pytest.mark.skipif(not __import__("lab.capabilities").capabilities.native_bf16()[0], reason="no native bf16")
@@ -685,3 +688,16 @@ def test_the_verification_splits_its_rounds_over_processes_set_up_one_at_a_time(
     for epochs in (False, True):
         verify.verify(Params(stage="verify", repeats=6, verify_processes=3, verify_epochs=epochs), after)
     assert [(p.min_rounds, p.workers, p.setup_alone) for p in seen] == [(7, 3, True), (6, 3, True)]
+
+
+def test_a_verification_of_fewer_than_two_rounds_a_process_is_refused():
+    """An interval needs 2 rounds, and so does the spread within a process that the spread
+    between processes is judged against (a single round gave a CI of nan-nan and broke the
+    recommendation's files)."""
+    from experiments.workload.measure import Params
+
+    with pytest.raises(ValueError, match=r"repeats=1 is out of range; it must be >= 2 x verify_processes = 2"):
+        Params(repeats=1, verify_processes=1)
+    with pytest.raises(ValueError, match=r"it must be >= 2 x verify_processes = 6"):
+        Params(repeats=5, verify_processes=3)
+    assert Params(repeats=6, verify_processes=3).verify_processes == 3

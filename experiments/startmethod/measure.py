@@ -147,12 +147,13 @@ def warmup_epochs(params: Params) -> int:
 
     Forkserver keeps its server warm, and nothing else: the runner starts the server directly
     (:meth:`Runner.__init__`) instead of running an epoch whose workers import torch. Measured
-    on the AMX Xeon VM (2026-12-05, ``python -m lab.point startmethod --start-method forkserver
-    --warmup-epochs 0|1``, two jobs each way): without a warm-up the first epoch's first batch
-    came 3-5% later than the later epochs' median (950 and 968 ms against 915 and 914: the
-    server's start); after a warm-up epoch the epochs matched (the first 932 and 847 ms against
-    a median 946 and 893). A warm-up epoch cost a forkserver job 3 s before its first window,
-    its two worker processes' four DataLoader workers importing torch at once (docs/benchmarks.md)."""
+    on the AMX Xeon VM (2026-12-05, at 9defba3, before this rule, when ``python -m lab.point
+    startmethod --start-method forkserver --warmup-epochs 0|1`` still chose; two jobs each way):
+    without a warm-up the first epoch's first batch came 3-5% later than the later epochs'
+    median (950 and 968 ms against 915 and 914: the server's start); after a warm-up epoch the
+    epochs matched (the first 932 and 847 ms against a median 946 and 893). A warm-up epoch cost
+    a forkserver job 3 s before its first window, its two worker processes' four DataLoader
+    workers importing torch at once (docs/benchmarks.md)."""
     return params.warmup_epochs if params.start_method == "fork" else 0
 
 

@@ -42,11 +42,21 @@ def resolve_threads(value, ncpu: int) -> list[int]:
 def check_config(section) -> None:
     """``workload.entry`` names a module and a function that exist (found without importing
     them, :func:`experiments.workload.loader.resolve_entry`), so a typo stops the run before
-    anything is measured, with the name it was probably meant to be.
+    anything is measured, with the name it was probably meant to be; ``workload.repeats`` gives
+    each of the verification's ``verify_processes`` worker processes 2 rounds at least (an
+    interval, and the spread within a process that the spread between them is judged against,
+    need 2), as ``rounds.workers`` does for the other experiments.
 
     Raises:
-        ValueError: ``config key workload.entry: '...': ...``.
+        ValueError: ``config key workload.entry: '...': ...`` or ``config key workload.repeats: ...``.
     """
+    repeats, processes = int(section["repeats"]), int(section["verify_processes"])
+    if repeats < 2 * processes:
+        raise ValueError(
+            f"config key workload.repeats: {repeats} is not allowed (workload.verify_processes {processes} would"
+            f" give a worker process fewer than 2 verification rounds); allowed: integer >= {2 * processes},"
+            f" or fewer verify_processes"
+        )
     entry = section.get("entry") or ""
     if entry:
         from experiments.workload.loader import resolve_entry

@@ -1,5 +1,4 @@
-"""Workload experiment, measurement: search the knobs for the user's workload, then verify the
-winner against the user's current settings.
+"""Workload experiment, measurement: search the knobs of the user's workload, then verify the winner.
 
 ``stage = search``: import and check the workload (:func:`experiments.workload.loader.load`;
 a bad workload gives one ``failed`` row whose reason names the config key, before anything is
@@ -46,8 +45,8 @@ class Params(Declared):
     search space, one value fixes a knob (declared once: :mod:`lab.params`).
 
     Raises:
-        ValueError: for a value outside its bounds, an empty knob or a bad ``budget_s`` (the
-            message names the field).
+        ValueError: for a value outside its bounds, an empty knob, a bad ``budget_s`` or
+            ``repeats`` under 2 x ``verify_processes`` (the message names the field).
     """
 
     stage: Literal["search", "verify"] = param(
@@ -148,6 +147,11 @@ class Params(Declared):
         for knob in KNOBS:
             if not getattr(self, knob):
                 raise ValueError(f"{knob} needs at least one value")
+        if self.repeats < 2 * self.verify_processes:  # as check_config (experiments/workload/__init__.py)
+            raise ValueError(
+                f"repeats={self.repeats} is out of range; it must be >= 2 x verify_processes ="
+                f" {2 * self.verify_processes} (2 verification rounds a worker process)"
+            )
 
     @property
     def job(self) -> dict:

@@ -103,7 +103,7 @@ def recommendation(summary: pd.DataFrame, replicates: pd.DataFrame, jobs: list[d
         "gain_ci": [float(lo), float(hi)],
         "gain_rerun": [float(r.get(f"speedup_rerun_{side}", np.nan)) for side in ("low", "high")],
         "rounds": int(r["n"]),
-        "processes": int(rows["worker"].nunique()) if "worker" in rows else 1,
+        "processes": int(every["worker"].nunique()) if "worker" in every else 1,
         "current": current,
         "best_found": best,
         "recommended": best if verified else current,
