@@ -271,12 +271,12 @@ dataloader:
   num_workers: [2]
   items: {io: 200}
   io_latency_s: 0.01
-  repeats: 3
+  repeats: 4
 multiprocessing:
   processes: [2]
   threads: [1]
   steps: 1500
-  repeats: 3
+  repeats: 4
 """
 
 #: A point of each experiment of INTERRUPT_CONFIG: the interrupted runs target one each.
