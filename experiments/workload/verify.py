@@ -55,11 +55,7 @@ def verify(params, after: list[dict] | None) -> RunResult:
     # 2026-12-05) waited 2.60, 1.21 and 0.46 s for its first window set up together, 0.52 and
     # 0.49 s one at a time. The summary judges the gain: no metric here.
     policy = Rounds(params.repeats + epochs, workers=params.verify_processes, setup_alone=True)
-    result = run_workers(lambda rounds: _measure(params, outcome, rounds), policy)
-    if result.rounds is not None and "per_worker" not in result.rounds:  # one process: its result as it is
-        done, elapsed = result.rounds["done"], result.rounds["elapsed_s"]
-        result.rounds = policy.record(done, "fixed", elapsed, [], []) | {"per_worker": [done]}
-    return result
+    return run_workers(lambda rounds: _measure(params, outcome, rounds), policy)
 
 
 def _measure(params, outcome: dict, rounds: Rounds) -> RunResult:
@@ -94,7 +90,10 @@ def _measure(params, outcome: dict, rounds: Rounds) -> RunResult:
         finally:
             bench.close()
     rec.result.outcome = {"start": start, "winner": winner}
-    rec.result.rounds = {"done": rec.repeat, "stopped": "fixed", "elapsed_s": time.monotonic() - t0}
+    # the whole record, as job.json keeps it where this process is the only one (run_workers
+    # returns its result as it is); with more, run_workers pools the workers' records
+    record = rounds.record(rec.repeat, "fixed", time.monotonic() - t0, [], [])
+    rec.result.rounds = record | {"per_worker": [rec.repeat]}
     return rec.result
 
 
