@@ -1,20 +1,26 @@
-"""How many untimed calls a window needs after its thread count changes.
+"""How many untimed calls a window needs after its settings change.
 
 Interleaved rounds switch the intra-op thread count before every window (the point and its
 baseline use different counts), and the intraop experiment runs ``warmup`` untimed calls after
-each switch so that a resized thread pool does not slow the first timed call. Every untimed
-call is time outside the measured windows (issue 20: most of the run should be spent measuring),
-so the count should be the smallest that removes the transient.
+each switch so that a resized thread pool does not slow the first timed call. The workload
+experiment's search alternates two configurations of the user's workload the same way and runs
+``warmup`` untimed steps before each window. Every untimed call is time outside the measured
+windows (issue 20: most of the run should be spent measuring), so the count should be the
+smallest that removes the transient.
 
-This script switches between 1 and 2 intra-op threads as the rounds do and times each of the
-first ``--calls`` calls after every switch on its own. It prints, per workload and thread count,
-the median time of call ``k`` over the median of the settled calls (``k`` >= 4): a value near 1
-for call ``k`` means ``k`` untimed calls are enough. The workloads and their sizes are the
-intraop experiment's (``experiments/intraop/measure.py``, ``make_workload``).
+By default this script switches between 1 and 2 intra-op threads as the intraop rounds do and
+times each of the first ``--calls`` calls after every switch on its own; the intraop
+experiment's workloads and sizes (``experiments/intraop/measure.py``, ``make_workload``). With
+``--search`` it alternates, as the workload search does, the built-in workload's PyTorch defaults
+with three candidates (bfloat16 with channels_last, 2 DataLoader workers, 1 intra-op thread
+instead of 2) and times each of the first ``--calls`` training steps after every switch
+(``experiments/workload/bench.py``, no warm-up). It prints, per case, the median time of call
+``k`` over the median of the settled calls (``k`` >= 4): a value near 1 for call ``k`` means
+``k`` untimed calls are enough.
 
 A benchmark, not a test. Usage (repository root, the project's venv)::
 
-    python benchmarks/warmup.py [--switches 30] [--calls 8] [--markdown out.md]
+    python benchmarks/warmup.py [--switches 30] [--calls 8] [--search [--prepared W]] [--markdown out.md]
 """
 
 from __future__ import annotations
@@ -56,12 +62,53 @@ def measure(workload: str, switches: int, calls: int) -> dict[int, list[list[flo
     return times
 
 
-def table(results: dict[str, dict[int, list[list[float]]]], shown: int) -> str:
-    """Markdown: per workload and thread count, call ``k`` / settled median for ``k < shown``."""
-    head = "| workload | threads | settled call (ms) | " + " | ".join(f"call {k}" for k in range(shown)) + " |"
+def measure_search(candidate: str, switches: int, calls: int, warmup: int | None) -> dict[str, list[list[float]]]:
+    """The workload search's alternation, timed step by step: the built-in workload's start
+    (PyTorch's defaults) against ``candidate`` (a key of :data:`CANDIDATES`), ``switches`` times
+    each. Per arm (``"start"``, ``candidate``), per switch, the wall time (s) of each of the
+    first ``calls`` training steps (data wait and step) after the switch; with ``warmup`` not
+    None, after what :meth:`~experiments.workload.bench.Bench.measure` does first (the workers'
+    prefetched batches dropped, ``warmup`` untimed steps)."""
+    from experiments.workload.bench import Bench, in_flight
+    from experiments.workload.measure import Params, _open
+    from lab.window import Meter
+
+    params = Params()
+    workload, start, _, _, _ = _open(params, {}, None)
+    arms = {"start": start, candidate: {**start, **CANDIDATES[candidate]}}
+    times: dict[str, list[list[float]]] = {arm: [] for arm in arms}
+    with Meter(10) as meter:
+        bench = Bench(workload, params.job, meter, calls, 0)
+        try:
+            for cfg in arms.values():
+                bench.check(cfg)
+            for _ in range(switches):
+                for arm, cfg in arms.items():
+                    pool, setup, _ = bench._ready(cfg)
+                    if warmup is not None:
+                        bench._run(pool, setup, warmup, False, in_flight(cfg))
+                    marks = bench._run(pool, setup, calls, False)["marks"]
+                    times[arm].append([end - start_s for start_s, _, end, _ in marks])
+        finally:
+            bench.close()
+    return times
+
+
+#: The search candidates ``--search`` alternates with the start, as knob changes.
+CANDIDATES = {
+    "bfloat16, channels_last": {"precision": "bfloat16", "channels_last": True},
+    "2 DataLoader workers": {"num_workers": 2, "persistent_workers": True},
+    "1 intra-op thread": {"threads": 1},
+}
+
+
+def table(results: dict[str, dict], shown: int) -> str:
+    """Markdown: per case and arm (thread count, or configuration), call ``k`` / settled
+    median for ``k < shown``."""
+    head = "| case | arm | settled call (ms) | " + " | ".join(f"call {k}" for k in range(shown)) + " |"
     lines = [head, "|" + "---|" * (3 + shown)]
-    for workload, by_threads in results.items():
-        for threads, runs in by_threads.items():
+    for workload, by_arm in results.items():
+        for threads, runs in by_arm.items():
             settled = statistics.median(x for run in runs for x in run[SETTLED_FROM:])
             ratios = [statistics.median(run[k] for run in runs) / settled for k in range(shown)]
             cells = " | ".join(f"{r:.3f}" for r in ratios)
@@ -76,13 +123,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--workloads", nargs="+", default=["matmul", "mlp", "tiny"], choices=["matmul", "matmul_bf16", "mlp", "tiny"]
     )
+    ap.add_argument("--search", action="store_true", help="time the workload search's steps instead (module doc)")
+    ap.add_argument(
+        "--prepared",
+        type=int,
+        metavar="WARMUP",
+        help="with --search: time the steps after the search's own preparation (prefetched batches dropped, WARMUP"
+        " untimed steps); without it, right after the switch",
+    )
     ap.add_argument("--markdown", type=Path, help="also write the table here")
     args = ap.parse_args(argv)
     if problem := output_args_problem(args):
         ap.error(problem)
     if args.calls <= SETTLED_FROM or args.switches < 1:
         ap.error(f"--calls must be > {SETTLED_FROM} and --switches >= 1")
-    results = {w: measure(w, args.switches, args.calls) for w in args.workloads}
+    if args.prepared is not None and (args.prepared < 0 or not args.search):
+        ap.error(f"--prepared needs --search and an integer >= 0, got {args.prepared}")
+    if args.search:
+        results = {c: measure_search(c, args.switches, args.calls, args.prepared) for c in CANDIDATES}
+    else:
+        results = {w: measure(w, args.switches, args.calls) for w in args.workloads}
     out = table(results, SETTLED_FROM)
     print(out, end="")
     if args.markdown:

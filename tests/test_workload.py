@@ -316,6 +316,31 @@ def test_a_configuration_is_measured_with_its_workers_memory_and_spans():
     assert 0 < numbers["max_abs_diff"] < 0.1 and abs(numbers["loss_after"] - numbers["loss_after_fp32"]) < 0.05
 
 
+def test_a_window_drops_the_batches_its_workers_fetched_while_the_other_configuration_ran():
+    """The workers of a configuration prefetch ``num_workers x prefetch_factor`` batches while
+    the other arm of a round is measured; its next steps window drops them untimed, then warms
+    up, so that its first timed step fetches as a settled one does (benchmarks/warmup.py
+    --search). An epoch window starts a fresh iterator and drops nothing."""
+    from experiments.workload.bench import in_flight
+    from lab.window import Meter
+
+    assert in_flight(_cfg()) == 0 and in_flight(_cfg(num_workers=2, prefetch_factor=3)) == 6
+    workload = load("", "train", 32)
+    with Meter(20) as meter:
+        bench = _bench(meter, workload, steps=2)
+        calls, real = [], bench.local.run
+        bench.local.run = lambda setup, **kw: calls.append(kw) or real(setup, **kw)
+        try:
+            _, row, _ = bench.measure(_cfg(num_workers=2, prefetch_factor=3, persistent_workers=True))
+            bench.measure(_cfg())
+            bench.measure(_cfg(num_workers=1), epoch=True, epoch_steps_max=2)
+        finally:
+            bench.close()
+    untimed = [(c["steps"], c["drain"]) for c in calls if "drain" in c and not c["epoch"] and c["steps"] == 1]
+    assert untimed == [(1, 6), (1, 0), (1, 0)]  # the warm-up step after the dropped batches
+    assert row["batches"] == 2  # the window itself steps as many times as before
+
+
 def test_two_replicas_train_one_model_over_gloo():
     from lab.window import Meter
 

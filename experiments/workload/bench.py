@@ -32,6 +32,16 @@ def key(cfg: dict) -> str:
     return label({k: cfg[k] for k in KNOBS})
 
 
+def in_flight(cfg: dict) -> int:
+    """Batches ``cfg``'s DataLoader workers hold ready when a steps window starts: while the
+    other configuration of a round is measured, its ``num_workers`` workers fetch up to
+    ``prefetch_factor`` batches each (torch's DataLoader). A window that started on them would
+    count data fetched before it: in ``benchmarks/warmup.py --search`` the first 4 steps after a
+    switch to 2 workers took 0.86-0.90x a settled step (docs/benchmarks.md). Returns
+    ``num_workers x prefetch_factor``, 0 without workers."""
+    return cfg["num_workers"] * cfg["prefetch_factor"] if cfg["num_workers"] else 0
+
+
 def _memory_columns(reads: list[list[dict]], growth_from: tuple[list[dict], list[dict]]) -> dict:
     """Peak USS/PSS (MB) of the processes and their workers over ``reads`` (each a list of one
     read per process), the PSS of the last read, and the largest worker USS growth between
@@ -79,7 +89,9 @@ class Bench:
         meter: the job's meter.
         steps: steps (or inference calls) per window; ``epoch`` windows ignore it. None until
             the diagnosis sets it from the step time (:mod:`experiments.workload.diagnose`).
-        warmup: untimed steps before every window (threads set, workers awake).
+        warmup: untimed steps before every window (threads set, workers awake), after the
+            batches the workers fetched while the other configuration ran are dropped
+            (:func:`in_flight`).
     """
 
     def __init__(self, workload, job: dict, meter, steps: int | None, warmup: int) -> None:
@@ -105,8 +117,10 @@ class Bench:
     def _memory(self, pool, setup) -> list[dict]:
         return pool.memory(setup) if pool is not None else [self.local.memory(setup)]
 
-    def _run(self, pool, setup, steps, epoch: bool) -> dict:
-        return pool.run(setup, steps, epoch) if pool is not None else self.local.run(setup, steps=steps, epoch=epoch)
+    def _run(self, pool, setup, steps, epoch: bool, drain: int = 0) -> dict:
+        if pool is not None:
+            return pool.run(setup, steps, epoch, drain)
+        return self.local.run(setup, steps=steps, epoch=epoch, drain=drain)
 
     def check(self, cfg: dict) -> None:
         """Make ``cfg`` ready and run one untimed step of it (the start, before the search).
@@ -132,8 +146,9 @@ class Bench:
             CandidateError: if ``cfg`` cannot be made ready for this workload.
         """
         pool, setup, info = self._ready(cfg)
-        if self.warmup:
-            self._run(pool, setup, self.warmup, False)
+        drain = 0 if epoch else in_flight(cfg)  # an epoch window starts a fresh iterator
+        if self.warmup or drain:
+            self._run(pool, setup, self.warmup, False, drain)
         before = self._memory(pool, setup)
         own = psutil.Process()
         cpu0 = sum(own.cpu_times()[:2])

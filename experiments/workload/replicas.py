@@ -47,9 +47,9 @@ def _serve(session, conn, barrier) -> None:
                 setups[key] = session.prepare(cfg)
                 conn.send(("ok", {"setup_s": setups[key].setup_s, "first_call_s": setups[key].first_call_s}))
             elif cmd == "run":
-                key, steps, epoch = args
+                key, steps, epoch, drain = args
                 barrier.wait(timeout=TIMEOUT_S)  # every replica starts the window together
-                conn.send(("ok", session.run(setups[key], steps=steps, epoch=epoch)))
+                conn.send(("ok", session.run(setups[key], steps=steps, epoch=epoch, drain=drain)))
             elif cmd == "memory":
                 conn.send(("ok", session.memory(setups[args[0]])))
             elif cmd == "release":
@@ -143,10 +143,11 @@ class Replicas:
         """Make ``cfg`` ready in every replica; returns rank 0's ``setup_s``, ``first_call_s``."""
         return self._all("prepare", key, cfg)[0]
 
-    def run(self, key, steps: int | None, epoch: bool = False) -> dict:
+    def run(self, key, steps: int | None, epoch: bool = False, drain: int = 0) -> dict:
         """One window in every replica at once; ``batches`` summed, ``stall_s`` and ``marks`` of
-        rank 0, ``epoch_memory`` of every rank (a list, or None)."""
-        answers = self._all("run", key, steps, epoch)
+        rank 0, ``epoch_memory`` of every rank (a list, or None); ``drain``: see
+        :meth:`~experiments.workload.session.Session.run`."""
+        answers = self._all("run", key, steps, epoch, drain)
         memory = [a["epoch_memory"] for a in answers] if epoch else None
         return {**answers[0], "batches": sum(a["batches"] for a in answers), "epoch_memory": memory}
 

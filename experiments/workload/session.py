@@ -202,10 +202,11 @@ class Session:
             with torch.inference_mode(), autocast:
                 setup.fn(x)
 
-    def run(self, setup: Setup, steps: int | None = None, epoch: bool = False) -> dict:
+    def run(self, setup: Setup, steps: int | None = None, epoch: bool = False, drain: int = 0) -> dict:
         """One window: ``steps`` steps, or (``epoch``) an epoch from a fresh iterator
         (non-persistent workers start inside it, as they do in a training script), cut after
-        ``steps`` steps if given.
+        ``steps`` steps if given. ``drain``: batches taken from the iterator and dropped before
+        the steps, untimed, without a step (:func:`experiments.workload.bench.in_flight`).
 
         Returns ``{"batches", "stall_s", "marks", "epoch_memory", "epoch_batches"}`` (marks: see
         :func:`lab.fetch.loop_spans`). ``epoch_memory`` is None for steps windows; for an
@@ -217,6 +218,8 @@ class Session:
         if epoch:
             setup.iterator = None
         n_batches = _len(setup.loader) if epoch else None
+        for _ in range(0 if epoch else drain):
+            self._next(setup, False)
         marks, stall, reads, probes = [], 0.0, [], []
         while (epoch and not steps) or len(marks) < steps:
             w0 = time.perf_counter()
