@@ -16,11 +16,14 @@ with three candidates (bfloat16 with channels_last, 2 DataLoader workers, 1 intr
 instead of 2) and times each of the first ``--calls`` training steps after every switch
 (``experiments/workload/bench.py``, no warm-up). It prints, per case, the median time of call
 ``k`` over the median of the settled calls (``k`` >= 4): a value near 1 for call ``k`` means
-``k`` untimed calls are enough.
+``k`` untimed calls are enough. With ``--fresh`` it times each of the first ``--calls`` SGD steps
+of a freshly forked process, as a multiprocessing experiment's training process takes them before
+its ``warmup_steps`` end (``experiments/multiprocessing/measure.py``: the same MLP, batch and
+thread counts 1 and 2), ``--switches`` processes each.
 
 A benchmark, not a test. Usage (repository root, the project's venv)::
 
-    python benchmarks/warmup.py [--switches 30] [--calls 8] [--search [--prepared W]] [--markdown out.md]
+    python benchmarks/warmup.py [--switches 30] [--calls 8] [--search [--prepared W] | --fresh] [--markdown out.md]
 """
 
 from __future__ import annotations
@@ -94,6 +97,43 @@ def measure_search(candidate: str, switches: int, calls: int, warmup: int | None
     return times
 
 
+def _fresh_steps(threads: int, calls: int, conn) -> None:
+    """In a forked process: the multiprocessing experiment's model and batch, then the wall
+    time (s) of each of its first ``calls`` SGD steps, sent on ``conn``."""
+    from experiments.multiprocessing.measure import Params
+    from lab.models import classification_batch, mlp, train_step_fn
+    from lab.threads import set_torch_threads
+
+    p = Params(threads=threads)
+    set_torch_threads(threads)
+    step = train_step_fn(mlp(p.in_features, p.hidden))
+    x, y = classification_batch(p.batch_size, p.in_features, seed=0)
+    times = []
+    for _ in range(calls):
+        t = time.perf_counter()
+        step(x, y)
+        times.append(time.perf_counter() - t)
+    conn.send(times)
+
+
+def measure_fresh(threads: int, processes: int, calls: int) -> dict[int, list[list[float]]]:
+    """``processes`` forked processes one after another (torch imported before the fork, as in
+    the job server), each timing its first ``calls`` steps at ``threads`` intra-op threads."""
+    import multiprocessing
+
+    import torch  # noqa: F401  (loaded before the fork, as the job server has it)
+
+    ctx = multiprocessing.get_context("fork")
+    runs = []
+    for _ in range(processes):
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_fresh_steps, args=(threads, calls, child))
+        proc.start()
+        runs.append(parent.recv())
+        proc.join()
+    return {threads: runs}
+
+
 #: The search candidates ``--search`` alternates with the start, as knob changes.
 CANDIDATES = {
     "bfloat16, channels_last": {"precision": "bfloat16", "channels_last": True},
@@ -123,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--workloads", nargs="+", default=["matmul", "mlp", "tiny"], choices=["matmul", "matmul_bf16", "mlp", "tiny"]
     )
+    ap.add_argument("--fresh", action="store_true", help="time a fresh training process's first steps (module doc)")
     ap.add_argument("--search", action="store_true", help="time the workload search's steps instead (module doc)")
     ap.add_argument(
         "--prepared",
@@ -139,7 +180,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--calls must be > {SETTLED_FROM} and --switches >= 1")
     if args.prepared is not None and (args.prepared < 0 or not args.search):
         ap.error(f"--prepared needs --search and an integer >= 0, got {args.prepared}")
-    if args.search:
+    if args.fresh:
+        results = {
+            "multiprocessing, fresh process": {t: measure_fresh(t, args.switches, args.calls)[t] for t in (1, 2)}
+        }
+    elif args.search:
         results = {c: measure_search(c, args.switches, args.calls, args.prepared) for c in CANDIDATES}
     else:
         results = {w: measure(w, args.switches, args.calls) for w in args.workloads}
