@@ -481,11 +481,19 @@ def test_knob_space_drops_what_this_machine_or_workload_cannot_do(monkeypatch):
     why = candidates.invalid_reason(cfg, Params(), workload, {}, limit=2)
     assert why.startswith("asks for 12 CPUs at once")
     assert candidates.invalid_reason(_cfg(persistent_workers=True), Params(), workload, {}, 4).startswith("persistent")
-    fit = candidates.fit_threads(2, (1, 2))
+    space = {"threads": [1, 2], "persistent_workers": [True], "prefetch_factor": [4, 2]}
+    fit = candidates.fit_threads(2, space)
     assert fit(_cfg(threads=2, num_workers=1), "num_workers")["threads"] == 1
     assert fit(_cfg(threads=2, num_workers=1), "threads")["threads"] == 2  # only a workers move is coupled
     back = fit(_cfg(num_workers=0, persistent_workers=True, prefetch_factor=4), "num_workers")
     assert back["persistent_workers"] is False and back["prefetch_factor"] == 2  # DataLoader's defaults
+    # workers added to a start without them are tried as the config asks: persistent, prefetch 2
+    # (listed, so kept); a prefetch_factor the config does not list takes its first value
+    added = fit(_cfg(num_workers=1), "num_workers")
+    assert added["persistent_workers"] is True and added["prefetch_factor"] == 2
+    assert fit(_cfg(num_workers=1, prefetch_factor=3), "num_workers")["prefetch_factor"] == 4
+    both = candidates.fit_threads(2, {**space, "persistent_workers": [False, True]})
+    assert both(_cfg(num_workers=1), "num_workers")["persistent_workers"] is False  # listed: tried later
 
 
 # ------------------------------------------------------------------ the recommendation

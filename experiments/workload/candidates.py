@@ -81,19 +81,24 @@ def invalid_reason(cfg: dict, params, workload, skipped: dict, limit: float) -> 
     return ""
 
 
-def fit_threads(ncpu: int, threads: tuple[int, ...]):
-    """The search's ``adjust``: a candidate with more DataLoader workers also tries fewer
-    intra-op threads, the most of ``threads`` with ``threads + num_workers <= ncpu`` (at least 1):
-    workers run one thread each and compete with the training loop's threads for the same
-    cores, so moving one knob alone would mostly measure oversubscription. A candidate without
-    workers goes back to DataLoader's defaults for ``persistent_workers`` and ``prefetch_factor``,
-    which apply only with workers."""
+def fit_threads(ncpu: int, space: dict):
+    """The search's ``adjust`` for a candidate that moves ``num_workers`` (``space``: the knob
+    space, :func:`knob_space`). A candidate with more DataLoader workers also tries fewer
+    intra-op threads, the most of ``space["threads"]`` with ``threads + num_workers <= ncpu``
+    (at least 1): workers run one thread each and compete with the training loop's threads for
+    the same cores, so moving one knob alone would mostly measure oversubscription. A candidate
+    with workers whose ``persistent_workers`` or ``prefetch_factor`` is not among the config's
+    values (PyTorch's defaults, carried from a start without workers) takes the first configured
+    one: with ``persistent_workers: [true]`` workers are tried persistent, as asked. A candidate
+    without workers goes back to DataLoader's defaults for both, which apply only with workers."""
+    threads = tuple(space["threads"])
 
     def adjust(cfg: dict, knob: str) -> dict:
         if knob != "num_workers":
             return cfg
         if cfg["num_workers"] == 0:
             return {**cfg, "persistent_workers": False, "prefetch_factor": 2}
+        cfg = {**cfg, **{k: space[k][0] for k in ("persistent_workers", "prefetch_factor") if cfg[k] not in space[k]}}
         if cfg["threads"] + cfg["num_workers"] <= ncpu:
             return cfg
         fitting = [t for t in threads if t + cfg["num_workers"] <= ncpu]

@@ -213,7 +213,7 @@ def search(params: Params, host_files: dict | None, max_oversubscription: float 
             if any(len(v) > 1 for v in space.values()) and (auto or plan["budget_s"] > 0):  # something to decide
                 diag = diagnose(rec, workload, start, params, meter.ncpu)
                 space, plan = plan_search(diag, space, skipped, start, params)
-            adjust = fit_threads(meter.ncpu, tuple(space["threads"]))
+            adjust = fit_threads(meter.ncpu, space)
             s = Search(space, start, rec.round, invalid, plan["budget_s"], max_rounds=params.max_rounds, adjust=adjust)
             t_search = time.monotonic()  # the budget counts from here (Search.run), the diagnosis apart
             winner, trail = s.run()
