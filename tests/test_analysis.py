@@ -93,21 +93,29 @@ def test_intraop_metric_per_workload(tmp_path):
     assert row["parallel_efficiency"] == pytest.approx(0.9)
 
 
-def test_a_thread_count_whose_operator_kept_one_cpu_busy_says_so(tmp_path):
+def test_a_thread_count_whose_work_kept_one_cpu_busy_says_so(tmp_path):
     """Measured cause of a 50% parallel efficiency: the 2-thread point's windows kept 1 CPU
-    of 2 busy (cpu_util_pct 50), so its operator ran on fewer threads than it was given; a point
-    that kept both busy gets no such note."""
+    of 2 busy (cpu_util_pct 50), so its work ran on fewer threads than it was given; a point
+    that kept both busy gets no such note, nor does one whose idle CPU something else measured
+    explains (another process took it, or the probe saw fewer cores delivered)."""
 
-    def point(workload, t, g, util):
-        row = {"wall_s": 1, "gflop_per_s": g, "samples_per_s": "", "cpu_util_pct": util}
+    def point(workload, t, g, util, **extra):
+        row = {"wall_s": 1, "gflop_per_s": g, "samples_per_s": "", "cpu_util_pct": util, **extra}
         return write_point(tmp_path, "intraop", {"workload": workload, "threads": t}, [row] * 2)
 
-    paths = [point("matmul_bf16", 1, 1200.0, 50.0), point("matmul_bf16", 2, 1210.0, 50.2)]
-    paths += [point("matmul", 1, 160.0, 50.0), point("matmul", 2, 310.0, 97.0)]
-    s = summarise(load_experiment(paths, "intraop"), "intraop")
-    fp32, bf16 = findings("intraop", s, {"available_cpus": 2})["findings"][:2]
+    def bf16_finding(**extra):
+        paths = [point("matmul_bf16", 1, 1200.0, 50.0), point("matmul_bf16", 2, 1210.0, 50.2, **extra)]
+        paths += [point("matmul", 1, 160.0, 50.0), point("matmul", 2, 310.0, 97.0)]
+        s = summarise(load_experiment(paths, "intraop"), "intraop")
+        return findings("intraop", s, {"available_cpus": 2})["findings"][:2]
+
+    fp32, bf16 = bf16_finding()
     assert "parallel efficiency 50%: its windows kept 1.00 CPUs busy of the 2 its threads could use" in bf16
     assert "parallel efficiency 97%" in fp32 and "kept" not in fp32
+    other = {"interference_pct": 95.0, "top_other": "stress", "top_other_pid": 7, "top_other_cpu_pct": 95.0}
+    for extra in (other, {"cpus_delivered": 1.2}):
+        bf16 = bf16_finding(**extra)[1]
+        assert "parallel efficiency 50%" in bf16 and "kept" not in bf16, extra
 
 
 def test_bf16_findings_and_a_skipped_workload_panel(tmp_path):

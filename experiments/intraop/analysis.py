@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.capacity import capacity_reason, cpus_used, note, one_cpu_note
+from analysis.capacity import DELIVERED_WHOLE, capacity_reason, causes, cpus_used, note, one_cpu_note
 from analysis.fidelity import scaling_check
 from analysis.findings import best_row, fmt_transfer, fmt_x, measured, num, pick, plural, unranked_text, winner
 from analysis.plotting import PALETTE, baseline_text, cpus_text, not_measured_panel, plt, speedup_line, speedup_note
@@ -16,8 +16,9 @@ from experiments.intraop import EXPERIMENT, WORKLOADS
 from lab.contract import Analysis, Context
 
 #: A point whose windows kept fewer CPUs busy than this share of the CPUs its threads could use
-#: did not run its operator on all of its threads (a 1024^2 bfloat16 matmul on 2 threads keeps
-#: 1.00 CPU busy on the AMX Xeon VM, 2048^2 keeps 1.99: docs/benchmarks.md).
+#: (with nothing else measured taking them) did not run its work on all of its threads (a 1024^2
+#: bfloat16 matmul on 2 threads keeps 1.00 CPU busy on the AMX Xeon VM, 2048^2 keeps 1.99:
+#: docs/benchmarks.md).
 IDLE_THREADS_SHARE = 0.75
 
 
@@ -25,18 +26,24 @@ def _threads(row) -> str:
     return plural(int(row["threads"]), "thread")
 
 
-def idle_threads_note(r, ncpu: int) -> str:
-    """``: its windows kept 1.00 CPU busy of the 2 its threads could use, ...`` where a point
+def idle_threads_note(r, ncpu: int, host: dict | None = None) -> str:
+    """``: its windows kept 1.00 CPUs busy of the 2 its threads could use, ...`` where a point
     with 2 or more threads kept fewer than :data:`IDLE_THREADS_SHARE` of the CPUs they could use
     (``min(threads, ncpu)``) busy, by its median ``cpu_util_pct`` (% of the ``ncpu`` available
-    CPUs): a measured cause of its low parallel efficiency; else ``""``."""
+    CPUs), while nothing else measured took them: no :func:`~analysis.capacity.causes` (other
+    processes, steal, quota, SMT siblings) and, where the capacity probe ran, at least
+    :data:`~analysis.capacity.DELIVERED_WHOLE` of those CPUs delivered. Then the idle CPUs are
+    the work's own: a measured cause of its low parallel efficiency. Else ``""``."""
     threads = min(int(r["threads"]), ncpu)
     used = cpus_used(r, ncpu)
     if threads < 2 or not np.isfinite(used) or used >= IDLE_THREADS_SHARE * threads:
         return ""
+    delivered = pd.to_numeric(pd.Series([r.get("cpus_delivered")]), errors="coerce").iloc[0]
+    if causes(r, host, threads) or (np.isfinite(delivered) and delivered < DELIVERED_WHOLE * threads):
+        return ""
     return (
-        f": its windows kept {cpus_text(used)} busy of the {threads} its threads could use, so the"
-        " operator ran on fewer threads than it was given"
+        f": its windows kept {cpus_text(used)} busy of the {threads} its threads could use, so its"
+        " work ran on fewer threads than it was given"
     )
 
 
@@ -55,7 +62,7 @@ def _workload_finding(workload: str, sub: pd.DataFrame, host: dict) -> str:
     at_n = pick(sub, threads=ncpu) if ncpu else None
     if at_n is not None and ncpu > 1:
         s += f"; at {ncpu} threads (all available CPUs) parallel efficiency {at_n['parallel_efficiency']:.0%}"
-        s += idle_threads_note(at_n, ncpu)
+        s += idle_threads_note(at_n, ncpu, host)
         s += note(at_n, host, ncpu) if best is None or at_n["threads"] != best["threads"] else ""
     s += one_cpu_note(host, max(sub["threads"]))
     over = sub[sub["oversubscribed"]]
