@@ -116,9 +116,9 @@ def _fresh_steps(threads: int, calls: int, conn) -> None:
     conn.send(times)
 
 
-def measure_fresh(threads: int, processes: int, calls: int) -> dict[int, list[list[float]]]:
+def measure_fresh(threads: int, processes: int, calls: int) -> list[list[float]]:
     """``processes`` forked processes one after another (torch imported before the fork, as in
-    the job server), each timing its first ``calls`` steps at ``threads`` intra-op threads."""
+    the job server), each timing its first ``calls`` steps (s) at ``threads`` intra-op threads."""
     import multiprocessing
 
     import torch  # noqa: F401  (loaded before the fork, as the job server has it)
@@ -131,7 +131,7 @@ def measure_fresh(threads: int, processes: int, calls: int) -> dict[int, list[li
         proc.start()
         runs.append(parent.recv())
         proc.join()
-    return {threads: runs}
+    return runs
 
 
 #: The search candidates ``--search`` alternates with the start, as knob changes.
@@ -142,29 +142,59 @@ CANDIDATES = {
 }
 
 
-def table(results: dict[str, dict], shown: int) -> str:
-    """Markdown: per case and arm (thread count, or configuration), call ``k`` / settled
-    median for ``k < shown``."""
-    head = "| case | arm | settled call (ms) | " + " | ".join(f"call {k}" for k in range(shown)) + " |"
-    lines = [head, "|" + "---|" * (3 + shown)]
-    for workload, by_arm in results.items():
-        for threads, runs in by_arm.items():
-            settled = statistics.median(x for run in runs for x in run[SETTLED_FROM:])
-            ratios = [statistics.median(run[k] for run in runs) / settled for k in range(shown)]
+def table(results: dict[str, dict], settled_from: int) -> str:
+    """Markdown: per case and arm (thread count, or configuration), call ``k`` over the median
+    of calls ``settled_from`` and later, for ``k < settled_from``."""
+    head = "| case | arm | settled call (ms) | " + " | ".join(f"call {k}" for k in range(settled_from)) + " |"
+    lines = [head, "|" + "---|" * (3 + settled_from)]
+    for case, by_arm in results.items():
+        for arm, runs in by_arm.items():
+            settled = statistics.median(x for run in runs for x in run[settled_from:])
+            ratios = [statistics.median(run[k] for run in runs) / settled for k in range(settled_from)]
             cells = " | ".join(f"{r:.3f}" for r in ratios)
-            lines.append(f"| {workload} | {threads} | {settled * 1e3:.3f} | {cells} |")
+            name = f"{arm} thread{'s' if arm != 1 else ''}" if isinstance(arm, int) else arm
+            lines.append(f"| {case} | {name} | {settled * 1e3:.3f} | {cells} |")
     return "\n".join(lines) + "\n"
+
+
+def _check(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse what the options cannot mean together, naming the option and the allowed values."""
+    if problem := output_args_problem(args):
+        ap.error(problem)
+    if args.switches < 1:
+        ap.error(f"--switches must be an integer >= 1, got {args.switches}")
+    if args.settled_from < 1:
+        ap.error(f"--settled-from must be an integer >= 1, got {args.settled_from}")
+    if args.calls <= args.settled_from:
+        ap.error(f"--calls must be greater than --settled-from ({args.settled_from}), got {args.calls}")
+    if args.prepared is not None and not args.search:
+        ap.error("--prepared applies with --search only")
+    if args.prepared is not None and args.prepared < 0:
+        ap.error(f"--prepared must be an integer >= 0, got {args.prepared}")
+    if args.workloads is not None and (args.search or args.fresh):
+        ap.error("--workloads applies to the intraop workloads only, not with --search or --fresh")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--switches", type=int, default=30, help="thread-count switches per workload (each way)")
-    ap.add_argument("--calls", type=int, default=8, help=f"calls timed after each switch (> {SETTLED_FROM})")
+    ap.add_argument("--switches", type=int, default=30, help="switches (or fresh processes) per case and arm")
+    ap.add_argument("--calls", type=int, default=8, help="calls timed after each switch (> --settled-from)")
     ap.add_argument(
-        "--workloads", nargs="+", default=["matmul", "mlp", "tiny"], choices=["matmul", "matmul_bf16", "mlp", "tiny"]
+        "--settled-from",
+        type=int,
+        default=SETTLED_FROM,
+        metavar="K",
+        help="calls K and later are the settled reference; the table shows calls 0 to K-1",
     )
-    ap.add_argument("--fresh", action="store_true", help="time a fresh training process's first steps (module doc)")
-    ap.add_argument("--search", action="store_true", help="time the workload search's steps instead (module doc)")
+    ap.add_argument(
+        "--workloads",
+        nargs="+",
+        choices=["matmul", "matmul_bf16", "mlp", "tiny"],
+        help="the intraop workloads to time (default: matmul mlp tiny)",
+    )
+    mode = ap.add_mutually_exclusive_group()
+    mode.add_argument("--fresh", action="store_true", help="time a fresh training process's first steps (module doc)")
+    mode.add_argument("--search", action="store_true", help="time the workload search's steps instead (module doc)")
     ap.add_argument(
         "--prepared",
         type=int,
@@ -174,21 +204,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--markdown", type=Path, help="also write the table here")
     args = ap.parse_args(argv)
-    if problem := output_args_problem(args):
-        ap.error(problem)
-    if args.calls <= SETTLED_FROM or args.switches < 1:
-        ap.error(f"--calls must be > {SETTLED_FROM} and --switches >= 1")
-    if args.prepared is not None and (args.prepared < 0 or not args.search):
-        ap.error(f"--prepared needs --search and an integer >= 0, got {args.prepared}")
+    _check(ap, args)
     if args.fresh:
-        results = {
-            "multiprocessing, fresh process": {t: measure_fresh(t, args.switches, args.calls)[t] for t in (1, 2)}
-        }
+        fresh = "multiprocessing, fresh process"
+        cases = {fresh: lambda: {t: measure_fresh(t, args.switches, args.calls) for t in (1, 2)}}
     elif args.search:
-        results = {c: measure_search(c, args.switches, args.calls, args.prepared) for c in CANDIDATES}
+        cases = {c: lambda c=c: measure_search(c, args.switches, args.calls, args.prepared) for c in CANDIDATES}
     else:
-        results = {w: measure(w, args.switches, args.calls) for w in args.workloads}
-    out = table(results, SETTLED_FROM)
+        workloads = args.workloads or ["matmul", "mlp", "tiny"]
+        cases = {w: lambda w=w: measure(w, args.switches, args.calls) for w in workloads}
+    results = {}
+    for case, run in cases.items():
+        print(f"timing {case} ...", file=sys.stderr, flush=True)
+        results[case] = run()
+    out = table(results, args.settled_from)
     print(out, end="")
     if args.markdown:
         write_text(args.markdown, out)
