@@ -139,6 +139,7 @@ def build():
             "dataset[0] raised IndexError: no such file",
         ),
         ("wl_loss", GOOD.replace("torch.nn.CrossEntropyLoss()", "None"), "task train needs a loss"),
+        ("wl_nolen", GOOD.replace("def __len__(self)", "def size(self)"), "the dataset (Data) has no __len__; allowed"),
         (
             "wl_current",
             GOOD.replace('{"num_workers": 1}', '{"workers": 1}'),

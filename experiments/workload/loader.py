@@ -212,8 +212,13 @@ def _unpack(out, where: str, task: str) -> tuple:
     model, dataset, loss, current = parts
     if not isinstance(model, torch.nn.Module):
         raise WorkloadError(f"{where}: the model is a {type(model).__name__}, not a torch.nn.Module")
-    if not (hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")):
-        raise WorkloadError(f"{where}: the dataset ({type(dataset).__name__}) has no __getitem__ and __len__")
+    missing = [m for m in ("__getitem__", "__len__") if not hasattr(dataset, m)]
+    if missing:
+        raise WorkloadError(
+            f"{where}: the dataset ({type(dataset).__name__}) has no {' and no '.join(missing)}; allowed: a map-style"
+            " dataset (torch.utils.data.Dataset) with both, since the search sizes epochs and windows from its"
+            " length (an IterableDataset is not supported)"
+        )
     if task == "train" and not callable(loss):
         raise WorkloadError(f"{where}: task train needs a loss, got {type(loss).__name__}")
     if not isinstance(current, Mapping):
