@@ -105,3 +105,16 @@ def test_three_answers_and_what_an_incomplete_search_did_not_try():
         " the comparisons took longer than its steps predicted; not tried: num_workers"
     )
     assert outcome({"status": "failed"}) == "failed"
+
+
+def test_replicas_are_diagnosed_per_process_and_their_cpus_together():
+    """With data-parallel replicas the split between a training process and its workers is not
+    read (``workers_cpus`` NaN): the sentence gives their CPUs together, not 0.00 workers, and
+    the steps of one process's epoch."""
+    import dataclasses
+
+    two = dataclasses.replace(BASE, processes=2, num_workers=2, workers_cpus=float("nan"), loop_cpus=1.14, batches=2)
+    text = two.sentence()
+    assert "(2 of 8 steps of 650 ms)" in text
+    assert "(1.14 CPUs the 2 training processes and their workers together, of 2)" in text and "0.00" not in text
+    assert "its 0 DataLoader workers" in BASE.sentence() and "1.90 CPUs the training process, 0.00" in BASE.sentence()

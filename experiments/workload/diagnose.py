@@ -67,10 +67,14 @@ class Diagnosis:
         step_s: time of one step (or inference call) of the start, s.
         steps: steps per window from ``window_s``; warmup: untimed steps before each window (a
             quarter of the window, at least one, at most the config's ``warmup``).
-        batches: steps the diagnosis epoch ran (``epoch_batches``: the epoch's length).
+        batches: steps the diagnosis epoch ran in one process (``epoch_batches``: the epoch's
+            length).
         data_stall_pct: the loop's time waiting for a batch, % of the epoch.
         cpu_util_pct: the process tree's CPU, % of the available CPUs.
-        loop_cpus, workers_cpus: CPUs the training process and its DataLoader workers kept busy.
+        loop_cpus, workers_cpus: CPUs the training process and its DataLoader workers kept busy
+            (``workers_cpus`` NaN where the split was not read, data-parallel replicas: then
+            ``loop_cpus`` is every process's together).
+        processes: training processes of the start (replicas).
         ncpu: available CPUs; threads: intra-op threads of the start.
         native_bf16: the CPU computes bfloat16 natively (``bf16_what``: which instructions).
         input_dims: dimensions of one batch's input; layout: its memory format.
@@ -94,6 +98,14 @@ class Diagnosis:
     input_dims: int
     layout: str
     contended: bool
+    processes: int = 1
+
+    def cpus_text(self, loop: str = "the training process", workers: str = "its workers") -> str:
+        """``1.86 CPUs the training process, 0.00 its workers``; where the split was not read,
+        ``1.14 CPUs the 2 training processes and their workers together``."""
+        if math.isfinite(self.workers_cpus):
+            return f"{self.loop_cpus:.2f} CPUs {loop}, {self.workers_cpus:.2f} {workers}"
+        return f"{self.loop_cpus:.2f} CPUs the {self.processes} training processes and their workers together"
 
     def reasons(self, task: str) -> dict[str, str]:
         """Knob -> why it cannot help here ("" where it can), in words."""
@@ -105,8 +117,8 @@ class Diagnosis:
         full = self.cpu_util_pct >= CPU_FULL_PCT and self.threads + self.num_workers <= self.ncpu
         if full:
             why = (
-                f"the CPUs were {self.cpu_util_pct:.0f}% busy ({self.loop_cpus:.2f} CPUs the loop,"
-                f" {self.workers_cpus:.2f} its workers): more threads or processes find no idle CPU"
+                f"the CPUs were {self.cpu_util_pct:.0f}% busy ({self.cpus_text('the loop')}): more threads or"
+                " processes find no idle CPU"
             )
             out |= dict.fromkeys(PARALLEL, why)
         if stall >= DATA_BOUND_STALL_PCT:
@@ -133,11 +145,11 @@ class Diagnosis:
         """The diagnosis as a performance engineer would write it down."""
         epoch = f"{self.batches} of {self.epoch_batches}" if self.epoch_batches else f"{self.batches}"
         bf16 = f"native bfloat16: {'yes' if self.native_bf16 else 'no'} ({self.bf16_what})"
+        workers = f"its {self.num_workers} DataLoader worker{'s' if self.num_workers != 1 else ''}"
         text = (
             f"One epoch of the start ({epoch} steps of {1000 * self.step_s:.0f} ms): the loop waited for data"
             f" {self.data_stall_pct:.0f}% of the time; the CPUs were {self.cpu_util_pct:.0f}% busy"
-            f" ({self.loop_cpus:.2f} CPUs the training process, {self.workers_cpus:.2f} its"
-            f" {self.num_workers} DataLoader worker{'s' if self.num_workers != 1 else ''}, of {self.ncpu});"
+            f" ({self.cpus_text(workers=workers)}, of {self.ncpu});"
             f" {self.threads} intra-op thread{'s' if self.threads != 1 else ''}; {bf16}; inputs"
             f" {self.input_dims}-D, {self.layout}; windows of {self.steps} step{'s' if self.steps != 1 else ''}"
         )
@@ -159,11 +171,12 @@ def steps_for(window_s: float, step_s: float) -> int:
 
 def cpus_of(row: dict) -> tuple[float, float]:
     """CPUs the training process and its workers kept busy in a window (``loop_cpu_s``,
-    ``workers_cpu_s`` over ``wall_s``; the tree's CPU where the split was not read)."""
+    ``workers_cpu_s`` over ``wall_s``); where the split was not read (replicas), the tree's CPU
+    and NaN."""
     wall = row.get("wall_s") or float("nan")
     loop, workers = row.get("loop_cpu_s"), row.get("workers_cpu_s")
     if loop is None or not math.isfinite(loop):
-        return row["cpu_util_pct"] * row["available_cpus"] / 100, 0.0
+        return row["cpu_util_pct"] * row["available_cpus"] / 100, float("nan")
     return loop / wall, (workers or 0.0) / wall
 
 
@@ -207,7 +220,7 @@ def diagnose(rec, workload, start: dict, params, ncpu: int) -> Diagnosis:
         step_s=step_s,
         steps=rec.bench.steps,
         warmup=rec.bench.warmup,
-        batches=int(row["batches"]),
+        batches=int(row["batches"]) // int(start["processes"]),  # summed over the replicas
         epoch_batches=row.get("epoch_batches"),
         data_stall_pct=float(row["data_stall_pct"]),
         cpu_util_pct=float(row["cpu_util_pct"]),
@@ -221,6 +234,7 @@ def diagnose(rec, workload, start: dict, params, ncpu: int) -> Diagnosis:
         input_dims=workload.input_dims,
         layout=workload.layout,
         contended=bool(row["contended"]),
+        processes=int(start["processes"]),
     )
 
 
