@@ -117,4 +117,6 @@ def test_replicas_are_diagnosed_per_process_and_their_cpus_together():
     text = two.sentence()
     assert "(2 of 8 steps of 650 ms)" in text
     assert "(1.14 CPUs the 2 training processes and their workers together, of 2)" in text and "0.00" not in text
-    assert "its 0 DataLoader workers" in BASE.sentence() and "1.90 CPUs the training process, 0.00" in BASE.sentence()
+    assert "(1.90 CPUs the training process, which has no DataLoader workers, of 2)" in BASE.sentence()
+    one = dataclasses.replace(BASE, num_workers=1, workers_cpus=0.3).sentence()
+    assert "(1.90 CPUs the training process, 0.30 its 1 DataLoader worker, of 2)" in one

@@ -101,8 +101,11 @@ class Diagnosis:
     processes: int = 1
 
     def cpus_text(self, loop: str = "the training process", workers: str = "its workers") -> str:
-        """``1.86 CPUs the training process, 0.00 its workers``; where the split was not read,
+        """``1.86 CPUs the training process, 0.40 its workers`` (``..., which has no DataLoader
+        workers`` without them); where the split was not read,
         ``1.14 CPUs the 2 training processes and their workers together``."""
+        if math.isfinite(self.workers_cpus) and not self.num_workers:
+            return f"{self.loop_cpus:.2f} CPUs {loop}, which has no DataLoader workers"
         if math.isfinite(self.workers_cpus):
             return f"{self.loop_cpus:.2f} CPUs {loop}, {self.workers_cpus:.2f} {workers}"
         return f"{self.loop_cpus:.2f} CPUs the {self.processes} training processes and their workers together"
