@@ -15,15 +15,17 @@ experiment's workloads and sizes (``experiments/intraop/measure.py``, ``make_wor
 with three candidates (bfloat16 with channels_last, 2 DataLoader workers, 1 intra-op thread
 instead of 2) and times each of the first ``--calls`` training steps after every switch
 (``experiments/workload/bench.py``, no warm-up). It prints, per case, the median time of call
-``k`` over the median of the settled calls (``k`` >= 4): a value near 1 for call ``k`` means
-``k`` untimed calls are enough. With ``--fresh`` it times each of the first ``--calls`` SGD steps
-of a freshly forked process, as a multiprocessing experiment's training process takes them before
-its ``warmup_steps`` end (``experiments/multiprocessing/measure.py``: the same MLP, batch and
-thread counts 1 and 2), ``--switches`` processes each.
+``k`` over the median of the settled calls (``k`` >= ``--settled-from``, 4 by default): a value
+near 1 for call ``k`` means ``k`` untimed calls are enough. With ``--fresh`` it times each of the
+first ``--calls`` SGD steps of a freshly forked process, as a multiprocessing experiment's
+training process takes them before its ``warmup_steps`` end
+(``experiments/multiprocessing/measure.py``: the same MLP, batch and thread counts 1 and 2),
+``--switches`` processes each.
 
 A benchmark, not a test. Usage (repository root, the project's venv)::
 
-    python benchmarks/warmup.py [--switches 30] [--calls 8] [--search [--prepared W] | --fresh] [--markdown out.md]
+    python benchmarks/warmup.py [--switches 30] [--calls 8] [--settled-from 4]
+        [--search [--prepared W] | --fresh] [--markdown out.md]
 """
 
 from __future__ import annotations
