@@ -688,3 +688,12 @@ def test_a_scaling_check_claims_no_share_above_the_probe_reading():
     within = scaling_check(row(1.25, 1.3), {"mode": "threads"}, "sha256", 2, 0.7, "it releases the GIL", "short")
     assert within["expected"] == ">= 0.91x (70% of the 1.30 CPUs delivered)"
     assert "the point reached 96% of that" in within["reason"]
+
+
+def test_an_interval_bound_keeps_the_digits_that_matter():
+    """Two decimals; three where two would read 1.00 for a bound that is not 1; two significant
+    digits below 0.1, so that a ratio's lower bound of 0.009 does not read 0.00."""
+    from analysis.findings import bound
+
+    values = (1.234, 0.998, 1.0, 0.0093, 0.05, 0.1)
+    assert [bound(v) for v in values] == ["1.23", "0.998", "1.00", "0.0093", "0.05", "0.10"]
