@@ -193,6 +193,15 @@ def capacity_reason(r, s: float | None, n: int, generic: str, host: dict | None 
 DELIVERED_WHOLE = 0.9
 
 
+def machine_took(r, host: dict | None, units: float) -> bool:
+    """Whether something measured beside a point's own work took CPUs from it (``units``: the
+    CPUs it could use): one of its :func:`causes` (other processes, steal, quota, SMT
+    siblings), or the capacity probe of its rounds delivering fewer than
+    :data:`DELIVERED_WHOLE` of ``units``."""
+    got = _value(r, "cpus_delivered")
+    return bool(causes(r, host, units)) or (np.isfinite(got) and got < DELIVERED_WHOLE * units)
+
+
 def _delivered_reason(r, s: float, n: int, got: float, what: str, used: float, found: list[str]) -> str:
     """Why a point fell short, from the capacity probe of its own rounds: the machine delivered
     fewer cores (the host's doing, with what was measured inside the machine), or it delivered

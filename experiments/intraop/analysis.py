@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.capacity import DELIVERED_WHOLE, capacity_reason, causes, cpus_used, note, one_cpu_note
+from analysis.capacity import capacity_reason, cpus_used, machine_took, note, one_cpu_note
 from analysis.fidelity import scaling_check
 from analysis.findings import best_row, fmt_transfer, fmt_x, measured, num, pick, plural, unranked_text, winner
 from analysis.plotting import PALETTE, baseline_text, cpus_text, not_measured_panel, plt, speedup_line, speedup_note
@@ -30,16 +30,13 @@ def idle_threads_note(r, ncpu: int, host: dict | None = None) -> str:
     """``: its windows kept 1.00 CPUs busy of the 2 its threads could use, ...`` where a point
     with 2 or more threads kept fewer than :data:`IDLE_THREADS_SHARE` of the CPUs they could use
     (``min(threads, ncpu)``) busy, by its median ``cpu_util_pct`` (% of the ``ncpu`` available
-    CPUs), while nothing else measured took them: no :func:`~analysis.capacity.causes` (other
-    processes, steal, quota, SMT siblings) and, where the capacity probe ran, at least
-    :data:`~analysis.capacity.DELIVERED_WHOLE` of those CPUs delivered. Then the idle CPUs are
-    the work's own: a measured cause of its low parallel efficiency. Else ``""``."""
+    CPUs), while nothing else measured took them (:func:`~analysis.capacity.machine_took`).
+    Then the idle CPUs are the work's own: a measured cause of its low parallel efficiency. Else ``""``."""
     threads = min(int(r["threads"]), ncpu)
     used = cpus_used(r, ncpu)
     if threads < 2 or not np.isfinite(used) or used >= IDLE_THREADS_SHARE * threads:
         return ""
-    delivered = pd.to_numeric(pd.Series([r.get("cpus_delivered")]), errors="coerce").iloc[0]
-    if causes(r, host, threads) or (np.isfinite(delivered) and delivered < DELIVERED_WHOLE * threads):
+    if machine_took(r, host, threads):
         return ""
     return (
         f": its windows kept {cpus_text(used)} busy of the {threads} its threads could use, so its"
