@@ -72,7 +72,7 @@ class Params(Declared):
         config={"tensor": 5000, "cpu": 1000, "io": 500},
         unit="samples",
         help="samples per epoch, per dataset",
-        quick={"tensor": 2000, "cpu": 400, "io": 200},
+        quick={"tensor": 8000, "cpu": 1200, "io": 200},
     )
     cpu_work_size: int = param(4096, min=1, unit="floats", help="numpy work per item of dataset cpu (about 200 us)")
     io_latency_s: float = param(0.002, min=0, unit="s", help="sleep per item of dataset io (simulated I/O)")

@@ -71,8 +71,8 @@ class Params(Declared):
         min=1,
         config=3_000_000,
         help="loop iterations per CPU-bound task",
-        quick=2_000_000,
-        quick_why="0.05-0.15 s per task, by the machine",
+        quick=4_000_000,
+        quick_why="0.1-0.3 s per task, by the machine",
     )
     io_iterations: int = param(100, min=1, config=25, help="sleeps per I/O-bound task", quick=15)
     io_sleep_s: float = param(0.01, min=0, unit="s", help="sleep per I/O iteration")
@@ -83,7 +83,7 @@ class Params(Declared):
         min=1,
         config=1_000_000,
         help="append, pop and dict update rounds per shared task",
-        quick=600_000,
+        quick=1_200_000,
     )
     chunks: int = param(20, min=1, help="spans recorded per task")
     repeats: int = repeats_field(6)

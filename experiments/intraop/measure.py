@@ -82,8 +82,11 @@ class Params(Declared):
     # On an AMX Xeon a 1024^2 bfloat16 matmul takes 2 ms: 8 calls were 16 ms windows, shorter than
     # one interval of the CPU sampler at 40 Hz, and 43% of a quick run's windows under 0.1 s read
     # as contended on an idle machine (the kernel's 10 ms CPU-time ticks; docs/benchmarks.md).
+    # 0.2 s, not 0.1: a round's fixed cost (the probe, the sampler's edges, the two warm-up
+    # calls) is 30-45 ms, a quarter of a round of two 0.1 s windows; the spread of one round's
+    # ratio was no larger at 0.25 s than at 0.07 s (benchmarks/window_length.py).
     min_window_s: float = param(
-        0.1,
+        0.2,
         min=0,
         unit="s",
         help="shortest window: where `iterations` calls take less (a fast CPU), a window runs more (`calls`)",

@@ -76,7 +76,7 @@ class Params(Declared):
         per_key=True,
         config={"mlp": 200, "cnn": 50},
         help="timed calls per repeat, per model",
-        quick={"mlp": 100, "cnn": 40},
+        quick={"mlp": 200, "cnn": 80},
     )
     warmup_calls: int = param(20, min=0, help="untimed calls before the repeats", quick=10)
     repeats: int = repeats_field(6)
