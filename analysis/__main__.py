@@ -247,6 +247,7 @@ def cmd_runinfo(args) -> int:
     capacity = runinfo.capacity_table(labels, jobs, metrics)
     run = timing | {"contention": runinfo.contention(metrics, jobs, host)}
     run["capacity"] = runinfo.capacity_drift(capacity, timing["measurement_phase_s"])
+    run["vm_events"] = runinfo.vm_events(jobs, capacity, timing["start_unix"], timing["end_unix"])
     write_json(Path(args.out), run)
     if args.jobs_csv:
         write_frame(Path(args.jobs_csv), runinfo.job_intervals(labels, jobs, metrics))

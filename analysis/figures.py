@@ -28,8 +28,9 @@ from lab.host import Host
 from lab.registry import RegistryError
 
 #: Figures of the whole run rather than of one experiment: name -> (drawing function, the
-#: table of ``results/<host>/`` it draws). Each is called ``draw(table, host)``.
-HOST_FIGURES: dict[str, tuple[Callable[[pd.DataFrame, Mapping], Figure], str]] = {
+#: table of ``results/<host>/`` it draws). Each is called ``draw(table, host, run)``, ``run``
+#: the run.json written with that table (None where there is none).
+HOST_FIGURES: dict[str, tuple[Callable[[pd.DataFrame, Mapping, Mapping | None], Figure], str]] = {
     "job_schedule": (schedule.job_schedule, "jobs.csv"),
     "run_capacity": (schedule.run_capacity, "capacity.csv"),
 }
@@ -106,7 +107,8 @@ def draw_figure(name: str, host_dir: Path) -> Figure:
     experiment = figure_owner(name)
     if experiment is None:
         draw, table = HOST_FIGURES[name]
-        return draw(read_table(host_dir / table), host)
+        run = host_dir / "run.json"  # written with the run's tables (analysis runinfo)
+        return draw(read_table(host_dir / table), host, read_json_object(run) if run.exists() else None)
 
     def load(what: str):
         if what == "findings":

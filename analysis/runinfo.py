@@ -291,6 +291,47 @@ def capacity_drift(table: pd.DataFrame, phase_s: float) -> dict:
     }
 
 
+#: Two readings of one kernel log record from different jobs differ by their clocks' offsets
+#: (ms): within this many seconds they are one event.
+SAME_EVENT_S = 2.0
+
+
+def vm_events(jobs: list[dict], capacity: pd.DataFrame, start: float, end: float) -> dict:
+    """The VM restores or clones the kernel logged during the measurement phase ``[start, end]``
+    (Unix s), from every job.json's ``capacity.vm_events`` (:func:`lab.capacity.vm_events`):
+    run.json ``vm_events``, ``{"events": [...], "unreadable": why}``. Each event, oldest first:
+    ``unix``, ``event`` (what it means), ``at_s`` (s after the phase began), ``single_before``
+    and ``single_after`` (the median single-CPU rate, loop iterations/s, of the jobs in
+    ``capacity`` (:func:`capacity_table`) that began before it and after it, up to the next
+    event; None where none did). ``unreadable``: why no job read the log ("" where one did)."""
+    seen: list[dict] = []
+    for j in jobs:
+        for e in (j.get("capacity") or {}).get("vm_events") or []:
+            if start - SAME_EVENT_S <= e["unix"] <= end + SAME_EVENT_S and not any(
+                abs(e["unix"] - s["unix"]) < SAME_EVENT_S and e["event"] == s["event"] for s in seen
+            ):
+                seen.append(dict(e))
+    seen.sort(key=lambda e: e["unix"])
+    edges = [start - SAME_EVENT_S, *(e["unix"] for e in seen), end + SAME_EVENT_S]
+    single = pd.to_numeric(capacity.get("capacity_1cpu_per_s", pd.Series(dtype=float)), errors="coerce")
+    began = pd.to_numeric(capacity.get("start_unix", pd.Series(dtype=float)), errors="coerce")
+
+    def median_between(a: float, b: float) -> float | None:
+        sel = single[(began >= a) & (began < b)].dropna()
+        return float(sel.median()) if len(sel) else None
+
+    for i, e in enumerate(seen):
+        e["at_s"] = e["unix"] - start
+        e["single_before"] = median_between(edges[i], edges[i + 1])
+        e["single_after"] = median_between(edges[i + 1], edges[i + 2])
+    caps = [j.get("capacity") or {} for j in jobs]
+    reasons = [(c.get("unreadable") or {}).get("vm_events") for c in caps]
+    if any("vm_events" in c and not r for c, r in zip(caps, reasons)):
+        return {"events": seen, "unreadable": ""}
+    why = next((r for r in reasons if r), "not recorded (its jobs predate the lab's reading of the kernel log)")
+    return {"events": seen, "unreadable": why}
+
+
 #: Columns of ``jobs.csv`` (:func:`job_intervals`).
 JOB_COLUMNS = ["job", "experiment", "phase", "start_unix", "end_unix"]
 

@@ -46,7 +46,7 @@ def _title(jobs: pd.DataFrame, n_jobs: int, collected_unix: float | None = None)
     )
 
 
-def job_schedule(jobs: pd.DataFrame, host: dict) -> Figure:
+def job_schedule(jobs: pd.DataFrame, host: dict, run: dict | None = None) -> Figure:
     """The run's measurement jobs as a Gantt chart: one row per job, its phases coloured
     (start-up, lock wait, set-up plus measurement, writing) and its measured windows dark on
     top; gaps between rows are the pipeline's overhead between jobs (Snakemake scheduling).
@@ -55,6 +55,7 @@ def job_schedule(jobs: pd.DataFrame, host: dict) -> Figure:
         jobs: :func:`analysis.runinfo.job_intervals` (``job``, ``phase``, ``start_unix``,
             ``end_unix``).
         host: host.json (its ``host`` label goes into the title).
+        run: run.json: a vertical line marks each VM restore or clone in its ``vm_events``.
     """
     if jobs.empty:
         fig, ax = plt.subplots(figsize=(8, 2))
@@ -72,12 +73,32 @@ def job_schedule(jobs: pd.DataFrame, host: dict) -> Figure:
     ax.set_ylim(-0.6, len(order) - 0.4)
     ax.invert_yaxis()
     ax.grid(axis="y", visible=False)
+    _vm_lines([ax], run, t0, 1.0)
     ax.set_xlabel("time since the first job started (s)")
     ax.set_title(_title(jobs, len(order), host.get("collected_unix")), fontsize=10, loc="left")
     handles = [Patch(color=c, label=lab) for c, lab in PHASE_STYLE.values()]
     fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=8)
     fig.suptitle(f"Job schedule of the run on {host.get('host', '?')}", fontsize=11)
     return fig
+
+
+def _vm_lines(axes: list, run: dict | None, t0: float, unit_s: float) -> None:
+    """A dashed vertical line on each of ``axes`` at every VM restore or clone in run.json
+    ``vm_events``, at ``(unix - t0) / unit_s``, named on the first axis."""
+    for e in ((run or {}).get("vm_events") or {}).get("events") or []:
+        x = (e["unix"] - t0) / unit_s
+        for ax in axes:
+            ax.axvline(x, color="#D55E00", lw=1.2, ls="--")
+        name = e["event"].split(" (")[0]
+        axes[0].annotate(
+            f" {name}",
+            (x, 0.97),
+            xycoords=("data", "axes fraction"),
+            color="#D55E00",
+            fontsize=8,
+            va="top",
+            bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1},
+        )
 
 
 def _middle_half(drift: dict) -> str:
@@ -104,15 +125,17 @@ def capacity_text(drift: dict) -> str:
     )
 
 
-def run_capacity(capacity: pd.DataFrame, host: dict) -> Figure:
+def run_capacity(capacity: pd.DataFrame, host: dict, run: dict | None = None) -> Figure:
     """The capacity the machine delivered over the run, one point per measurement job (the
     median over its rounds of the capacity probe, :mod:`lab.probe`): above, the speed
     of one CPU (loop iterations per second); below, the CPUs it delivered with all of them busy,
-    against the available CPUs (dotted). Colour: the job's experiment.
+    against the available CPUs (dotted). Colour: the job's experiment. A vertical line marks
+    each VM restore or clone the kernel logged (run.json ``vm_events``).
 
     Args:
         capacity: :func:`analysis.runinfo.capacity_table`.
         host: host.json (its label goes into the title).
+        run: run.json, for its ``vm_events``; None draws none.
     """
     if capacity.empty:
         fig, ax = plt.subplots(figsize=(8, 2))
@@ -136,6 +159,7 @@ def run_capacity(capacity: pd.DataFrame, host: dict) -> Figure:
     bottom.set_ylim(0, max(cpus, capacity["delivered_cpus"].max()) * 1.15)
     bottom.set_ylabel("CPUs delivered,\nall busy")
     bottom.set_xlabel("time since the first measured window (min)")
+    _vm_lines([top, bottom], run, capacity["start_unix"].min(), 60.0)
     top.legend(loc="lower right", fontsize=7, ncol=min(4, len(colours)))
     top.set_title(textwrap.fill(capacity_text(capacity_drift(capacity, 0.0)), 150), fontsize=9, loc="left")
     fig.suptitle(f"Capacity the machine delivered, job by job, on {host.get('host', '?')}", fontsize=11)

@@ -283,7 +283,7 @@ def build_context(host_dir: str | Path, experiments: list[str]) -> dict:
     trust["capacity_figure"] = (
         figure(host_dir, "run_capacity", SECTIONS["figures"]["run_capacity"]) if cap_fig.exists() else None
     )
-    trust["capacity_text"] = capacity_paragraph(run.get("capacity") or {})
+    trust["capacity_text"] = capacity_paragraph(run.get("capacity") or {}, run.get("vm_events"))
     glance = headlines(exps, trust)
     return {
         "trust": trust,

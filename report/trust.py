@@ -127,11 +127,34 @@ def _share(run: dict, key: str) -> str:
     return f"{100 * seconds / phase:.0f}%" if seconds > 0 and phase > 0 else ""
 
 
-def capacity_paragraph(drift: dict) -> str:
+def _at(seconds: float) -> str:
+    """``42 s`` or ``2.6 min``: a time into the measurement phase."""
+    return f"{seconds:.0f} s" if seconds < 60 else f"{seconds / 60:.1f} min"
+
+
+def vm_events_text(vm: dict) -> str:
+    """Each VM restore or clone the kernel logged during the measurement phase (run.json
+    ``vm_events``, :func:`analysis.runinfo.vm_events`) with the single-CPU speed of the jobs on
+    either side of it, as sentences; "" where there was none."""
+    parts = []
+    for e in (vm or {}).get("events") or []:
+        text = f"{_at(e['at_s'])} into the measurement phase the kernel logged a {e['event']}"
+        before, after = e.get("single_before"), e.get("single_after")
+        if before and after:
+            text += (
+                f": one CPU ran {before / 1e6:.1f} M loop iterations/s in the jobs before it and"
+                f" {after / 1e6:.1f} M/s after it ({100 * (after / before - 1):+.0f}%)"
+            )
+        parts.append(text[0].upper() + text[1:] + ".")
+    return " ".join(parts)
+
+
+def capacity_paragraph(drift: dict, vm: dict | None = None) -> str:
     """What the capacity probe measured over the run (run.json ``capacity``), as a sentence, and
-    what the report does with it; "" where no job ran the probe."""
+    what the report does with it, then :func:`vm_events_text` of run.json ``vm_events``; "" where
+    no job ran the probe."""
     if not drift:
-        return ""
+        return vm_events_text(vm or {})
     from analysis.schedule import capacity_text
 
     share = drift.get("probe_share_pct")
@@ -141,6 +164,7 @@ def capacity_paragraph(drift: dict) -> str:
         f"(lab/probe.py): {capacity_text(drift)}. Each speedup is also given on whole cores: divided by "
         "the share of a core per busy CPU the machine delivered to its job (the probe's median over the job's "
         f"rounds), the figure that transfers to a rerun on the same machine.{cost}"
+        + (f" {events}" if (events := vm_events_text(vm or {})) else "")
     )
 
 
@@ -177,6 +201,8 @@ def capacity_rows(host: dict, run: dict) -> list[tuple[str, str]]:
         else ", ".join("{" + ",".join(map(str, g)) + "}" for g in groups or []) + f" ({cores})"
     )
     freq = cap.get("cpu_freq_mhz")
+    vm = run.get("vm_events") or {}
+    events = "; ".join(f"{_at(e['at_s'])} into the measurement phase: {e['event']}" for e in vm.get("events") or [])
     steal = c.get("steal_pct_median")
     pipeline = c.get("pipeline_cpu_median")
     throttled = c.get("throttled_s")
@@ -187,6 +213,10 @@ def capacity_rows(host: dict, run: dict) -> list[tuple[str, str]]:
             smt if groups is not None or "smt" in why else "not recorded",
         ),
         ("CPU frequency", f"{freq:.0f} MHz" if freq else f"unreadable: {why.get('cpu_freq_mhz', 'not recorded')}"),
+        (
+            "The VM restored from a snapshot or cloned (kernel log)",
+            f"unreadable: {vm['unreadable']}" if vm.get("unreadable") else events or "not during the measurement phase",
+        ),
         (
             "Steal time in measured windows (median)",
             _steal_text(c) if steal is not None else "unreadable",

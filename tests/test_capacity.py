@@ -184,6 +184,29 @@ def test_snapshot_of_this_machine_holds_every_fact_or_its_reason():
     for key, why in (("quota_cpus", "quota"), ("smt_groups", "smt"), ("cpu_freq_mhz", "cpu_freq_mhz")):
         if snap[key] is None and not (key == "quota_cpus" and snap["cgroup_version"]):
             assert why in snap["unreadable"], (key, snap)
+    # the kernel log was read (a list, maybe empty) or its reason is given
+    assert isinstance(snap["vm_events"], list)
+    assert os.access(capacity.KMSG, os.R_OK) or "vm_events" in snap["unreadable"]
+
+
+def test_vm_forks_are_read_from_the_kernel_log_with_their_unix_time(tmp_path):
+    """Records in /dev/kmsg's format (Documentation/ABI/testing/dev-kmsg): a continuation line,
+    another message and a record without a timestamp are no events; the vmgenid reseed is one,
+    at the record's seconds since boot on the monotonic clock's axis."""
+    log = tmp_path / "kmsg"
+    log.write_text(
+        "6,100,1500000,-;virtio_blk virtio1: [vda] new size\n"
+        " SUBSYSTEM=virtio\n"
+        "5,101,58631114565,-;random: crng reseeded due to virtual machine fork\n"
+        "5,102,x,-;random: crng reseeded due to virtual machine fork\n"
+    )
+    offset = time.time() - time.monotonic()
+    events, why = capacity.vm_events(str(log))
+    assert why == "" and len(events) == 1
+    assert events[0]["event"].startswith("VM fork")
+    assert events[0]["unix"] == pytest.approx(offset + 58631.114565, abs=0.05)
+    events, why = capacity.vm_events(str(tmp_path / "absent"))
+    assert events == [] and "absent" in why and "unseen" in why
 
 
 # ------------------------------------------------------------------ interference named

@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from analysis import hooks, schedule, timelines
 from analysis.__main__ import main as analysis_main
 from analysis.figures import all_figures, drawing
-from analysis.runinfo import job_intervals, job_label, run_timing
+from analysis.runinfo import job_intervals, job_label, run_timing, vm_events
 from analysis.trace import experiment_trace, jobs_trace, validate_trace
 from lab import registry
 
@@ -257,6 +257,49 @@ def test_validate_trace_rejects_bad_events(event, message):
         validate_trace({"traceEvents": [event]})
     with pytest.raises(ValueError, match="traceEvents"):
         validate_trace([event])
+
+
+def _vm_jobs(event_unix: float | None, read: bool = True) -> list[dict]:
+    """Three job.json records that each read the kernel log (``read``) and saw the VM fork at
+    ``event_unix`` (seconds apart on their clocks), or could not read it."""
+    if not read:
+        return [{"capacity": {"vm_events": [], "unreadable": {"vm_events": "no readable /dev/kmsg (EPERM)"}}}] * 3
+    events = [] if event_unix is None else [{"unix": event_unix + d, "event": "VM fork (vmgenid)"} for d in (0.0,)]
+    return [
+        {"capacity": {"vm_events": [dict(e, unix=e["unix"] + 0.3 * i) for e in events], "unreadable": {}}}
+        for i in range(3)
+    ]
+
+
+def test_a_vm_fork_splits_the_runs_capacity_into_before_and_after():
+    from report.trust import capacity_paragraph, capacity_rows
+
+    cap = pd.DataFrame(
+        {"start_unix": [100.0, 110.0, 120.0, 150.0, 160.0], "capacity_1cpu_per_s": [60e6, 62e6, 61e6, 67e6, 68e6]}
+    )
+    vm = vm_events(_vm_jobs(140.0), cap, 95.0, 170.0)
+    assert vm["unreadable"] == "" and len(vm["events"]) == 1  # three readings of one record
+    e = vm["events"][0]
+    assert e["at_s"] == pytest.approx(45.0) and e["single_before"] == 61e6 and e["single_after"] == 67.5e6
+    text = capacity_paragraph({}, vm)
+    assert "45 s into the measurement phase" in text and "61.0 M" in text and "67.5 M/s after it (+11%)" in text
+    row = dict(capacity_rows({}, {"vm_events": vm}))["The VM restored from a snapshot or cloned (kernel log)"]
+    assert row == "45 s into the measurement phase: VM fork (vmgenid)"
+    # outside the phase: none; no job could read the log: its reason; job.json from before: said so
+    assert vm_events(_vm_jobs(40.0), cap, 95.0, 170.0) == {"events": [], "unreadable": ""}
+    assert "EPERM" in vm_events(_vm_jobs(None, read=False), cap, 95.0, 170.0)["unreadable"]
+    assert "not recorded" in vm_events([{"capacity": {}}], cap, 95.0, 170.0)["unreadable"]
+    assert capacity_paragraph({}, vm_events(_vm_jobs(None), cap, 95.0, 170.0)) == ""
+    # the chart marks it where it happened: minutes after the first job's window
+    full = cap.assign(delivered_cpus=2.0, available_cpus=2, experiment="gil", probe_s=0.1)
+    fig = schedule.run_capacity(full, {}, {"vm_events": vm})
+    marks = [
+        ln.get_xdata()[0]
+        for ax in fig.axes
+        for ln in ax.lines
+        if ln.get_linestyle() == "--" and ln.get_color() == "#D55E00"
+    ]
+    assert marks == [pytest.approx(40.0 / 60)] * 2
 
 
 def test_every_figure_has_a_drawing_function():
