@@ -237,14 +237,51 @@ def _yes(v) -> str:
     return "" if v != v else ("yes" if v else "NO")
 
 
-def markdown(df: pd.DataFrame, host: dict, seconds: list[float]) -> str:
-    """The benchmark's report: machine, durations, coverage, agreement, one row per point."""
+def machine_between(results: Path, a: str, b: str) -> str:
+    """What the machine did across the two runs: each run's median single-CPU speed over its
+    jobs (run.json ``capacity``, the capacity probe) and every VM restore or clone the kernel
+    logged from run ``a``'s start to run ``b``'s end (the ``capacity.vm_events`` of every
+    job.json, :func:`lab.capacity.vm_events`); "" without both run.json files."""
+    paths = [results / h / "run.json" for h in (a, b)]
+    if not all(p.is_file() for p in paths):
+        return ""
+    runs = [json.loads(p.read_text()) for p in paths]
+    start, end = runs[0]["start_unix"], runs[1]["end_unix"]
+    speeds = [(r.get("capacity") or {}).get("single_median") for r in runs]
+    text = ""
+    if all(speeds):
+        text = (
+            f"One CPU ran {speeds[0] / 1e6:.1f} M loop iterations/s in run 1 and {speeds[1] / 1e6:.1f} M/s in run 2"
+            f" (the medians over their jobs of the capacity probe; {100 * (speeds[1] / speeds[0] - 1):+.0f}%). "
+        )
+    events, read = set(), False
+    for p in [*(results / a).rglob("job.json"), *(results / b).rglob("job.json")]:
+        cap = json.loads(p.read_text()).get("capacity") or {}
+        read |= "vm_events" in cap and "vm_events" not in (cap.get("unreadable") or {})
+        events |= {(round(e["unix"]), e["event"]) for e in cap.get("vm_events") or [] if start <= e["unix"] <= end}
+    if not read:
+        return text + "No job of either run read the kernel log for VM restores or clones."
+    stamps = sorted({t for t, _ in events})
+    said = [
+        f"{time.strftime('%H:%M:%S', time.gmtime(t))} UTC ({(t - start) / 60:.1f} min after run 1 began)"
+        for t in stamps
+    ]
+    what = sorted({e for _, e in events})
+    if not said:
+        return text + "The kernel logged no VM restore or clone between run 1's start and run 2's end."
+    return text + f"The kernel logged a {' and a '.join(what)} at {', '.join(said)}."
+
+
+def markdown(df: pd.DataFrame, host: dict, seconds: list[float], between: str = "") -> str:
+    """The benchmark's report: machine, durations, what the machine did across the runs
+    (:func:`machine_between`), coverage, agreement, one row per point."""
     c = coverage(df)
     took = " and ".join(f"{s:.0f} s" for s in seconds) if seconds else "not timed (--no-run)"
     lines = [
         f"Machine: {host.get('cpu_model')}, {host.get('available_cpus')} available CPUs, "
         f"Python {platform.python_version()}, torch {host.get('torch_version')}. Runs: {took}.",
         "",
+        *([between, ""] if between else []),
         f"Coverage: run 2's speedup inside run 1's 95% CI for {c['covered_1']} of {c['with_ci_1']} points "
         f"({c['coverage_1']:.0%}); run 1's inside run 2's for {c['covered_2']} of {c['with_ci_2']} "
         f"({c['coverage_2']:.0%}); pooled {c['coverage']:.0%} (goal: 90%). Median CI width "
@@ -330,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         seconds.append(run(b, args.cores))
     df = compare(a, b, results)
     host = json.loads((results / a / "host.json").read_text())
-    text = markdown(df, host, seconds)
+    text = markdown(df, host, seconds, machine_between(results, a, b))
     emit(text, args.markdown)
     if args.json:
         figures = {

@@ -293,6 +293,30 @@ def test_coverage_of_two_fixture_runs(tmp_path):
     assert "| measured, every point | rerun interval | 2 | 2/2 / 1/2 / 75% |" in text
 
 
+def test_the_coverage_report_says_what_the_machine_did_between_the_runs(tmp_path):
+    """Each run's median single-CPU speed and the VM forks the kernel logged from run 1's start
+    to run 2's end, read from their jobs (one record seen by several jobs is one event); a run
+    whose jobs never read the kernel log is said to have none read."""
+    rep = _coverage_module()
+    fork = {"unix": 1000.4, "event": "VM fork (vmgenid)"}
+    for host, (t0, t1, speed) in {"r-1": (100.0, 400.0, 60e6), "r-2": (1900.0, 2100.0, 66e6)}.items():
+        (tmp_path / host / "gil" / "p").mkdir(parents=True)
+        run = {"start_unix": t0, "end_unix": t1, "capacity": {"single_median": speed}}
+        (tmp_path / host / "run.json").write_text(json.dumps(run))
+        boot = {"unix": 50.0, "event": "VM fork (vmgenid)"}  # before run 1: not between them
+        cap = {"vm_events": [boot, fork] if host == "r-2" else [boot], "unreadable": {}}
+        for job in ("gil/p", "gil"):
+            (tmp_path / host / job / "job.json").write_text(json.dumps({"capacity": cap}))
+    text = rep.machine_between(tmp_path, "r-1", "r-2")
+    assert "60.0 M loop iterations/s in run 1 and 66.0 M/s in run 2" in text and "+10%" in text
+    assert text.endswith("VM fork (vmgenid) at 00:16:40 UTC (15.0 min after run 1 began).")
+    for host in ("r-1", "r-2"):
+        for job in ("gil/p", "gil"):
+            (tmp_path / host / job / "job.json").write_text(json.dumps({"capacity": {}}))
+    assert rep.machine_between(tmp_path, "r-1", "r-2").endswith("read the kernel log for VM restores or clones.")
+    assert rep.machine_between(tmp_path, "r-1", "absent") == ""
+
+
 def test_a_point_whose_job_chose_differently_is_left_out_of_the_coverage_and_listed(tmp_path):
     """The workload's verification measures the configuration its search chose: where the two
     runs' searches chose differently (job.json outcome), their speedups are of two different
