@@ -49,6 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from analysis.findings import transfer_case  # noqa: E402
+from analysis.runinfo import vm_events  # noqa: E402
 from analysis.tables import read_table  # noqa: E402
 from lab import registry  # noqa: E402
 from lab.declare import point_label  # noqa: E402
@@ -240,8 +241,8 @@ def _yes(v) -> str:
 def machine_between(results: Path, a: str, b: str) -> str:
     """What the machine did across the two runs: each run's median single-CPU speed over its
     jobs (run.json ``capacity``, the capacity probe) and every VM restore or clone the kernel
-    logged from run ``a``'s start to run ``b``'s end (the ``capacity.vm_events`` of every
-    job.json, :func:`lab.capacity.vm_events`); "" without both run.json files."""
+    logged from run ``a``'s start to run ``b``'s end (:func:`analysis.runinfo.vm_events` over
+    both runs' job.json files); "" without both run.json files."""
     paths = [results / h / "run.json" for h in (a, b)]
     if not all(p.is_file() for p in paths):
         return ""
@@ -254,22 +255,18 @@ def machine_between(results: Path, a: str, b: str) -> str:
             f"One CPU ran {speeds[0] / 1e6:.1f} M loop iterations/s in run 1 and {speeds[1] / 1e6:.1f} M/s in run 2"
             f" (the medians over their jobs of the capacity probe; {100 * (speeds[1] / speeds[0] - 1):+.0f}%). "
         )
-    events, read = set(), False
-    for p in [*(results / a).rglob("job.json"), *(results / b).rglob("job.json")]:
-        cap = json.loads(p.read_text()).get("capacity") or {}
-        read |= "vm_events" in cap and "vm_events" not in (cap.get("unreadable") or {})
-        events |= {(round(e["unix"]), e["event"]) for e in cap.get("vm_events") or [] if start <= e["unix"] <= end}
-    if not read:
-        return text + "No job of either run read the kernel log for VM restores or clones."
-    stamps = sorted({t for t, _ in events})
-    said = [
-        f"{time.strftime('%H:%M:%S', time.gmtime(t))} UTC ({(t - start) / 60:.1f} min after run 1 began)"
-        for t in stamps
-    ]
-    what = sorted({e for _, e in events})
-    if not said:
+    jobs = [json.loads(p.read_text()) for h in (a, b) for p in (results / h).rglob("job.json")]
+    vm = vm_events(jobs, pd.DataFrame(), start, end)
+    if vm["unreadable"]:
+        return text + f"No job of either run read the kernel log for VM restores or clones: {vm['unreadable']}."
+    if not vm["events"]:
         return text + "The kernel logged no VM restore or clone between run 1's start and run 2's end."
-    return text + f"The kernel logged a {' and a '.join(what)} at {', '.join(said)}."
+    said = [
+        f"a {e['event']} at {time.strftime('%H:%M:%S', time.gmtime(e['unix']))} UTC"
+        f" ({e['at_s'] / 60:.1f} min after run 1 began)"
+        for e in vm["events"]
+    ]
+    return text + f"The kernel logged {' and '.join(said)}."
 
 
 def markdown(df: pd.DataFrame, host: dict, seconds: list[float], between: str = "") -> str:
