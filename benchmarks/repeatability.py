@@ -261,9 +261,19 @@ def machine_between(results: Path, a: str, b: str) -> str:
         return text + f"No job of either run read the kernel log for VM restores or clones: {vm['unreadable']}."
     if not vm["events"]:
         return text + "The kernel logged no VM restore or clone between run 1's start and run 2's end."
+
+    def when(t: float) -> str:
+        return (
+            "during run 1"
+            if t <= runs[0]["end_unix"]
+            else "during run 2"
+            if t >= runs[1]["start_unix"]
+            else "between the runs"
+        )
+
     said = [
         f"a {e['event']} at {time.strftime('%H:%M:%S', time.gmtime(e['unix']))} UTC"
-        f" ({e['at_s'] / 60:.1f} min after run 1 began)"
+        f" ({when(e['unix'])}, {e['at_s'] / 60:.1f} min after run 1 began)"
         for e in vm["events"]
     ]
     return text + f"The kernel logged {' and '.join(said)}."

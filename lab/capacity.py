@@ -332,7 +332,12 @@ def vm_events(path: str = KMSG) -> tuple[list[dict], str]:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
-        return [], f"no readable {path} ({exc.strerror}): a VM restored or cloned under the guest goes unseen"
+        fix = (
+            "; reading it needs root, CAP_SYSLOG or sysctl kernel.dmesg_restrict=0"
+            if exc.errno in (errno.EPERM, errno.EACCES)
+            else ""
+        )
+        return [], f"no readable {path} ({exc.strerror}): a VM restored or cloned under the guest goes unseen{fix}"
     offset, events = time.time() - time.monotonic(), []
     try:
         while True:

@@ -201,7 +201,7 @@ def capacity_rows(host: dict, run: dict) -> list[tuple[str, str]]:
         else ", ".join("{" + ",".join(map(str, g)) + "}" for g in groups or []) + f" ({cores})"
     )
     freq = cap.get("cpu_freq_mhz")
-    vm = run.get("vm_events") or {}
+    vm = run.get("vm_events") or {"unreadable": "not recorded (a run.json from before the lab read the kernel log)"}
     events = "; ".join(f"{_at(e['at_s'])} into the measurement phase: {e['event']}" for e in vm.get("events") or [])
     steal = c.get("steal_pct_median")
     pipeline = c.get("pipeline_cpu_median")

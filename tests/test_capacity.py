@@ -3,6 +3,7 @@ outside the job that took CPU (the sampler), the intervals and the adaptive roun
 
 from __future__ import annotations
 
+import errno
 import math
 import os
 import resource
@@ -206,7 +207,19 @@ def test_vm_forks_are_read_from_the_kernel_log_with_their_unix_time(tmp_path):
     assert events[0]["event"].startswith("VM fork")
     assert events[0]["unix"] == pytest.approx(offset + 58631.114565, abs=0.05)
     events, why = capacity.vm_events(str(tmp_path / "absent"))
-    assert events == [] and "absent" in why and "unseen" in why
+    assert events == [] and "absent" in why and "unseen" in why and "CAP_SYSLOG" not in why
+
+
+def test_a_kernel_log_refused_says_what_reading_it_needs(monkeypatch):
+    """Where kernel.dmesg_restrict is 1 and the job has no CAP_SYSLOG, opening /dev/kmsg fails
+    with EPERM (tried by hand with setpriv --bounding-set -syslog); the reason says what helps."""
+
+    def refuse(path, flags):
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(capacity.os, "open", refuse)
+    events, why = capacity.vm_events()
+    assert events == [] and "/dev/kmsg (Operation not permitted)" in why and "needs root, CAP_SYSLOG" in why
 
 
 # ------------------------------------------------------------------ interference named

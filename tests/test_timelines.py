@@ -290,6 +290,8 @@ def test_a_vm_fork_splits_the_runs_capacity_into_before_and_after():
     assert "EPERM" in vm_events(_vm_jobs(None, read=False), cap, 95.0, 170.0)["unreadable"]
     assert "not recorded" in vm_events([{"capacity": {}}], cap, 95.0, 170.0)["unreadable"]
     assert capacity_paragraph({}, vm_events(_vm_jobs(None), cap, 95.0, 170.0)) == ""
+    old = dict(capacity_rows({}, {}))["The VM restored from a snapshot or cloned (kernel log)"]
+    assert old.startswith("unreadable: not recorded")  # a run.json from before the lab read the log
     # the chart marks it where it happened: minutes after the first job's window
     full = cap.assign(delivered_cpus=2.0, available_cpus=2, experiment="gil", probe_s=0.1)
     fig = schedule.run_capacity(full, {}, {"vm_events": vm})

@@ -309,7 +309,7 @@ def test_the_coverage_report_says_what_the_machine_did_between_the_runs(tmp_path
             (tmp_path / host / job / "job.json").write_text(json.dumps({"capacity": cap}))
     text = rep.machine_between(tmp_path, "r-1", "r-2")
     assert "60.0 M loop iterations/s in run 1 and 66.0 M/s in run 2" in text and "+10%" in text
-    assert text.endswith("logged a VM fork (vmgenid) at 00:16:40 UTC (15.0 min after run 1 began).")
+    assert text.endswith("logged a VM fork (vmgenid) at 00:16:40 UTC (between the runs, 15.0 min after run 1 began).")
     for host in ("r-1", "r-2"):
         for job in ("gil/p", "gil"):
             (tmp_path / host / job / "job.json").write_text(json.dumps({"capacity": {}}))
