@@ -69,7 +69,7 @@ class Params(Declared):
         10_000,
         min=1,
         per_key=True,
-        config={"tensor": 5000, "cpu": 1000, "io": 500},
+        config={"tensor": 20000, "cpu": 3000, "io": 500},
         unit="samples",
         help="samples per epoch, per dataset",
         quick={"tensor": 8000, "cpu": 1200, "io": 200},

@@ -67,7 +67,7 @@ class Params(Declared):
     steps: int = param(
         200,
         min=1,
-        config=100,
+        config=200,
         help="SGD steps per process per repeat",
         quick=150,
         quick_why="windows of 0.1-0.2 s and more, by the machine: shorter ones fall between CPU samples",
