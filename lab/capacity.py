@@ -53,7 +53,7 @@ KMSG = "/dev/kmsg"
 #: QEMU's vmgenid device drive) reseeds the random number generator with this message when the
 #: hypervisor changes the VM generation ID: the VM was restored from a snapshot or cloned. Seen on
 #: the lab's Firecracker VM in the middle of a run (2026-12-05): a 20 s gap in one job, and one
-#: CPU 9% faster in the jobs after it (docs/benchmarks.md).
+#: CPU 10% faster in the jobs after it (docs/benchmarks.md).
 VM_EVENTS = {"crng reseeded due to virtual machine fork": "VM fork (vmgenid: restored from a snapshot or cloned)"}
 
 
