@@ -16,9 +16,10 @@ import pandas as pd
 def bound(v: float) -> str:
     """A CI bound of a ratio with two decimals, or three where two would round it to 1.00 from
     either side (0.998 is not 1.00: it says whether the interval holds 1), or two significant
-    digits below 0.1 (0.009, not 0.00: a ratio's bound is above 0)."""
+    digits below 0.1, never in exponent form (0.009, not 0.00: a ratio's bound is above 0;
+    0.000041, not 4.1e-05)."""
     if 0 < abs(v) < 0.1:
-        return f"{v:.2g}"
+        return np.format_float_positional(v, precision=2, unique=False, fractional=False, trim="-")
     text = f"{v:.2f}"
     return f"{v:.3f}" if text == "1.00" and v != 1 else text
 

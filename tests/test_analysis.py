@@ -692,8 +692,9 @@ def test_a_scaling_check_claims_no_share_above_the_probe_reading():
 
 def test_an_interval_bound_keeps_the_digits_that_matter():
     """Two decimals; three where two would read 1.00 for a bound that is not 1; two significant
-    digits below 0.1, so that a ratio's lower bound of 0.009 does not read 0.00."""
+    digits below 0.1, so that a ratio's lower bound of 0.009 does not read 0.00, and never in
+    exponent form (an oversubscribed split on an AMD EPYC VM read "4e-05-34.49")."""
     from analysis.findings import bound
 
-    values = (1.234, 0.998, 1.0, 0.0093, 0.05, 0.1)
-    assert [bound(v) for v in values] == ["1.23", "0.998", "1.00", "0.0093", "0.05", "0.10"]
+    values = (1.234, 0.998, 1.0, 0.0093, 0.05, 0.1, 4.1e-05)
+    assert [bound(v) for v in values] == ["1.23", "0.998", "1.00", "0.0093", "0.05", "0.10", "0.000041"]
