@@ -57,11 +57,24 @@ def noisy_mask(sub: pd.DataFrame) -> np.ndarray:
     return sub["noisy"].fillna(False).astype(bool).to_numpy()
 
 
-def speedup_line(ax, x, sub: pd.DataFrame, colour: str, label: str | None = None, linestyle: str = "-") -> None:
-    """Speedup over the interleaved baseline with its 95% CI; noisy points drawn hollow."""
+def speedup_line(
+    ax, x, sub: pd.DataFrame, colour: str, label: str | None = None, linestyle: str = "-", top: float | None = None
+) -> None:
+    """Speedup over the interleaved baseline with its 95% CI; noisy points drawn hollow. With
+    ``top`` (:func:`speedup_top`), an error bar that reaches above it is drawn to ``top`` with an
+    arrowhead and its upper bound written beside it, so that one erratic point's interval does
+    not squash every other point of the chart."""
+    shown = sub.assign(speedup_ci_high=sub["speedup_ci_high"].clip(upper=top)) if top else sub
     ax.errorbar(
-        x, sub["speedup"], yerr=yerr(sub, *SPEEDUP), color=colour, marker="o", capsize=3, label=label, ls=linestyle
+        x, shown["speedup"], yerr=yerr(shown, *SPEEDUP), color=colour, marker="o", capsize=3, label=label, ls=linestyle
     )
+    if top:
+        for xi, hi in zip(np.asarray(x, dtype=float), sub["speedup_ci_high"].to_numpy(dtype=float)):
+            if np.isfinite(hi) and hi > top:
+                ax.plot([xi], [top], marker="^", color=colour, markersize=7, zorder=4, clip_on=False)
+                ax.annotate(
+                    f"to {hi:.3g}", (xi, top), xytext=(6, -4), textcoords="offset points", fontsize=8, color=colour
+                )
     noisy = noisy_mask(sub)
     if noisy.any():
         ax.scatter(
@@ -73,6 +86,14 @@ def speedup_line(ax, x, sub: pd.DataFrame, colour: str, label: str | None = None
             linewidths=1.5,
             zorder=4,
         )
+
+
+def speedup_top(summary: pd.DataFrame, ideal: float) -> float:
+    """The top of a speedup chart's axis: 1.3 times the larger of ``ideal`` (the available
+    CPUs, say) and the largest measured speedup. Intervals reaching above it are drawn capped
+    (:func:`speedup_line`)."""
+    est = pd.to_numeric(summary["speedup"], errors="coerce")
+    return 1.3 * max(float(ideal), float(est.max()) if est.notna().any() else 0.0)
 
 
 def speedup_note(fig: Figure, extra: str = "", noisy: str = "Hollow") -> None:
@@ -108,12 +129,6 @@ def baseline_text(sub: pd.DataFrame, unit: str) -> str:
     """``baseline 1,234 samples/s``: the median of the interleaved baselines' medians."""
     base = sub["baseline_median"].dropna()
     return f"baseline {base.median():,.0f} {unit}" if len(base) else ""
-
-
-def ymax(sub: pd.DataFrame, floor: float) -> float:
-    """The largest speedup or CI upper bound of ``sub``, at least ``floor``."""
-    top = sub["speedup_ci_high"].fillna(sub["speedup"])
-    return max(float(np.nanmax(top)) if top.notna().any() else 0.0, floor)
 
 
 def circle_best(ax, x: float, y: float, label: str) -> None:

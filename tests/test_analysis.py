@@ -698,3 +698,27 @@ def test_an_interval_bound_keeps_the_digits_that_matter():
 
     values = (1.234, 0.998, 1.0, 0.0093, 0.05, 0.1, 4.1e-05)
     assert [bound(v) for v in values] == ["1.23", "0.998", "1.00", "0.0093", "0.05", "0.10", "0.000041"]
+
+
+def test_an_interval_far_above_the_others_is_drawn_capped_with_its_bound_written():
+    """An oversubscribed split on an AMD EPYC VM read 0.11x (95% CI 0.00041-6.34) beside
+    speedups of 1-1.9x: drawn in full, its bar set the axis at 6.5 and squashed the rest. The
+    axis now ends at 1.3 x the larger of the ideal and the largest speedup; the bar stops there
+    with an arrowhead and its bound beside it."""
+    import matplotlib.pyplot as plt
+
+    from analysis.plotting import speedup_line, speedup_top
+
+    sub = pd.DataFrame(
+        {"speedup": [1.0, 1.87, 0.11], "speedup_ci_low": [1.0, 1.72, 0.00041], "speedup_ci_high": [1.0, 2.1, 6.34]}
+    ).assign(noisy=False)
+    top = speedup_top(sub, 2)
+    assert top == pytest.approx(2.6)
+    fig, ax = plt.subplots()
+    speedup_line(ax, [1, 2, 3], sub, "#000000", top=top)
+    ax.set_ylim(0, top)
+    texts = [t.get_text() for t in ax.texts]
+    assert texts == ["to 6.34"]
+    bars = [seg for coll in ax.collections for seg in coll.get_segments()]
+    assert max(seg[:, 1].max() for seg in bars) == pytest.approx(top)  # no bar drawn past the axis
+    plt.close(fig)

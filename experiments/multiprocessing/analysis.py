@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 
 from analysis.capacity import note, one_cpu_note
 from analysis.findings import fmt_transfer, fmt_x, measured, num, plural, unranked_text, winner
-from analysis.plotting import PALETTE, baseline_text, cpus_text, plt, speedup_line, speedup_note
+from analysis.plotting import PALETTE, baseline_text, cpus_text, plt, speedup_line, speedup_note, speedup_top
 from analysis.timelines import point_of
 from lab.contract import Analysis, Context
 
@@ -234,12 +234,15 @@ def multiprocessing_throughput(ctx: Context) -> Figure:
     ncpu = host.get("available_cpus")
     threads_order = sorted(summary["threads"].unique())
     policies = sorted(summary["omp_wait_policy"].astype(str).unique(), key=lambda v: (v != DEFAULT, v))
+    top = speedup_top(summary, ncpu or 1)
     for (policy, threads), sub in summary.groupby([summary["omp_wait_policy"].astype(str), "threads"]):
         sub = sub.sort_values("processes")
         label = f"{plural(threads, 'thread')} per process"
         label += "" if policy == DEFAULT else f", OMP_WAIT_POLICY={policy}"
         colour = PALETTE[threads_order.index(threads) % len(PALETTE)]
-        speedup_line(ax, _x(sub, policies), sub, colour, label=label, linestyle="-" if policy == DEFAULT else "--")
+        speedup_line(
+            ax, _x(sub, policies), sub, colour, label=label, linestyle="-" if policy == DEFAULT else "--", top=top
+        )
         over = sub[sub["oversubscribed"].astype(bool)]
         _marks(
             ax,
@@ -264,7 +267,7 @@ def multiprocessing_throughput(ctx: Context) -> Figure:
     ax.set_xticks(sorted(summary["processes"].unique()))
     ax.set_xlabel("training processes (P)")
     ax.set_ylabel("speedup of total samples/s over 1 x 1 (x)")
-    ax.set_ylim(bottom=0)
+    ax.set_ylim(0, top)
     base = summary[summary["omp_wait_policy"].astype(str) == policies[0]]
     ax.set_title(
         f"torch.multiprocessing: P processes x T threads on {cpus_text(ncpu)} available\n"
@@ -272,7 +275,7 @@ def multiprocessing_throughput(ctx: Context) -> Figure:
         fontsize=10,
     )
     waits = "" if policies == [DEFAULT] else " Dashed: OMP_WAIT_POLICY as labelled; solid: unset (the default)."
-    speedup_note(fig, " Orange square: oversubscribed." + waits)
+    speedup_note(fig, " Orange square: oversubscribed; arrowhead: a CI above the axis (its bound beside it)." + waits)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     return fig
 
