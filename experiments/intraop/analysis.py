@@ -10,8 +10,16 @@ from matplotlib.figure import Figure
 from analysis.capacity import capacity_reason, cpus_used, machine_took, note, one_cpu_note
 from analysis.fidelity import scaling_check
 from analysis.findings import best_row, fmt_transfer, fmt_x, measured, num, pick, plural, unranked_text, winner
-from analysis.plotting import PALETTE, baseline_text, cpus_text, not_measured_panel, plt, speedup_line, speedup_note
-from analysis.plotting import ymax as speedup_top
+from analysis.plotting import (
+    PALETTE,
+    baseline_text,
+    cpus_text,
+    not_measured_panel,
+    plt,
+    speedup_line,
+    speedup_note,
+    speedup_top,
+)
 from experiments.intraop import EXPERIMENT, WORKLOADS
 from lab.contract import Analysis, Context
 
@@ -140,7 +148,8 @@ def headlines(ctx: Context) -> list[dict]:
 
 def _scaling_panel(ax, sub: pd.DataFrame, colour: str, title: str, ncpu) -> None:
     unit = EXPERIMENT.unit(sub["metric"].iloc[0])
-    speedup_line(ax, sub["threads"], sub, colour, label="measured")
+    top = speedup_top(sub, ncpu or 1)
+    speedup_line(ax, sub["threads"], sub, colour, label="measured", top=top)
     if ncpu:
         ax.plot([1, ncpu], [1, ncpu], ":", color="#444444", label="ideal (linear)")
         label = f"{cpus_text(ncpu)} available"
@@ -149,7 +158,7 @@ def _scaling_panel(ax, sub: pd.DataFrame, colour: str, title: str, ncpu) -> None
     ax.set_xticks(sub["threads"])
     ax.set_xlabel("intra-op threads (torch.set_num_threads)")
     ax.set_ylabel("speedup over 1 thread (x)")
-    ax.set_ylim(0, speedup_top(sub, ncpu or 1) * 1.15)
+    ax.set_ylim(0, top)
     ax.set_title(f"{title}\n({baseline_text(sub, unit)} at 1 thread)", fontsize=10)
     ax.legend(loc="best", fontsize=8)  # where it hides no point: the best count differs per workload
 
@@ -171,7 +180,7 @@ def intraop_scaling(ctx: Context) -> Figure:
         else:
             _scaling_panel(ax, sub, c, WORKLOADS.get(wl, wl), ncpu)
     fig.suptitle("Intra-op threads", fontsize=11)
-    speedup_note(fig)
+    speedup_note(fig, " Arrowhead: a CI above the axis (its bound beside it).")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     return fig
 
