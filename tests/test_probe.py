@@ -37,11 +37,16 @@ def test_the_probe_reads_one_cpu_and_all_of_them():
 def test_the_probes_loop_runs_at_one_speed_from_its_first_reading_on():
     """The fixed-work loop must not speed up as its interpreter warms up (CPython 3.11 specialises
     a function after 8 calls, about 1.6x faster here; see lab.probe.WARM_CALLS). Judged against
-    the same probe's own readings, half a second apart: the machine's speed moves over minutes."""
-    with probe.Probe(NCPU, 5) as p:
-        rates = [p.measure()["capacity_1cpu_per_s"] for _ in range(12)]
-    first, last = np.median(rates[:3]), np.median(rates[-4:])
-    assert 0.8 < last / first < 1.25, [round(r / 1e6, 1) for r in rates]
+    the same probe's own readings, half a second apart: the machine's speed moves over minutes.
+    One-sided, and the median over five fresh probes: what the test looks for makes the first
+    readings slow in every probe, where the VM's own dips are slow readings at random times (on
+    an AMD EPYC VM one probe in eight read its last four readings at 0.65 of its first three)."""
+    ratios = []
+    for _ in range(5):
+        with probe.Probe(NCPU, 5) as p:
+            rates = [p.measure()["capacity_1cpu_per_s"] for _ in range(12)]
+        ratios.append(np.median(rates[-4:]) / np.median(rates[:3]))
+    assert np.median(ratios) < 1.25, [round(r, 2) for r in ratios]
 
 
 def test_a_busy_stranger_lowers_what_the_probe_sees_delivered():
