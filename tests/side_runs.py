@@ -443,7 +443,7 @@ def run_one_cpu(base: Path) -> dict:
 
 IMAGES_CONFIG = (
     "selfcheck: {duration_s: 0.3, repeats: 2}\n"
-    "workload: {window_s: 0.2, budget_max_s: 25, max_rounds: 6, repeats: 6, diagnose_s: 3}\n"
+    "workload: {window_s: 0.2, budget_max_s: 15, max_rounds: 6, repeats: 6, diagnose_s: 3}\n"
 )
 
 
