@@ -20,6 +20,7 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from analysis import capacity  # noqa: E402
+from analysis.findings import bound  # noqa: E402
 
 # Okabe-Ito colour-blind-safe palette.
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
@@ -73,7 +74,7 @@ def speedup_line(
             if np.isfinite(hi) and hi > top:
                 ax.plot([xi], [top], marker="^", color=colour, markersize=7, zorder=4, clip_on=False)
                 ax.annotate(
-                    f"to {hi:.3g}", (xi, top), xytext=(6, -4), textcoords="offset points", fontsize=8, color=colour
+                    f"to {bound(hi)}", (xi, top), xytext=(6, -4), textcoords="offset points", fontsize=8, color=colour
                 )
     noisy = noisy_mask(sub)
     if noisy.any():
