@@ -342,6 +342,44 @@ def test_a_window_drops_the_batches_its_workers_fetched_while_the_other_configur
     assert row["batches"] == 2  # the window itself steps as many times as before
 
 
+def test_a_later_steps_window_starts_from_its_configurations_last_memory_read():
+    """Each memory read walks ``/proc/<pid>/smaps_rollup`` (12.8 ms a window's two in the quick
+    search): a steps window of a configuration measured before reads only after itself, and its
+    peak and worker growth run from the read after that configuration's last window. A released
+    configuration, and every epoch window, reads before again."""
+    from lab.window import Meter
+
+    workload = load("", "train", 32)
+    a, b = _cfg(num_workers=1, persistent_workers=True), _cfg()
+    with Meter(20) as meter:
+        bench = _bench(meter, workload, steps=2)
+        reads, real = [], bench.local.memory
+        bench.local.memory = lambda setup: reads.append(real(setup)) or reads[-1]
+        try:
+            counts, rows = [], []
+            for cfg, kw in ((a, {}), (b, {}), (a, {}), (a, {"epoch": True, "epoch_steps_max": 2})):
+                n = len(reads)
+                rows.append(bench.measure(cfg, **kw)[1])
+                counts.append(len(reads) - n)
+            bench.release_except({"nothing"})
+            n = len(reads)
+            bench.measure(a)
+            counts.append(len(reads) - n)
+        finally:
+            bench.close()
+    assert counts[:3] == [2, 2, 1] and counts[3] >= 2 and counts[4] == 2
+    first_after, second_after = reads[1], reads[4]
+
+    def uss(r):
+        return r["main_uss_mb"] + sum(u for u, _ in r["workers"].values())
+
+    assert rows[2]["peak_uss_mb"] == pytest.approx(max(uss(first_after), uss(second_after)))
+    (pid,) = first_after["workers"]
+    assert rows[2]["worker_uss_growth_mb"] == pytest.approx(
+        max(0.0, second_after["workers"][pid][0] - first_after["workers"][pid][0])
+    )
+
+
 def test_two_replicas_train_one_model_over_gloo():
     from lab.window import Meter
 

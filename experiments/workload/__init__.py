@@ -126,7 +126,8 @@ EXPERIMENT = Experiment(
         "peak_uss_mb": Col(
             "float",
             "USS of the process(es) and their DataLoader workers (psutil `memory_full_info`), the largest of the "
-            "reads before and after the window (and, in an epoch window, after its first and last step)",
+            "reads before and after the window (before a steps window: the read after its configuration's last one, "
+            "if any; in an epoch window also after its first and last step)",
             "MB",
         ),
         "peak_pss_mb": Col("float", "PSS, read as `peak_uss_mb`"),
@@ -135,7 +136,7 @@ EXPERIMENT = Experiment(
         "worker_uss_growth_mb": Col(
             "float",
             "the largest growth of one worker's USS: in an epoch window from after its first step to after its last, "
-            "else over the window",
+            "else from the read before the window to the one after it",
             "MB",
         ),
         "memory_grows": Col(

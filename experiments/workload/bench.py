@@ -3,8 +3,11 @@ a pool of replicas for ``processes > 1``), one window measured, its metrics row 
 
 Every window is timed by the job's :class:`~lab.window.Meter` (wall time, the process
 tree's CPU time, CPU samples) around the steps themselves; the throughput counts every
-replica's samples. Memory is read outside the window, before and after it, and in an epoch
-window also after its first and its last step (:meth:`Session.run`, inside the window: workers
+replica's samples. Memory is read outside the window, after it and, before a configuration's
+first steps window and every epoch window, before it (a later steps window starts from its
+configuration's last read: each read is a walk of ``/proc/<pid>/smaps_rollup``, 12.8 ms a
+window's two reads in the quick search on the EPYC VM, a quarter of the time between windows);
+in an epoch window also after its first and its last step (:meth:`Session.run`, inside the window: workers
 that are not persistent exist only then; about 7 ms each here, drawn in the timeline): USS and
 PSS of the training process(es) and of each DataLoader worker (:meth:`Session.memory`), whose
 sums give the point's ``peak_*`` (the largest read), and each worker's USS growth, across the
@@ -99,6 +102,7 @@ class Bench:
         self.local = Session(workload, job["task"], job["batch_size"])
         self.pools: dict[int, Replicas] = {}
         self.setups: dict[str, tuple] = {}  # key -> (where, setup or key)
+        self.last_memory: dict[str, list[dict]] = {}  # key -> the read after its last steps window
 
     def _ready(self, cfg: dict):
         k = key(cfg)
@@ -149,13 +153,16 @@ class Bench:
         drain = 0 if epoch else in_flight(cfg)  # an epoch window starts a fresh iterator
         if self.warmup or drain:
             self._run(pool, setup, self.warmup, False, drain)
-        before = self._memory(pool, setup)
+        before = None if epoch else self.last_memory.get(key(cfg))
+        before = before or self._memory(pool, setup)
         own = psutil.Process()
         cpu0 = sum(own.cpu_times()[:2])
         with self.meter.window() as win:
             out = self._run(pool, setup, (epoch_steps_max or None) if epoch else self.steps, epoch)
         loop_cpu_s = sum(own.cpu_times()[:2]) - cpu0 if pool is None else float("nan")
         after = self._memory(pool, setup)
+        if not epoch:
+            self.last_memory[key(cfg)] = after
         epoch_reads = _epoch_reads(out, pool)
         growth_from = epoch_reads or (before, after)
         samples = out["batches"] * self.job["batch_size"]
@@ -184,6 +191,7 @@ class Bench:
         """Free every setup but those in ``keep`` (their DataLoader workers stop)."""
         for k in [k for k in self.setups if k not in keep]:
             pool, setup, _ = self.setups.pop(k)
+            self.last_memory.pop(k, None)
             if pool is not None:
                 pool.release(setup)
             else:
