@@ -271,6 +271,46 @@ def _ask(conn: socket.socket, request: dict):
     return replies, _recv_line(replies)
 
 
+class ServedJob:
+    """A job the server forked for this process (:func:`start`), waited on and stopped as a child
+    would be (:mod:`lab.supervise`): ``pid`` leads the job's own session (its process group)."""
+
+    def __init__(self, conn: socket.socket, replies, pid: int) -> None:
+        self.conn, self.replies, self.pid, self.returncode = conn, replies, pid, None
+
+    def wait(self, timeout: float | None = None) -> int:
+        """The job's exit status, or minus the signal that ended it (as ``subprocess.Popen.wait``);
+        1, said on stderr, where the server ended first. Raises ``subprocess.TimeoutExpired``."""
+        if self.returncode is None:
+            self.conn.settimeout(timeout)
+            try:
+                done = _recv_line(self.replies)
+            except TimeoutError:
+                raise __import__("subprocess").TimeoutExpired(f"job {self.pid}", timeout) from None
+            if done is None:
+                print(f"[server] the job server ended before job {self.pid}", file=sys.stderr)
+            self.returncode = 1 if done is None else done["status"]
+            self.replies.close()
+            self.conn.close()
+        return self.returncode
+
+
+def start(path: str | None, module: str, args: list[str]) -> ServedJob | None:
+    """Ask the server at ``path`` to run ``python -m module args`` as this process's job (its
+    streams, directory and environment); None where none answers, where the job needs a variant
+    or a fresh process (:func:`launch` does both) or nothing started. The server kills the job if
+    this process's connection closes first."""
+    conn = _connect(path)
+    request = {"module": module, "args": args, "cwd": os.getcwd(), "env": dict(os.environ)}
+    replies, reply = _ask(conn, request) if conn is not None else (None, None)
+    if reply is not None and "pid" in reply:
+        return ServedJob(conn, replies, reply["pid"])
+    if conn is not None:
+        replies.close()
+        conn.close()
+    return None
+
+
 def launch(path: str | None, module: str, args: list[str]) -> int:
     """Run ``python -m module args`` as a job of the server at ``path``. A job whose environment
     differs from that server's in :data:`lab.threads.LOAD_TIME_VARIABLES` goes to the variant
@@ -309,14 +349,11 @@ def launch(path: str | None, module: str, args: list[str]) -> int:
     if reply is None or "pid" not in reply:
         print(f"[server] the job server at {path} did not start the job", file=sys.stderr)
         return 1
-    pid = job["pid"] = reply["pid"]
+    served = ServedJob(conn, replies, reply["pid"])
+    job["pid"] = served.pid
     if received:
-        _kill_group(pid, signal.SIGTERM)
-    done = _recv_line(replies)
-    if done is None:
-        print(f"[server] the job server at {path} ended before job {pid}", file=sys.stderr)
-        return 1
-    status = done["status"]
+        _kill_group(served.pid, signal.SIGTERM)
+    status = served.wait()
     return 128 - status if status < 0 else status
 
 

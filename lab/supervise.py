@@ -8,6 +8,10 @@ Usage (the ``measure`` rule)::
 The experiment runs as a child process in its own session (process group), with
 ``PR_SET_PDEATHSIG`` so that it dies if the supervisor is killed; its worker processes
 (DataLoader workers, multiprocessing children) ask for the same (:func:`lab.host.die_with_parent`).
+Where the command is the rule's ``python -m lab.server run -- ...`` and the job server answers,
+the supervisor is the server's client itself (:func:`start_job`): the job, forked by the server
+in a session of its own, is what it waits on and stops, and the server kills it if the
+supervisor dies.
 
 * Child exits 0: its files are in ``DIR`` (written atomically, ``metrics.csv`` last); exit 0.
 * Child exits non-zero (a genuine crash: an exception, a worker that died, a thread-count
@@ -53,8 +57,8 @@ def _pdeathsig() -> None:  # runs in the child between fork and exec
     set_parent_death_signal(signal.SIGKILL)
 
 
-def kill_tree(proc: subprocess.Popen, grace_s: float = GRACE_S) -> list[int]:
-    """SIGTERM the child's process group and every descendant, SIGKILL survivors after
+def kill_tree(proc, grace_s: float = GRACE_S) -> list[int]:
+    """SIGTERM the job's (``proc``: :func:`start_job`'s) process group and every descendant, SIGKILL survivors after
     ``grace_s``; return the pids that had to be killed.
 
     Descendants are collected first (psutil), so processes that left the group are found too.
@@ -187,12 +191,34 @@ def _exited(rc: int, out: Path, host: str, experiment: str, log: Path | None) ->
     return 0
 
 
+#: The rule's command for a job of the job server: ``python -m lab.server run -- MODULE ARGS...``.
+SERVED = ["-m", "lab.server", "run", "--"]
+
+
+def start_job(cmd: list[str]):
+    """Start ``cmd``. Where it is the rule's ``python -m lab.server run -- MODULE ARGS`` and the job
+    server (``$LAB_JOB_SERVER``) forks the job, this process is the job's client itself
+    (:func:`lab.server.start`): the job's own process group is what a timeout or an interrupt
+    stops, and no client interpreter starts between two jobs (about 50 ms each on the EPYC VM,
+    docs/benchmarks.md). Otherwise (no server answers, the job needs a variant server or a fresh
+    process, any other command) ``cmd`` runs as a child process in a session of its own. Returns
+    a ``subprocess.Popen`` or a :class:`lab.server.ServedJob` (``pid``, ``wait``)."""
+    if cmd[1 : 1 + len(SERVED)] == SERVED and len(cmd) > 1 + len(SERVED):
+        from lab import server
+
+        job = server.start(os.environ.get(server.SOCKET_VARIABLE), cmd[1 + len(SERVED)], cmd[2 + len(SERVED) :])
+        if job is not None:
+            return job
+    return subprocess.Popen(cmd, start_new_session=True, preexec_fn=_pdeathsig)  # noqa: PLW1509
+
+
 def supervise(cmd: list[str], out: Path, host: str, experiment: str, timeout_s: float, log: Path | None) -> int:
     """Run ``cmd``; see the module docstring for what each outcome writes and returns.
 
-    The wait blocks in ``waitpid`` (no polling while the experiment is measured); the timeout
-    is a ``SIGALRM`` timer. After the first SIGINT/SIGTERM further ones are only noted, so the
-    clean-up (SIGTERM, grace period, SIGKILL) always runs to the end.
+    The wait blocks in ``waitpid``, or for a served job in a read of the server's status line
+    (no polling while the experiment is measured); the timeout is a ``SIGALRM`` timer. After the
+    first SIGINT/SIGTERM further ones are only noted, so the clean-up (SIGTERM, grace period,
+    SIGKILL) always runs to the end.
     """
     received: list[int] = []
 
@@ -208,7 +234,7 @@ def supervise(cmd: list[str], out: Path, host: str, experiment: str, timeout_s: 
     previous[signal.SIGALRM] = signal.signal(signal.SIGALRM, on_alarm)
     proc = None
     try:
-        proc = subprocess.Popen(cmd, start_new_session=True, preexec_fn=_pdeathsig)  # noqa: PLW1509
+        proc = start_job(cmd)
         signal.setitimer(signal.ITIMER_REAL, timeout_s)
         rc = proc.wait()
         signal.setitimer(signal.ITIMER_REAL, 0)

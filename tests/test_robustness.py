@@ -35,10 +35,26 @@ CHILD = textwrap.dedent(
 )
 
 
-def _supervise(tmp_path, body: str, timeout_s: float = 60, wait: bool = True):
+@pytest.fixture(scope="module")
+def job_server(tmp_path_factory):
+    """A job server (lab/server.py) as the workflow starts one: ``(socket path, its process)``."""
+    from lab import serverctl
+
+    d = tmp_path_factory.mktemp("srv")
+    path = str(d / "s.sock")
+    procs = serverctl.start(path, {**os.environ, "PYTHONPATH": str(ROOT)}, str(d / "server.log"))
+    try:
+        yield path, procs[0]
+    finally:
+        serverctl.stop(procs)
+
+
+def _supervise(tmp_path, body: str, timeout_s: float = 60, wait: bool = True, served: str | None = None):
+    """``python -m lab.supervise ... -- python child.py PIDS``, or with ``served`` (a job server's
+    socket) the rule's form, ``-- python -m lab.server run -- supervised_child PIDS``."""
     out = tmp_path / "results" / "h" / "gil" / "interpreter~default" / "workload~cpu" / "mode~threads" / "workers~2"
     pids = tmp_path / "pids.txt"
-    script = tmp_path / "child.py"
+    script = tmp_path / "supervised_child.py"
     script.write_text(CHILD.replace("BODY", body))
     log = tmp_path / "job.log"
     cmd = [
@@ -57,11 +73,12 @@ def _supervise(tmp_path, body: str, timeout_s: float = 60, wait: bool = True):
         str(out),
         "--",
         sys.executable,
-        str(script),
+        *(["-m", "lab.server", "run", "--", script.stem] if served else [str(script)]),
         str(pids),
     ]
+    env = {**os.environ, "LAB_JOB_SERVER": served or "", "PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}"}
     fh = open(log, "w")  # noqa: SIM115 - the child writes into it as a job's log
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, env=env)
     if wait:
         proc.wait(timeout=120)
         fh.close()
@@ -156,6 +173,37 @@ def test_success_passes_through(tmp_path):
     proc, out, _, _ = _supervise(tmp_path, body)
     assert proc.returncode == 0
     assert pd.read_csv(out / "metrics.csv").loc[0, "status"] == "ok"
+
+
+def test_a_served_job_is_the_supervisors_own_and_stops_with_it(tmp_path, job_server):
+    """The rule's form with a server: no client interpreter between the supervisor and the job,
+    which the server forked; an interrupt stops the job's whole tree, a timeout records the
+    point, and a supervisor killed outright takes the job along (the server sees it go)."""
+    path, server = job_server
+    proc, out, pids, _ = _supervise(tmp_path, "time.sleep(600)", wait=False, served=path)
+    family = _pids(pids)
+    assert psutil.Process(family[0]).ppid() == server.pid and not psutil.Process(proc.pid).children()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM and _gone(family)
+    assert not (out / "metrics.csv").exists()
+
+    pids.unlink()
+    proc, out, pids, _ = _supervise(tmp_path, "time.sleep(600)", wait=False, served=path)
+    family = _pids(pids)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    assert _gone(family)
+
+    pids.unlink()
+    proc, out, pids, _ = _supervise(tmp_path, "time.sleep(600)", timeout_s=1.5, served=path)
+    assert proc.returncode == 0 and _gone(_pids(pids))
+    assert pd.read_csv(out / "metrics.csv").loc[0, "status"] == "timeout"
+
+
+def test_a_served_jobs_crash_is_recorded_with_its_exit_status(tmp_path, job_server):
+    proc, out, _, log = _supervise(tmp_path, "p.kill(); raise SystemExit(3)", served=job_server[0])
+    reason = pd.read_csv(out / "metrics.csv").loc[0, "reason"]
+    assert proc.returncode == 0 and "crashed (exit status 3)" in reason and f"log: {log}" in reason
 
 
 @pytest.mark.parametrize("display", [None, ":99"])
