@@ -190,7 +190,9 @@ def interleave(
                 getattr(runner, "warm_up", lambda: None)()  # optional (see Runner)
             if rounds.probe_ms > 0:
                 probe = probe_mod.Probe(meter.ncpu, rounds.probe_ms)
-            return _measure_rounds(runners, turns.await_turn(rounds), probe, meter.ncpu)
+            result = _measure_rounds(runners, turns.await_turn(rounds), probe, meter.ncpu)
+            turns.finished(result)  # in a worker process: the result goes before the tear-down
+            return result
         finally:
             for _, _, runner in runners:
                 runner.close()

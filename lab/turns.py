@@ -12,8 +12,10 @@ pipe (:func:`enter`). A worker's :func:`lab.results.interleave` sets up and warm
 :func:`await_turn` just before its first round: it says ``ready`` and sleeps on the pipe (no CPU)
 until the parent sends the policy its rounds follow (a :class:`~lab.rounds.Rounds`, which may
 pool the rounds of the workers before it), or ``stop``. The parent lets the first worker measure
-only when every worker is ready. Outside such a worker (one worker, a job run by hand, a test),
-:func:`await_turn` returns the policy it was given.
+only when every worker is ready. A worker that has measured its rounds sends them at once
+(:func:`finished`) and tears its set-up down only when the parent ends the job. Outside such
+a worker (one worker, a job run by hand, a test), :func:`await_turn` returns the policy it was
+given.
 """
 
 from __future__ import annotations
@@ -30,6 +32,12 @@ _conn: Connection | None = None
 
 #: This process's number among its job's workers (0-based); None outside a worker.
 _index: int | None = None
+
+#: The pipe once this worker's turn came (:func:`await_turn`), until it reports (:func:`finished`).
+_turn: Connection | None = None
+
+#: Whether this worker sent its result before its tear-down (:func:`finished`).
+_reported = False
 
 
 class TurnStopped(SystemExit):
@@ -63,7 +71,7 @@ def await_turn(rounds: Rounds) -> Rounds:
     Raises:
         TurnStopped: where the parent sends ``stop`` or closes the pipe.
     """
-    global _conn
+    global _conn, _turn
     if _conn is None:
         return rounds
     conn, _conn = _conn, None
@@ -74,4 +82,29 @@ def await_turn(rounds: Rounds) -> Rounds:
         kind, policy = "stop", None
     if kind != "go":
         raise TurnStopped(0)
+    _turn = conn
     return policy
+
+
+def finished(result) -> None:
+    """In a worker whose turn came: send the parent ``("ok", result)`` now, its rounds measured,
+    and sleep on the pipe (no CPU) until the parent says ``stop`` once no worker measures any
+    more; the caller's tear-down (its runners' interpreters and processes, the probe's, the
+    sampler) then runs beside the other workers' tear-downs, not between two workers' rounds
+    (36 ms a job on the EPYC VM, docs/benchmarks.md). Does nothing elsewhere (one worker, a job
+    run by hand, a test). :func:`reported` says whether it sent."""
+    global _turn, _reported
+    if _turn is None:
+        return
+    conn, _turn = _turn, None
+    conn.send(("ok", result))
+    _reported = True
+    try:
+        conn.recv()
+    except (EOFError, OSError):
+        pass
+
+
+def reported() -> bool:
+    """Whether this worker has sent its result (:func:`finished`): :mod:`lab.workers` sends no other."""
+    return _reported

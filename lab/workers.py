@@ -39,6 +39,9 @@ from lab.rounds import Rounds
 
 #: Seconds a stopped worker gets to end on its own, and again after SIGTERM, before SIGKILL.
 END_GRACE_S = 2.0
+#: Seconds a worker that has sent its rounds gets for its tear-down (:func:`lab.turns.finished`)
+#: before SIGTERM: 0.04-0.2 s here (a child interpreter, DataLoader workers, the probe's processes).
+TEARDOWN_S = 60.0
 
 
 class WorkerError(RuntimeError):
@@ -54,6 +57,11 @@ def _child(conn, fn: Callable[[], RunResult], index: int) -> None:
         msg = ("stopped", None)
     except BaseException:  # noqa: BLE001 - the parent reports whatever ended the worker
         msg = ("error", traceback.format_exc())
+    if turns.reported():  # its result went before its tear-down; the parent reads no more
+        if msg[0] == "error":
+            print(msg[1], file=sys.stderr, end="")
+        conn.close()
+        return
     try:
         conn.send(msg)
     except OSError:  # the parent is gone or stopped listening: nothing left to tell
@@ -73,6 +81,7 @@ class _Worker:
         self.proc = ctx.Process(target=_child, args=(theirs, fn, index))
         self.proc.start()
         theirs.close()
+        self.measured = False  # its rounds arrived: it may be tearing its set-up down
 
     def recv(self) -> tuple[str, object]:
         """The worker's next message: ``("ready", None)``, ``("ok", RunResult)``, ``("error",
@@ -100,6 +109,7 @@ class _Worker:
         """
         kind, payload = msg
         if kind == "ok":
+            self.measured = True
             return payload
         self.proc.join(timeout=5)
         if kind == "error":
@@ -109,17 +119,19 @@ class _Worker:
 
 
 def _end(workers: list[_Worker]) -> None:
-    """Stop the workers that still wait for their turn and reap them all: a worker still
-    setting up (it reads ``stop`` only when ready) gets :data:`END_GRACE_S`, then SIGTERM
-    (the lab's helper processes die with it: their parent-death signal), then SIGKILL."""
+    """Stop the workers (those that wait for their turn, and those that measured and wait to
+    tear down) and reap them all: a worker still setting up (it reads ``stop`` only when ready)
+    gets :data:`END_GRACE_S`, one tearing down :data:`TEARDOWN_S`, then SIGTERM (the lab's
+    helper processes die with it: their parent-death signal), then SIGKILL."""
     for w in workers:
         if w.proc.is_alive():
             try:
                 w.conn.send(("stop", None))
             except OSError:
                 pass
-    deadline = time.monotonic() + END_GRACE_S
+    now = time.monotonic()
     for w in workers:
+        deadline = now + (TEARDOWN_S if w.measured else END_GRACE_S)
         w.proc.join(timeout=max(0.0, deadline - time.monotonic()))
     for how in ("terminate", "kill"):
         for w in workers:

@@ -41,6 +41,8 @@ class Sleepy:
     setup_s: float = SETUP_S
     exit_worker: int = -1
     exit_after_s: float = 0.0
+    teardown_s: float = 0.0
+    teardown_log: str = ""
 
 
 class SleepyRunner:
@@ -72,7 +74,11 @@ class SleepyRunner:
         return Measured(win, row)
 
     def close(self) -> None:
-        pass
+        t = time.time()
+        time.sleep(self.params.teardown_s)
+        if self.params.teardown_log:
+            with open(self.params.teardown_log, "a") as f:
+                f.write(f"{turns.worker()} {t} {time.time()}\n")
 
 
 def _run(params: Sleepy, rounds: Rounds) -> RunResult:
@@ -100,6 +106,21 @@ def test_workers_set_up_together_and_measure_one_at_a_time():
     assert result.rounds["per_worker"] == [2, 2] and result.rounds["done"] == 4
     assert all(r["worker_seen"] == r["worker"] for r in rows)  # a worker knows its number
     assert [r["repeat"] for r in sorted(rows, key=lambda r: r["window_start_unix"])] == [0, 1, 2, 3]
+
+
+def test_a_worker_tears_down_after_the_last_worker_measured_not_between_them(tmp_path):
+    """A worker's rounds reach the parent before its tear-down (a slow one here: 0.4 s), which
+    waits until no worker measures: the next worker starts at once, and no tear-down runs
+    beside a window."""
+    log = tmp_path / "teardowns"
+    result = _run(Sleepy(teardown_s=SETUP_S, teardown_log=str(log)), Rounds(4, workers=2, metric="items_per_s"))
+    by = {w: [r for r in result.rows if r["worker"] == w] for w in (0, 1)}
+    handover = min(r["window_start_unix"] for r in by[1]) - max(r["window_end_unix"] for r in by[0])
+    assert 0 <= handover < SETUP_S / 2, handover
+    teardowns = [line.split() for line in log.read_text().splitlines()]
+    assert sorted(int(w) for w, _, _ in teardowns) == [0, 1]
+    last_window = max(r["window_end_unix"] for r in result.rows)
+    assert all(float(start) >= last_window for _, start, _ in teardowns), (teardowns, last_window)
 
 
 def test_an_experiment_that_times_its_set_up_has_its_workers_set_up_one_at_a_time():
