@@ -342,6 +342,21 @@ def test_a_window_drops_the_batches_its_workers_fetched_while_the_other_configur
     assert row["batches"] == 2  # the window itself steps as many times as before
 
 
+def test_a_change_of_threads_gets_one_more_warm_up_step():
+    """One untimed step before a window; two where the intra-op thread count is not the last
+    window's in the same process(es) (the thread pool's wake-up, benchmarks/warmup.py --search);
+    none where ``warmup`` is 0."""
+    from types import SimpleNamespace
+
+    from experiments.workload.bench import Bench
+
+    bench = SimpleNamespace(warmup=1, last_threads={})
+    windows = [_cfg(threads=2), _cfg(threads=2), _cfg(threads=1), _cfg(threads=1, processes=2), _cfg(threads=2)]
+    assert [Bench.warmup_for(bench, c) for c in windows] == [1, 1, 2, 1, 2]
+    off = SimpleNamespace(warmup=0, last_threads={})
+    assert [Bench.warmup_for(off, c) for c in windows] == [0] * 5
+
+
 def test_a_later_steps_window_starts_from_its_configurations_last_memory_read():
     """Each memory read walks ``/proc/<pid>/smaps_rollup`` (12.8 ms a window's two in the quick
     search): a steps window of a configuration measured before reads only after itself, and its

@@ -94,11 +94,13 @@ class Bench:
             the diagnosis sets it from the step time (:mod:`experiments.workload.diagnose`).
         warmup: untimed steps before every window (threads set, workers awake), after the
             batches the workers fetched while the other configuration ran are dropped
-            (:func:`in_flight`).
+            (:func:`in_flight`); one more where the window's intra-op thread count differs from
+            the last window's in the same process(es) (:meth:`warmup_for`).
     """
 
     def __init__(self, workload, job: dict, meter, steps: int | None, warmup: int) -> None:
         self.job, self.meter, self.steps, self.warmup = job, meter, steps, warmup
+        self.last_threads: dict[int, int] = {}  # processes -> threads of the last window there
         self.local = Session(workload, job["task"], job["batch_size"])
         self.pools: dict[int, Replicas] = {}
         self.setups: dict[str, tuple] = {}  # key -> (where, setup or key)
@@ -126,6 +128,18 @@ class Bench:
             return pool.run(setup, steps, epoch, drain)
         return self.local.run(setup, steps=steps, epoch=epoch, drain=drain)
 
+    def warmup_for(self, cfg: dict) -> int:
+        """Untimed steps before ``cfg``'s next window: ``warmup``, plus one where its intra-op
+        thread count is not that of the last window in the same process(es) (``warmup`` 0: none).
+        After a switch only the first step is slow (2 DataLoader workers 1.64-1.81x, bfloat16 with
+        channels_last 1.10x) and the second within 0.98-1.04x of settled steps, except after a
+        switch back to 2 threads from 1: its second step ran 1.043-1.050x on the AMX Xeon VM (the
+        thread pool's wake-up), 0.996x on the EPYC VM (``benchmarks/warmup.py --search``,
+        docs/benchmarks.md)."""
+        last = self.last_threads.get(cfg["processes"])
+        self.last_threads[cfg["processes"]] = cfg["threads"]
+        return self.warmup + (1 if self.warmup and last not in (None, cfg["threads"]) else 0)
+
     def check(self, cfg: dict) -> None:
         """Make ``cfg`` ready and run one untimed step of it (the start, before the search).
 
@@ -151,8 +165,9 @@ class Bench:
         """
         pool, setup, info = self._ready(cfg)
         drain = 0 if epoch else in_flight(cfg)  # an epoch window starts a fresh iterator
-        if self.warmup or drain:
-            self._run(pool, setup, self.warmup, False, drain)
+        warmup = self.warmup_for(cfg)
+        if warmup or drain:
+            self._run(pool, setup, warmup, False, drain)
         before = None if epoch else self.last_memory.get(key(cfg))
         before = before or self._memory(pool, setup)
         own = psutil.Process()

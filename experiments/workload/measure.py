@@ -72,11 +72,9 @@ class Params(Declared):
     steps: int = param(
         0, min=0, help="training steps or inference calls per window; 0: from window_s and the step time"
     )
-    # One untimed step is enough: after a switch only the first step is slow (2 DataLoader
-    # workers 1.73-1.81x, bfloat16 with channels_last 1.10x); the second is within 0.98-1.03x of
-    # settled steps on the AMX Xeon and the AVX2 EPYC VMs (benchmarks/warmup.py --search,
-    # docs/benchmarks.md). A second step cost 23 ms a window of the quick search.
-    warmup: int = param(1, min=0, help="untimed steps before every window")
+    # One untimed step, and a second after a change of intra-op threads (Bench.warmup_for): a
+    # second step before every window cost 23 ms a window of the quick search on the EPYC VM.
+    warmup: int = param(1, min=0, help="untimed steps before every window (one more after a change of threads)")
     diagnose_s: float = param(
         10, min=0, unit="s", help="the diagnosis epoch of the start stops after this long; 0: the whole epoch"
     )
