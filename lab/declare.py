@@ -195,7 +195,7 @@ class Experiment:
             ``None``: unset), for settings a library reads once, when it loads, so that the
             job cannot set them itself (OpenMP's ``OMP_WAIT_POLICY``, read when torch loads
             libgomp). The workflow sets them on the job's command line and starts a job server
-            with them beside the main one, which forks the job (:func:`lab.server.start`;
+            with them beside the main one, which forks the job (:func:`lab.serverctl.start`;
             :data:`lab.threads.LOAD_TIME_VARIABLES`); a job
             started without them stops before it measures (:func:`lab.threads.check_job_env`).
         include: which points of the swept grid run (``{key: config value}`` -> bool; default:

@@ -11,7 +11,8 @@ collector (``gc.freeze``) so that children do not copy its pages on their first 
 
 Protocol (``AF_UNIX`` stream socket, one connection per job):
 
-* the client (:func:`launch`, run by the rule's command line) sends one JSON line ``{"module",
+* the client (:func:`lab.jobclient.start`: a measurement job's supervisor, :mod:`lab.supervise`;
+  or :func:`launch`, ``python -m lab.server run``) sends one JSON line ``{"module",
   "args", "cwd", "env"}`` with its standard input, output and error as file descriptors
   (``SCM_RIGHTS``, :func:`socket.send_fds`);
 * the server forks; the child starts its own session (so the job and its workers are one
@@ -21,7 +22,8 @@ Protocol (``AF_UNIX`` stream socket, one connection per job):
   ``{"pid": N}`` and, when the child ends, ``{"status": S}`` (its exit status, or ``-signal``);
 * the client passes SIGINT and SIGTERM on to the job's process group and exits with the job's
   status (``128 + signal`` for a job killed by a signal, as a shell reports it); a client that
-  vanishes (SIGKILL) closes its connection, and the server then kills the job's group.
+  vanishes (SIGKILL, or an interrupt before the pid came) closes its connection, and the server
+  then kills the job and its group.
 
 A job whose environment sets what a library reads only when it loads otherwise than the server's
 did (:data:`lab.threads.LOAD_TIME_VARIABLES`, e.g. ``OMP_WAIT_POLICY``) would run with the server's
@@ -58,25 +60,14 @@ import sys
 import time
 from pathlib import Path
 
+from lab.jobclient import SOCKET_VARIABLE, ServedJob, ask, connect
 from lab.preload import FRESH_PRELOAD, PRELOAD, fresh, preload_one, warm
 from lab.serverctl import variant_socket
 from lab.threads import LOAD_TIME_VARIABLES
 
-#: The environment variable that names the server's socket for :func:`launch` (set by the
-#: workflow, common.smk).
-SOCKET_VARIABLE = "LAB_JOB_SERVER"
-
 
 def _send(conn: socket.socket, obj: dict) -> None:
     conn.sendall((json.dumps(obj) + "\n").encode())
-
-
-def _recv_line(stream) -> dict | None:
-    """The next JSON line of ``stream`` (a socket's ``makefile("rb")``); None at end of file.
-    Lines are read one at a time: a job that ends at once has its pid and its status arrive in
-    one read, and a read of raw bytes would hold both."""
-    line = stream.readline()
-    return json.loads(line) if line.endswith(b"\n") else None
 
 
 def _child(request: dict, fds: list[int]) -> None:
@@ -143,6 +134,24 @@ def _kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
         pass
 
 
+def _kill_job(pid: int) -> None:
+    """SIGKILL a job whose client is gone: its process group, and the job itself, which may not
+    have made its own group yet (``setsid`` is its first step)."""
+    _kill_group(pid)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _hung_up(sock: socket.socket) -> bool:
+    """Whether a job's client has closed its connection (or it broke)."""
+    try:
+        return not sock.recv(1, socket.MSG_PEEK)
+    except OSError:
+        return True
+
+
 def serve(path: str, measure_only: bool = False) -> int:
     """Import :data:`PRELOAD` and every experiment's modules, then listen on ``path`` and fork one child per
     connection until SIGTERM, SIGINT or the death of the parent (see the module docstring).
@@ -187,8 +196,8 @@ def serve(path: str, measure_only: bool = False) -> int:
                     os.read(wake_r, 512)
                 elif sock is listener:
                     _accept(listener, jobs)
-                elif not sock.recv(1, socket.MSG_PEEK):  # its client is gone before its job ended
-                    _kill_group(next(p for p, c in jobs.items() if c is sock))
+                elif _hung_up(sock):  # its client is gone before its job ended
+                    _kill_job(next(p for p, c in jobs.items() if c is sock))
             _reap(jobs)
     finally:
         for pid in jobs:
@@ -230,7 +239,10 @@ def _accept(listener: socket.socket, jobs: dict[int, socket.socket]) -> None:
     for fd in fds:
         os.close(fd)
     jobs[pid] = conn
-    _send(conn, {"pid": pid})
+    try:
+        _send(conn, {"pid": pid})
+    except OSError:  # the client hung up while the job started (an interrupted supervisor)
+        _kill_job(pid)
 
 
 def _reap(jobs: dict[int, socket.socket]) -> None:
@@ -251,66 +263,6 @@ def _reap(jobs: dict[int, socket.socket]) -> None:
             conn.close()
 
 
-def _connect(path: str | None) -> socket.socket | None:
-    """A connection to the server at ``path``; None where none answers (or ``path`` is empty)."""
-    if not path:
-        return None
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        conn.connect(path)
-    except OSError:
-        conn.close()
-        return None
-    return conn
-
-
-def _ask(conn: socket.socket, request: dict):
-    """Send ``request`` with this process's standard streams; ``(replies, first reply)``."""
-    socket.send_fds(conn, [(json.dumps(request) + "\n").encode()], [0, 1, 2])
-    replies = conn.makefile("rb")
-    return replies, _recv_line(replies)
-
-
-class ServedJob:
-    """A job the server forked for this process (:func:`start`), waited on and stopped as a child
-    would be (:mod:`lab.supervise`): ``pid`` leads the job's own session (its process group)."""
-
-    def __init__(self, conn: socket.socket, replies, pid: int) -> None:
-        self.conn, self.replies, self.pid, self.returncode = conn, replies, pid, None
-
-    def wait(self, timeout: float | None = None) -> int:
-        """The job's exit status, or minus the signal that ended it (as ``subprocess.Popen.wait``);
-        1, said on stderr, where the server ended first. Raises ``subprocess.TimeoutExpired``."""
-        if self.returncode is None:
-            self.conn.settimeout(timeout)
-            try:
-                done = _recv_line(self.replies)
-            except TimeoutError:
-                raise __import__("subprocess").TimeoutExpired(f"job {self.pid}", timeout) from None
-            if done is None:
-                print(f"[server] the job server ended before job {self.pid}", file=sys.stderr)
-            self.returncode = 1 if done is None else done["status"]
-            self.replies.close()
-            self.conn.close()
-        return self.returncode
-
-
-def start(path: str | None, module: str, args: list[str]) -> ServedJob | None:
-    """Ask the server at ``path`` to run ``python -m module args`` as this process's job (its
-    streams, directory and environment); None where none answers, where the job needs a variant
-    or a fresh process (:func:`launch` does both) or nothing started. The server kills the job if
-    this process's connection closes first."""
-    conn = _connect(path)
-    request = {"module": module, "args": args, "cwd": os.getcwd(), "env": dict(os.environ)}
-    replies, reply = _ask(conn, request) if conn is not None else (None, None)
-    if reply is not None and "pid" in reply:
-        return ServedJob(conn, replies, reply["pid"])
-    if conn is not None:
-        replies.close()
-        conn.close()
-    return None
-
-
 def launch(path: str | None, module: str, args: list[str]) -> int:
     """Run ``python -m module args`` as a job of the server at ``path``. A job whose environment
     differs from that server's in :data:`lab.threads.LOAD_TIME_VARIABLES` goes to the variant
@@ -318,7 +270,7 @@ def launch(path: str | None, module: str, args: list[str]) -> int:
     server answers, or none has the job's settings, the job runs in this process (``os.execv``,
     which does not return; through :func:`lab.preload.fresh` for the latter). Returns the job's
     exit status."""
-    conn = _connect(path)
+    conn = connect(path)
     if conn is None:
         os.execv(sys.executable, [sys.executable, "-m", module, *args])
     # The relay is in place before the job can start: a signal that arrives before the server
@@ -334,14 +286,14 @@ def launch(path: str | None, module: str, args: list[str]) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, relay)
     request = {"module": module, "args": args, "cwd": os.getcwd(), "env": dict(os.environ)}
-    replies, reply = _ask(conn, request)
+    replies, reply = ask(conn, request)
     if reply is not None and "fresh" in reply:
         replies.close()
         conn.close()
         path = variant_socket(path, os.environ)
-        conn = None if received else _connect(path)
+        conn = None if received else connect(path)
         if conn is not None:
-            replies, reply = _ask(conn, request)
+            replies, reply = ask(conn, request)
     if conn is None or (reply is not None and "fresh" in reply):
         if received:  # interrupted before the job began: it does not begin
             return 128 + received[0]

@@ -58,13 +58,15 @@ def _pdeathsig() -> None:  # runs in the child between fork and exec
 
 
 def kill_tree(proc, grace_s: float = GRACE_S) -> list[int]:
-    """SIGTERM the job's (``proc``: :func:`start_job`'s) process group and every descendant, SIGKILL survivors after
-    ``grace_s``; return the pids that had to be killed.
+    """SIGTERM the job's process group (``proc``: :func:`start_job`'s; None: not started) and every
+    descendant, SIGKILL survivors after ``grace_s``; return the pids that had to be killed.
 
     Descendants are collected first (psutil), so processes that left the group are found too.
     """
     import psutil
 
+    if proc is None:  # not started (a job server that did not answer in time): nothing to stop
+        return []
     try:
         family = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
     except psutil.NoSuchProcess:
@@ -198,15 +200,15 @@ SERVED = ["-m", "lab.server", "run", "--"]
 def start_job(cmd: list[str]):
     """Start ``cmd``. Where it is the rule's ``python -m lab.server run -- MODULE ARGS`` and the job
     server (``$LAB_JOB_SERVER``) forks the job, this process is the job's client itself
-    (:func:`lab.server.start`): the job's own process group is what a timeout or an interrupt
+    (:func:`lab.jobclient.start`): the job's own process group is what a timeout or an interrupt
     stops, and no client interpreter starts between two jobs (about 50 ms each on the EPYC VM,
     docs/benchmarks.md). Otherwise (no server answers, the job needs a variant server or a fresh
     process, any other command) ``cmd`` runs as a child process in a session of its own. Returns
-    a ``subprocess.Popen`` or a :class:`lab.server.ServedJob` (``pid``, ``wait``)."""
+    a ``subprocess.Popen`` or a :class:`lab.jobclient.ServedJob` (``pid``, ``wait``)."""
     if cmd[1 : 1 + len(SERVED)] == SERVED and len(cmd) > 1 + len(SERVED):
-        from lab import server
+        from lab import jobclient
 
-        job = server.start(os.environ.get(server.SOCKET_VARIABLE), cmd[1 + len(SERVED)], cmd[2 + len(SERVED) :])
+        job = jobclient.start(os.environ.get(jobclient.SOCKET_VARIABLE), cmd[1 + len(SERVED)], cmd[2 + len(SERVED) :])
         if job is not None:
             return job
     return subprocess.Popen(cmd, start_new_session=True, preexec_fn=_pdeathsig)  # noqa: PLW1509
@@ -234,8 +236,8 @@ def supervise(cmd: list[str], out: Path, host: str, experiment: str, timeout_s: 
     previous[signal.SIGALRM] = signal.signal(signal.SIGALRM, on_alarm)
     proc = None
     try:
+        signal.setitimer(signal.ITIMER_REAL, timeout_s)  # the job's start counts (a server that never answers)
         proc = start_job(cmd)
-        signal.setitimer(signal.ITIMER_REAL, timeout_s)
         rc = proc.wait()
         signal.setitimer(signal.ITIMER_REAL, 0)
     except _Timeout:

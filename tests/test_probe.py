@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from helpers import start_busy_stranger
 
-from lab import probe, server, serverctl
+from lab import jobclient, probe, serverctl
 from lab.host import available_cpus
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -288,7 +288,7 @@ def test_the_client_reads_a_pid_and_a_status_that_arrive_in_one_read():
         theirs.sendall(b'{"pid": 7}\n{"status": 3}\n')
         theirs.shutdown(socket.SHUT_WR)
         replies = ours.makefile("rb")
-        assert [server._recv_line(replies) for _ in range(3)] == [{"pid": 7}, {"status": 3}, None]
+        assert [jobclient.recv_line(replies) for _ in range(3)] == [{"pid": 7}, {"status": 3}, None]
 
 
 def test_without_a_server_the_client_runs_the_job_itself(tmp_path):

@@ -200,6 +200,36 @@ def test_a_served_job_is_the_supervisors_own_and_stops_with_it(tmp_path, job_ser
     assert pd.read_csv(out / "metrics.csv").loc[0, "status"] == "timeout"
 
 
+def test_a_server_that_does_not_answer_is_timed_out_and_an_early_interrupt_leaves_it_serving(tmp_path, job_server):
+    """The job's timeout counts from before the request (a server stopped here never answers);
+    a supervisor interrupted before the server named the job hangs up, and the server, once it
+    runs again, kills that job and goes on serving (it died of the broken pipe before)."""
+    path, server = job_server
+    os.kill(server.pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        proc, out, _, _ = _supervise(tmp_path, "time.sleep(600)", timeout_s=1.5, served=path)
+        assert proc.returncode == 0 and time.monotonic() - t0 < 30
+        assert pd.read_csv(out / "metrics.csv").loc[0, "status"] == "timeout"
+        (tmp_path / "int").mkdir()
+        proc, out, _, _ = _supervise(tmp_path / "int", "time.sleep(600)", wait=False, served=path)
+        time.sleep(1.0)  # its request sent, no pid back
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 128 + signal.SIGINT
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+    time.sleep(1.0)  # the server takes both requests, whose clients have hung up
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and psutil.Process(server.pid).children():
+        time.sleep(0.1)
+    assert server.poll() is None and not psutil.Process(server.pid).children()  # serving, no job left
+    (tmp_path / "ok").mkdir()
+    proc, out, pids, _ = _supervise(tmp_path / "ok", "time.sleep(600)", wait=False, served=path)
+    assert psutil.Process(_pids(pids)[0]).ppid() == server.pid  # forked by the server, still serving
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+
+
 def test_a_served_jobs_crash_is_recorded_with_its_exit_status(tmp_path, job_server):
     proc, out, _, log = _supervise(tmp_path, "p.kill(); raise SystemExit(3)", served=job_server[0])
     reason = pd.read_csv(out / "metrics.csv").loc[0, "reason"]
