@@ -175,7 +175,8 @@ def test_your_workload_is_searched_verified_and_answered_first(quick_run):
     if lines[0].startswith("- [Measured under contention:](#trust)"):  # the run was contended: said first
         lines = lines[1:]
     assert lines[0].startswith("- [What should I change for my workload on this machine?](#workload)")
-    assert "x (95% rerun interval " in lines[0] and lines[-1].startswith("- [Can these numbers be trusted?](#trust)")
+    assert "x (95% CI " in lines[0] and "; 95% rerun interval " in lines[0]  # what decided; what a rerun reads
+    assert lines[-1].startswith("- [Can these numbers be trusted?](#trust)")
     assert any("(#gil)" in ln for ln in lines) and any("(#dataloader)" in ln for ln in lines)
     section = md.split('<a id="workload"></a>')[1].split("<a id=")[0]
     first = section.split("### Findings")[1].strip().splitlines()[0]
