@@ -262,11 +262,12 @@ def supervise(cmd: list[str], out: Path, host: str, experiment: str, timeout_s: 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; everything after ``--`` is the experiment's command."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--" not in argv:
-        print("usage: python -m lab.supervise [options] -- COMMAND...", file=sys.stderr)
-        return 2
-    split = argv.index("--")
-    p = argparse.ArgumentParser(prog="python -m lab.supervise", description=__doc__.splitlines()[0])
+    split = argv.index("--") if "--" in argv else len(argv)
+    p = argparse.ArgumentParser(
+        prog="python -m lab.supervise",
+        usage="%(prog)s --timeout-s S --out DIR --host H --experiment E [--log LOG] -- COMMAND...",
+        description=__doc__.splitlines()[0],
+    )
     p.add_argument("--timeout-s", type=float, required=True, help="job timeout in s")
     p.add_argument("--out", required=True, help="the point's output directory")
     p.add_argument("--host", required=True)
@@ -275,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv[:split])
     cmd = argv[split + 1 :]
     if not cmd:
-        p.error("no command after --")
+        p.error("no command after --: the experiment's command line follows a lone --")
     if not args.timeout_s > 0:
         p.error(f"--timeout-s must be > 0, got {args.timeout_s}")
     log = Path(args.log) if args.log else None

@@ -236,6 +236,19 @@ def test_a_served_jobs_crash_is_recorded_with_its_exit_status(tmp_path, job_serv
     assert proc.returncode == 0 and "crashed (exit status 3)" in reason and f"log: {log}" in reason
 
 
+def test_the_supervisors_help_lists_its_options_and_a_missing_command_is_named(capsys):
+    from lab.supervise import main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "--timeout-s" in capsys.readouterr().out
+    base = ["--timeout-s", "3", "--out", "o", "--host", "h", "--experiment", "gil"]
+    for argv in (base, [*base, "--"]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2 and "no command after --" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("display", [None, ":99"])
 def test_figures_draw_without_a_display(tmp_path, display):
     """DISPLAY unset, or naming a display that does not exist: charts still render (Agg)."""
