@@ -37,6 +37,11 @@ def connect(path: str | None) -> socket.socket | None:
     return conn
 
 
+def request(module: str, args: list[str]) -> dict:
+    """The request for ``python -m module args`` as this process's job: its directory and environment."""
+    return {"module": module, "args": args, "cwd": os.getcwd(), "env": dict(os.environ)}
+
+
 def ask(conn: socket.socket, request: dict):
     """Send ``request`` with this process's standard streams; ``(replies, first reply)``."""
     socket.send_fds(conn, [(json.dumps(request) + "\n").encode()], [0, 1, 2])
@@ -80,8 +85,7 @@ def start(path: str | None, module: str, args: list[str]) -> ServedJob | None:
     or a fresh process (:func:`lab.server.launch` does both) or nothing started. The server kills
     the job if this process's connection closes first, whenever that is."""
     conn = connect(path)
-    request = {"module": module, "args": args, "cwd": os.getcwd(), "env": dict(os.environ)}
-    replies, reply = ask(conn, request) if conn is not None else (None, None)
+    replies, reply = ask(conn, request(module, args)) if conn is not None else (None, None)
     if reply is not None and "pid" in reply:
         return ServedJob(conn, replies, reply["pid"])
     if conn is not None:

@@ -60,6 +60,7 @@ import sys
 import time
 from pathlib import Path
 
+from lab import jobclient
 from lab.jobclient import SOCKET_VARIABLE, ServedJob, ask, connect
 from lab.preload import FRESH_PRELOAD, PRELOAD, fresh, preload_one, warm
 from lab.serverctl import variant_socket
@@ -285,7 +286,7 @@ def launch(path: str | None, module: str, args: list[str]) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, relay)
-    request = {"module": module, "args": args, "cwd": os.getcwd(), "env": dict(os.environ)}
+    request = jobclient.request(module, args)
     replies, reply = ask(conn, request)
     if reply is not None and "fresh" in reply:
         replies.close()

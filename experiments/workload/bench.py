@@ -164,12 +164,12 @@ class Bench:
             CandidateError: if ``cfg`` cannot be made ready for this workload.
         """
         pool, setup, info = self._ready(cfg)
+        k = key(cfg)
         drain = 0 if epoch else in_flight(cfg)  # an epoch window starts a fresh iterator
         warmup = self.warmup_for(cfg)
         if warmup or drain:
             self._run(pool, setup, warmup, False, drain)
-        before = None if epoch else self.last_memory.get(key(cfg))
-        before = before or self._memory(pool, setup)
+        before = (None if epoch else self.last_memory.get(k)) or self._memory(pool, setup)
         own = psutil.Process()
         cpu0 = sum(own.cpu_times()[:2])
         with self.meter.window() as win:
@@ -177,7 +177,7 @@ class Bench:
         loop_cpu_s = sum(own.cpu_times()[:2]) - cpu0 if pool is None else float("nan")
         after = self._memory(pool, setup)
         if not epoch:
-            self.last_memory[key(cfg)] = after
+            self.last_memory[k] = after
         epoch_reads = _epoch_reads(out, pool)
         growth_from = epoch_reads or (before, after)
         samples = out["batches"] * self.job["batch_size"]
