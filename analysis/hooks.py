@@ -38,9 +38,21 @@ def findings(
     ctx = Context(host, summary=summary, replicates=replicates, jobs=jobs or [])
     out = {"experiment": experiment, "findings": hooks.findings(ctx)}
     out["tables"] = hooks.tables(ctx) if hooks.tables else []
-    out["headlines"] = hooks.headlines(ctx) if hooks.headlines else []
+    out["headlines"] = _with_contention(hooks.headlines(ctx) if hooks.headlines else [], summary)
     out["data"] = hooks.data(ctx) if hooks.data else {}
     return out
+
+
+def _with_contention(lines: list[dict], summary: pd.DataFrame) -> list[dict]:
+    """Each headline of an experiment some of whose measured points were contended gets
+    ``contended``: ``[k, n]``, k of its n measured points (status ok) contended, as summary.csv's
+    ``contended`` flags them; the first screen says so beside the answer (:mod:`report.trust`),
+    since a contended point can lose to one it would beat on an idle machine."""
+    if summary is None or "contended" not in summary or "status" not in summary:
+        return lines
+    ok = summary[summary["status"] == "ok"]
+    k = int(ok["contended"].fillna(False).astype(bool).sum())
+    return [{**h, "contended": [k, len(ok)]} for h in lines] if k else lines
 
 
 def checks(

@@ -41,12 +41,21 @@ def _scoped(lines: list[dict]) -> list[dict]:
     return out
 
 
+def _marked(h: dict) -> dict:
+    """A headline whose experiment had contended points (findings.json ``contended``: ``[k, n]``)
+    says so after its answer: a point slowed by another process can lose to one it would beat."""
+    if not h.get("contended"):
+        return h
+    k, n = h["contended"]
+    return {**h, "answer": f"{h['answer']} ({k} of {n} points contended: rerun on an idle machine before acting on it)"}
+
+
 def headlines(exps: list[dict], trust: dict) -> list[dict]:
     """The report's first screen: each experiment's answers (``findings.json`` ``headlines``), in
     report order, each linked to its section, then the trust verdict (naming the process that
     took the most CPU, if one did). Where more than :data:`CAVEAT_SHARE` of the measured points
     were contended, a caveat saying so comes first."""
-    out = _scoped([{**h, "anchor": e["name"]} for e in exps for h in e.get("headlines", [])])
+    out = _scoped([{**_marked(h), "anchor": e["name"]} for e in exps for h in e.get("headlines", [])])
     if trust["points"] and trust["contended"] > CAVEAT_SHARE * trust["points"]:
         out.insert(0, {"question": "Measured under contention:", "answer": _caveat(trust), "anchor": "trust"})
     verdict = f"{trust['passed']} of {trust['passed'] + trust['warned']} theory checks pass"

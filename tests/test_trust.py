@@ -517,3 +517,33 @@ def test_an_oversubscribed_best_thread_count_says_so_on_the_first_screen():
     assert answer == "matmul_bf16: 4 threads on 2 CPUs available, oversubscribed (1.44x (95% CI 1.27-1.56))"
     s["oversubscribed"] = False
     assert "oversubscribed" not in headlines(Context({"available_cpus": 4}, summary=s))[0]["answer"]
+
+
+def test_an_answer_from_contended_points_says_so_on_the_first_screen():
+    """A contended 2-thread point can lose to 4 oversubscribed threads it would beat on an idle
+    machine: the intra-op answer then names how many of its points were contended, and the
+    first screen says to rerun on an idle machine; an experiment without one is not marked."""
+    from analysis.hooks import findings
+    from report.trust import headlines
+
+    base = {"workload": "matmul", "metric": "gflops", "status": "ok", "reason": "", "speedup_source": "interleaved"}
+    rows = [
+        {**base, "threads": 1, "speedup": 1.0, "speedup_ci_low": 1.0, "speedup_ci_high": 1.0, "contended": False},
+        {**base, "threads": 2, "speedup": 1.2, "speedup_ci_low": 1.1, "speedup_ci_high": 1.3, "contended": True},
+        {**base, "threads": 4, "speedup": 1.5, "speedup_ci_low": 1.4, "speedup_ci_high": 1.6, "contended": False},
+    ]
+    s = pd.DataFrame(rows).assign(best=[False, False, True], oversubscribed=[False, False, True], noisy=False)
+    s = s.assign(median=[50.0, 60.0, 75.0], ci_low=s["speedup_ci_low"] * 50, ci_high=s["speedup_ci_high"] * 50)
+    s["parallel_efficiency"] = s["speedup"] / s["threads"]
+    s.loc[0, "speedup_source"] = "baseline"
+    out = findings("intraop", s, {"available_cpus": 2})
+    (line,) = out["headlines"][:1]
+    assert line["contended"] == [1, 3]
+    trust = {"points": 3, "contended": 1, "others": [], "passed": 1, "warned": 0, "noisy": 0}
+    trust |= {"budget_stopped": [], "problems": []}
+    shown = headlines([{"name": "intraop", "headlines": [line]}], trust)[-2]["answer"]
+    assert shown.startswith("matmul: 4 threads on 2 CPUs available, oversubscribed"), shown
+    assert shown.endswith("(1 of 3 points contended: rerun on an idle machine before acting on it)"), shown
+    quiet = findings("intraop", s.assign(contended=False), {"available_cpus": 2})["headlines"][0]
+    assert "contended" not in quiet
+    assert headlines([{"name": "intraop", "headlines": [quiet]}], trust)[-2]["answer"] == quiet["answer"]
