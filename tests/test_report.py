@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -43,8 +45,16 @@ def _host(tmp_path, label="fixture"):
 
 
 @pytest.fixture
-def host_dir(tmp_path):
-    """results/<host> with gil (fixture data) and jit (one point skipped with a marked-up reason)."""
+def host_dir(built_host_dir, tmp_path):
+    """results/<host> with gil (fixture data) and jit (one point skipped with a marked-up reason):
+    a copy of the module's one analysed directory, which a test may change."""
+    return Path(shutil.copytree(built_host_dir, tmp_path / "fixture"))
+
+
+@pytest.fixture(scope="module")
+def built_host_dir(tmp_path_factory):
+    """The analysed directory :func:`host_dir` copies (analysis, figures and traces: seconds)."""
+    tmp_path = tmp_path_factory.mktemp("report")
     d = tmp_path / "fixture"
     d.mkdir()
     host = _host(d)
