@@ -5,7 +5,8 @@ Sources: ``/proc/cpuinfo`` (model, vendor, ISA flags), psutil (cores, frequency,
 ``os.sched_getaffinity`` (available CPUs), :mod:`lab.capacity` (the CPU quota of this
 process's own cgroup and the cgroup that sets it, SMT siblings among the available CPUs, their
 current frequency: the ``capacity`` block), ``torch.__config__.parallel_info()`` (thread
-settings and math libraries, parsed into fields).
+settings and math libraries, parsed into fields), ``/proc/sys/kernel/sched_*`` (the kernel's
+scheduler settings: the ``scheduler`` block).
 """
 
 from __future__ import annotations
@@ -129,6 +130,29 @@ def _cpu(unreadable: dict[str, str]) -> dict:
     }
 
 
+#: Where the kernel's scheduler settings live: ``kernel.sched_*`` (sysctl).
+SCHED_SYSCTL_DIR = Path("/proc/sys/kernel")
+
+
+def scheduler_settings(root: Path = SCHED_SYSCTL_DIR) -> dict[str, str]:
+    """The kernel's scheduler settings, ``kernel.sched_*``: name -> value as the file reads
+    (whitespace collapsed), every readable one; ``{}`` where there are none. They decide where
+    threads and freshly forked processes run; a guest kernel may add its own (a Firecracker VM
+    of this project's CI has ``sched_vcpu_pack``, not in mainline Linux), so none is
+    interpreted here: the report shows them beside the measurements."""
+    out = {}
+    try:
+        paths = sorted(root.glob("sched_*"))
+    except OSError:
+        return out
+    for path in paths:
+        try:
+            out[path.name] = " ".join(path.read_text().split())
+        except OSError:
+            continue
+    return out
+
+
 def _software(unreadable: dict[str, str]) -> dict:
     """Python, torch (with its parallel settings) and library versions, the git commit."""
     versions = {}
@@ -168,6 +192,7 @@ def collect(host: str) -> dict:
         "memory_gib": round(psutil.virtual_memory().total / 2**30, 2),
         "os": platform.platform(),
         "kernel": platform.release(),
+        "scheduler": scheduler_settings(),
         **_software(unreadable),
         "load_avg_1_5_15": list(os.getloadavg()),
         "unreadable": unreadable,

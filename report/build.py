@@ -83,6 +83,14 @@ def user_env_rows(env: dict, interpreters: list[dict] = ()) -> list[tuple[str, s
     return rows
 
 
+def _sysctls(settings) -> str:
+    """``name=value, ...`` of host.json's ``scheduler`` (``sched_`` dropped from each name);
+    "not recorded" for a host.json from before the lab read them, "none readable" for ``{}``."""
+    if settings is None:
+        return "not recorded"
+    return ", ".join(f"{k.removeprefix('sched_')}={v}" for k, v in settings.items()) or "none readable"
+
+
 def environment_rows(host: dict) -> list[tuple[str, str]]:
     """Label/value pairs for the environment table, from host.json."""
     par = host.get("torch_parallel") or {}
@@ -96,6 +104,7 @@ def environment_rows(host: dict) -> list[tuple[str, str]]:
         ("ISA flags", ", ".join(k for k, v in isa.items() if v) or "none of interest"),
         ("Memory", f"{host.get('memory_gib')} GiB"),
         ("OS", host.get("os", "")),
+        ("Kernel scheduler settings (kernel.sched_*)", _sysctls(host.get("scheduler"))),
         (
             "Python",
             f"{host.get('python_implementation', '')} {host.get('python_version', '')}"

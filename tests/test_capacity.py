@@ -459,3 +459,24 @@ def test_a_named_process_keeps_its_secrets_out_of_the_report():
     ]
     plain = ["gcc", "-pthread", "x.c", "env", "DB_PASSWORD=hunter2", "python", "train.py", "--epochs", "3"]
     assert redact(plain) == [*plain[:4], "DB_PASSWORD=***", *plain[5:]]
+
+
+def test_the_kernels_scheduler_settings_are_recorded_and_shown_uninterpreted(tmp_path):
+    """host.json's ``scheduler``: every readable ``sched_*`` file of the sysctl directory, a guest
+    kernel's own among them (``sched_vcpu_pack`` on this project's Firecracker VMs), values as
+    read; a file that cannot be read is left out, a directory without any gives ``{}``; the
+    report's environment table lists them, and says so for a host.json from before."""
+    from lab.hostinfo import scheduler_settings
+    from report.build import environment_rows
+
+    (tmp_path / "sched_vcpu_pack").write_text("15\n")
+    (tmp_path / "sched_rr_timeslice_ms").write_text("100\n")
+    (tmp_path / "sched_domain").mkdir()  # a directory: not a setting that reads
+    (tmp_path / "panic").write_text("0\n")
+    got = scheduler_settings(tmp_path)
+    assert got == {"sched_rr_timeslice_ms": "100", "sched_vcpu_pack": "15"}
+    assert scheduler_settings(tmp_path / "none") == {}
+    rows = dict(environment_rows({"scheduler": got}))
+    assert rows["Kernel scheduler settings (kernel.sched_*)"] == "rr_timeslice_ms=100, vcpu_pack=15"
+    assert dict(environment_rows({}))["Kernel scheduler settings (kernel.sched_*)"] == "not recorded"
+    assert dict(environment_rows({"scheduler": {}}))["Kernel scheduler settings (kernel.sched_*)"] == "none readable"
