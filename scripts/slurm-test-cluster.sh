@@ -190,9 +190,9 @@ up)
     if [ "$(id -u)" != 0 ]; then say "needs root"; exit 2; fi
     clean # what a crashed run left: its daemons stopped, slurm.conf put back
     install_packages
-    # No foreign daemon ran before `clean`: one seen now is a child that a daemon of ours forked
-    # under its own name (CI once saw a slurmd not in the pid file right after the stop), which
-    # outlives it by a moment. A foreign SLURM does not go away: refused after 5 s.
+    # No foreign daemon ran before `clean`, so one seen now that our pid files do not name is
+    # most likely ours on its way out (CI once saw a slurmd here, right after the stop; which
+    # process it was is not known). A foreign SLURM does not go away: refused after 5 s.
     for _ in $(seq 50); do
         others=$(foreign)
         [ -n "$others" ] || break

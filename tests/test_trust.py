@@ -537,7 +537,7 @@ def test_an_answer_from_contended_points_says_so_on_the_first_screen():
     s["parallel_efficiency"] = s["speedup"] / s["threads"]
     s.loc[0, "speedup_source"] = "baseline"
     out = findings("intraop", s, {"available_cpus": 2})
-    (line,) = out["headlines"][:1]
+    line = out["headlines"][0]
     assert line["contended"] == [1, 3]
     trust = {"points": 3, "contended": 1, "others": [], "passed": 1, "warned": 0, "noisy": 0}
     trust |= {"budget_stopped": [], "problems": []}
