@@ -423,6 +423,17 @@ def test_gil_headline_says_no_clear_winner_where_no_interval_clears_one():
     s.loc[2, ["speedup", "speedup_ci_low", "speedup_ci_high"]] = [1.8, 1.4, 1.95]
     s["best"] = [False, False, True]
     assert headlines(Context({"available_cpus": 2}, summary=s))[0]["answer"].startswith("processes: 2 processes 1.80x")
+    # threads clear 1 but processes read higher with an interval holding 1: threads' lead is not measured
+    s.loc[1, ["speedup", "speedup_ci_low", "speedup_ci_high"]] = [1.13, 1.09, 1.24]
+    s.loc[2, ["speedup", "speedup_ci_low", "speedup_ci_high"]] = [1.54, 0.72, 1.92]
+    s["best"] = [False, True, False]
+    answer = headlines(Context({"available_cpus": 2}, summary=s))[0]["answer"]
+    assert answer.startswith("no clear winner: 2 processes 1.54x (95% CI 0.72-1.92); 2 threads 1.13x"), answer
+    from experiments.gil.analysis import _threads_verdict
+
+    said = _threads_verdict(s.loc[1])
+    assert "1.13x (95% CI 1.09-1.24), above 1x and not clearly above the 1.15x" in said, said
+    assert "not clearly different from 1x" in _threads_verdict(s.loc[1].replace(1.09, 0.98))
 
 
 def test_dataloader_explains_slower_workers_by_batch_passing_only_without_a_measured_cause():
