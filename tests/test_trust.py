@@ -558,3 +558,20 @@ def test_an_answer_from_contended_points_says_so_on_the_first_screen():
     quiet = findings("intraop", s.assign(contended=False), {"available_cpus": 2})["headlines"][0]
     assert "contended" not in quiet
     assert headlines([{"name": "intraop", "headlines": [quiet]}], trust)[-2]["answer"] == quiet["answer"]
+
+
+def test_the_jit_question_names_only_the_modes_the_config_ran():
+    """The quick config runs eager, script and trace: its question asks about TorchScript
+    alone; with torch.compile among the modes it asks about both."""
+    from experiments.jit.analysis import headlines
+    from lab.contract import Context
+
+    def row(mode, sp, lo, hi):
+        return {"model": "cnn", "mode": mode, "speedup": sp, "speedup_ci_low": lo, "speedup_ci_high": hi}
+
+    rows = [row("eager", 1.0, 1.0, 1.0), row("script", 1.02, 0.99, 1.05), row("trace", 1.05, 1.01, 1.08)]
+    (line,) = headlines(Context({}, summary=pd.DataFrame(rows)))
+    assert line["question"] == "Does TorchScript pay for inference?"
+    assert line["answer"].startswith("cnn: trace 1.05x"), line["answer"]
+    (line,) = headlines(Context({}, summary=pd.DataFrame([*rows, row("compile", 0.9, 0.8, 1.0)])))
+    assert line["question"] == "Do TorchScript or torch.compile pay for inference?"

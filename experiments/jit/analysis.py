@@ -58,7 +58,8 @@ def findings(ctx: Context) -> list[str]:
 
 def headlines(ctx: Context) -> list[dict]:
     """Per model, the mode that is clearly faster than eager at steady state, if any, from
-    ``ctx.summary``."""
+    ``ctx.summary``; the question names only the modes the config ran (TorchScript,
+    torch.compile)."""
     summary = ctx.summary
     parts = []
     for model in summary["model"].unique():
@@ -69,11 +70,11 @@ def headlines(ctx: Context) -> list[dict]:
             parts.append(f"{model}: {r['mode']} {fmt_x(r, 'rerun')} at steady state")
         elif len(sub):
             parts.append(f"{model}: no mode clearly faster than eager")
-    return (
-        [{"question": "Do TorchScript or torch.compile pay for inference?", "answer": "; ".join(parts)}]
-        if parts
-        else []
-    )
+    if not parts:
+        return []
+    tried = [n.split(" (")[0] for n in _mode_names(in_order(summary["mode"], MODES)) if n != "eager"]
+    question = f"Do{'es' if len(tried) == 1 else ''} {' or '.join(tried)} pay for inference?"
+    return [{"question": question, "answer": "; ".join(parts)}]
 
 
 def _mode_names(modes: list[str]) -> list[str]:
