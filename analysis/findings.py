@@ -76,8 +76,9 @@ def fmt_transfer(row, kind: str = "rerun") -> str:
     (:func:`_spread_outweighs`): ``1.81x (...); on whole cores 1.89x (...), too uncertain to be
     worth its 5% correction``. A
     figure on whole cores above the point's own CPU count (more than its CPUs can give) says
-    that the probe's loop, corrected for, is not this work: the measured figure leads there
-    too; so it does where the probe read more CPUs delivered than the point asked for (2.24 of
+    that the probe's loop, corrected for, is not this work: the measured figure alone is given
+    there, with the CPUs delivered and why it is not corrected (no figure the line calls
+    wrong); so it is where the probe read more CPUs delivered than the point asked for (2.24 of
     2: the noise of its loops of a few ms), which no machine delivers. Decisions read the 95%
     CI whatever ``kind`` is shown."""
     case = transfer_case(row)
@@ -99,8 +100,9 @@ def fmt_transfer(row, kind: str = "rerun") -> str:
         )
     if case == "overshoots":
         return (
-            f"{fmt_x(row, kind)}; on whole cores {norm:.2f}x, above the {int(asked)}x its {int(asked)} CPUs allow:"
-            f" the correction for the {got:.2f} CPUs delivered overshoots for this work"
+            f"{fmt_x(row, kind)}, measured while {int(asked)} CPUs delivered {got:.2f}: not corrected, since the"
+            f" correction would give more than the {int(asked)}x {int(asked)} CPUs allow"
+            " (the probe's loop is not this work)"
         )
     text += "; " if text else ""
     return f"{norm:.2f}x on whole cores ({text}{s:.2f}x measured while {int(asked)} CPUs delivered {got:.2f})"

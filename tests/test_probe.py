@@ -144,9 +144,10 @@ def test_the_headline_gives_the_figure_on_whole_cores_unless_its_interval_cannot
     # more than 2 CPUs can give: the correction overshoots for this work, the measured figure leads
     over = row | {"speedup": 1.67, "cpus_delivered": 1.40, "speedup_norm": 2.36}
     assert fmt_transfer(over) == (
-        "1.67x (95% CI 1.25-1.40); on whole cores 2.36x, above the 2x its 2 CPUs allow: the correction"
-        " for the 1.40 CPUs delivered overshoots for this work"
+        "1.67x (95% CI 1.25-1.40), measured while 2 CPUs delivered 1.40: not corrected, since the correction"
+        " would give more than the 2x 2 CPUs allow (the probe's loop is not this work)"
     )
+    assert "2.36" not in fmt_transfer(over)  # no figure the same line calls wrong
     # the probe read more CPUs than there are (its noise): no correction, the measured figure alone
     more = row | {"speedup": 0.06, "speedup_ci_low": 0.05, "speedup_ci_high": 0.07, "cpus_delivered": 2.24}
     assert fmt_transfer(more | {"speedup_norm": 0.054}) == (
