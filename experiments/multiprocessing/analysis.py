@@ -183,7 +183,7 @@ def headlines(ctx: Context) -> list[dict]:
         answer += unranked_text(ok, best, _split, short=True)
     answer += _better_elsewhere(measured(ctx.summary), ok, best)
     out = [{"question": "How many training processes x intra-op threads?", "answer": answer}]
-    return out + _policy_headline(measured(ctx.summary))
+    return out + _policy_headline(measured(ctx.summary), ctx.replicates)
 
 
 def _better_elsewhere(every, main, best) -> str:
@@ -203,9 +203,29 @@ def _better_elsewhere(every, main, best) -> str:
     return out
 
 
-def _policy_headline(every) -> list[dict]:
+def _cap_note(replicates, row) -> str:
+    """``" (3 of 6 windows stopped at the 2 s cap)"`` where windows of ``row``'s point reached
+    ``max_window_s`` (:func:`_capped`; its speedup then counts the steps done, and its interval
+    spans what the cap let through); "" where none did."""
+    rows, capped = _capped(replicates)
+    if capped.empty:
+        return ""
+
+    def mine(t):
+        same = (t["processes"] == row["processes"]) & (t["threads"] == row["threads"])
+        return t[same & (t["omp_wait_policy"].astype(str) == str(row["omp_wait_policy"]))]
+
+    n, k = len(mine(rows)), len(mine(capped))
+    if not k:
+        return ""
+    cap = float(capped["max_window_s"].iloc[0])
+    return f" ({'all ' if k == n else ''}{k}{'' if k == n else f' of {n}'} windows stopped at the {num(cap, 's')} cap)"
+
+
+def _policy_headline(every, replicates=None) -> list[dict]:
     """Where an oversubscribed split was measured under the default wait policy and another:
-    what the other made of it (the cause of oversubscription's cost, measured)."""
+    what the other made of it (the cause of oversubscription's cost, measured), each figure
+    followed by how many of its windows stopped at the ``max_window_s`` cap (:func:`_cap_note`)."""
     over = every[every["oversubscribed"].astype(bool) & (every["threads"] > 1)]
     base = over[over["omp_wait_policy"].astype(str) == DEFAULT]
     if base.empty:
@@ -218,8 +238,9 @@ def _policy_headline(every) -> list[dict]:
     other = others.loc[others["median"].idxmax()]
     verdict = {1: "clearly faster", -1: "clearly slower", 0: "no clear difference"}[_verdict(other, worst)]
     answer = (
-        f"at {_split(worst)}, OMP_WAIT_POLICY={other['omp_wait_policy']} {fmt_x(other, 'rerun')} of 1 x 1 against"
-        f" {fmt_x(worst, 'rerun')} with the default ({verdict})"
+        f"at {_split(worst)}, OMP_WAIT_POLICY={other['omp_wait_policy']} {fmt_x(other, 'rerun')}"
+        f"{_cap_note(replicates, other)} of 1 x 1 against {fmt_x(worst, 'rerun')}{_cap_note(replicates, worst)}"
+        f" with the default ({verdict})"
     )
     return [{"question": "What does oversubscription's cost come from?", "answer": answer}]
 
