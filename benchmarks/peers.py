@@ -14,14 +14,19 @@ Points, the same work for every tool:
   lab's kind of figure) and the steal time over their measurement;
 * the lab, by its own command line with interleaved baselines, 2 worker processes and the
   capacity probe (``python -m lab.point gil``, ``lab.point intraop``): the same points with
-  their 95% intervals, raw and on whole cores (``speedup_norm``, analysis/stats.py).
+  their 95% intervals, raw and on whole cores (``speedup_norm``, analysis/stats.py), and their
+  95% rerun intervals (the CI widened by sqrt(2) on the log scale: where another measurement of
+  the point is expected to read, the interval the report's headlines give). A peer's value is
+  another measurement, so the rerun interval is the lab's statement it should be judged by; both
+  are reported.
 
 Around every peer measurement the capacity probe (:mod:`lab.probe`) measures the CPUs
 the machine delivered, so a peer's speedup can be put on whole cores the lab's way
 (``speedup x CPUs / delivered``) before it is compared with the lab's interval.
 
 It reports every value with its stated uncertainty, each tool's rerun agreement (the share of
-values whose second measurement lies inside the first one's stated interval, and the reverse),
+values whose second measurement lies inside the first one's stated interval, and the reverse;
+for the lab by its 95% CI and by its rerun interval),
 its wall time, and whether each peer value lies inside the lab's interval, raw and on whole
 cores. A benchmark, not a test. Usage (repository root, the project's venv with
 requirements-dev.txt, which pins pyperf)::
@@ -34,7 +39,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -43,7 +47,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]  # the lab, and peer_tables.py beside this file
+
+from peer_tables import markdown  # noqa: E402
 
 from lab.fileio import output_args_problem, write_json, write_text  # noqa: E402
 from lab.probe import Probe  # noqa: E402
@@ -213,24 +219,18 @@ def run_lab(work: Path) -> dict:
     mm = ["--workload", "matmul", "--matmul-size", str(MATMUL), "--iterations", "8", "--repeats", "6"]
     r, reps = _lab_point(work, "intraop", [*mm, "--threads", "2"], ["threads=1"], "matmul")
     values["intraop matmul: 2 threads over 1"] = _lab_value(r)
-    values["intraop matmul: GFLOP/s at 2 threads"] = {
-        "value": r["median"],
-        "low": r["ci_low"],
-        "high": r["ci_high"],
-        "stated": "95% CI",
-    }
+    values["intraop matmul: GFLOP/s at 2 threads"] = _with_rerun(
+        {"value": r["median"], "low": r["ci_low"], "high": r["ci_high"], "stated": "95% CI"}
+    )
     ok = reps[reps["status"] == "ok"]
     values["intraop matmul: 2 threads over 1"]["steal_pct"] = float(ok[ok["role"] == "point"]["steal_pct"].median())
     base = ok[ok["role"] == "baseline"]["gflop_per_s"]
     values["intraop matmul: GFLOP/s at 1 thread"] = _median_value(base.to_numpy())
     mlp = ["--workload", "mlp", "--threads", "1", "--iterations", "20", "--repeats", "6"]
     r, _ = _lab_point(work, "intraop", mlp, [], "mlp")
-    values["intraop mlp: samples/s at 1 thread"] = {
-        "value": r["median"],
-        "low": r["ci_low"],
-        "high": r["ci_high"],
-        "stated": "95% CI",
-    }
+    values["intraop mlp: samples/s at 1 thread"] = _with_rerun(
+        {"value": r["median"], "low": r["ci_low"], "high": r["ci_high"], "stated": "95% CI"}
+    )
     return {"wall_s": time.perf_counter() - t, "values": values}
 
 
@@ -244,124 +244,32 @@ def _lab_value(r) -> dict:
         "norm_high": float(r["speedup_norm_ci_high"]),
         "delivered": float(r["cpus_delivered"]),
         "stated": "95% CI",
+        "rerun_low": float(r["speedup_rerun_low"]),
+        "rerun_high": float(r["speedup_rerun_high"]),
+        "norm_rerun_low": float(r["speedup_norm_rerun_low"]),
+        "norm_rerun_high": float(r["speedup_norm_rerun_high"]),
     }
+
+
+def _with_rerun(v: dict) -> dict:
+    """``v`` (a lab median with its 95% CI) with its 95% rerun interval, ``rerun_low`` and
+    ``rerun_high``: the CI widened by sqrt(2) on the log scale around the value, as
+    analysis/stats.py widens the speedups' (where a rerun is expected to read, Cumming and
+    Maillardet 2006)."""
+    from analysis.stats import RERUN_WIDENING
+
+    value, lo, hi = v["value"], v["low"], v["high"]
+    ok = all(math.isfinite(x) and x > 0 for x in (value, lo, hi))
+    v["rerun_low"] = value * (lo / value) ** RERUN_WIDENING if ok else math.nan
+    v["rerun_high"] = value * (hi / value) ** RERUN_WIDENING if ok else math.nan
+    return v
 
 
 def _median_value(values) -> dict:
     from lab.intervals import median_ci
 
     lo, hi = median_ci(values)
-    return {"value": float(statistics.median(values)), "low": lo, "high": hi, "stated": "95% CI"}
-
-
-def agreement(first: dict, second: dict) -> tuple[int, int]:
-    """``(inside, compared)``: values of one tool whose second measurement lies inside the
-    first one's stated interval, and the reverse, over the values both passes have."""
-    inside = total = 0
-    for name, a in first.items():
-        b = second.get(name)
-        if b is None:
-            continue
-        inside += (a["low"] <= b["value"] <= a["high"]) + (b["low"] <= a["value"] <= b["high"])
-        total += 2
-    return inside, total
-
-
-def _ncpu_of(name: str) -> int:
-    return 2 if "2 " in name.split(":")[1] else 1
-
-
-def against_lab(peer: dict, lab: dict) -> list[dict]:
-    """Each peer value against the lab's interval of the same point (same pass): raw, and for
-    speedups on whole cores (the peer's speedup x CPUs / the CPUs the probe saw delivered around it)."""
-    out = []
-    for name, v in peer["values"].items():
-        mine = lab["values"].get(name)
-        if mine is None:
-            continue
-        row = {"point": name, "peer": v["value"], "lab_low": mine["low"], "lab_high": mine["high"]}
-        row["inside"] = bool(mine["low"] <= v["value"] <= mine["high"])
-        if "sustained" in v:  # torch.utils.benchmark's calls, stalled ones included: the lab's kind of figure
-            row["sustained"] = v["sustained"]
-            row["inside_sustained"] = bool(mine["low"] <= v["sustained"] <= mine["high"])
-        # only work that keeps both CPUs busy is put on whole cores (not sleeping or GIL-bound threads)
-        parallel = "over" in name and ("processes" in name or "matmul" in name)
-        if "norm" in mine and parallel:
-            n = _ncpu_of(name)
-            if "norm" in v:  # pyperf: its drift between benchmarks taken out, on whole cores
-                peer_norm = v["norm"]
-            else:  # measured back to back (torch.utils.benchmark): on whole cores
-                peer_norm = v["value"] * n / min(n, peer["delivered"])
-            row |= {"peer_norm": peer_norm, "lab_norm_low": mine["norm_low"], "lab_norm_high": mine["norm_high"]}
-            row["inside_norm"] = bool(mine["norm_low"] <= peer_norm <= mine["norm_high"])
-        out.append(row)
-    return out
-
-
-def _cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.machine()
-
-
-def _cell(v: dict) -> str:
-    text = f"{v['value']:.3g} ({v['low']:.3g}-{v['high']:.3g})"
-    if "drift_corrected" in v:
-        text += f"; drift taken out {v['drift_corrected']:.3g}"
-    if "sustained" in v:
-        text += f"; sustained {v['sustained']:.3g}"
-    if not math.isnan(v.get("steal_pct", math.nan)):
-        text += f"; steal {v['steal_pct']:.0f}%"
-    if "norm_low" in v:
-        text += f"; on whole cores {v['norm']:.3g} ({v['norm_low']:.3g}-{v['norm_high']:.3g})"
-    elif "norm" in v:
-        text += f"; on whole cores {v['norm']:.3g}"
-    return text
-
-
-def markdown(passes: list[dict]) -> str:
-    """The results as docs/benchmarks.md tables."""
-    lines = [f"Machine: {_cpu_model()}, run {time.strftime('%Y-%m-%d %H:%M')}.", ""]
-    lines += ["| tool | point | pass 1 (stated) | pass 2 (stated) |", "|---|---|---|---|"]
-    for tool in ("pyperf", "tub", "lab"):
-        for name, a in passes[0][tool]["values"].items():
-            b = passes[1][tool]["values"].get(name) if len(passes) > 1 else None
-            lines.append(f"| {tool} | {name} | {_cell(a)} | {_cell(b) if b else ''} |")
-    lines += ["", "| tool | rerun agreement | wall time per pass (s) |", "|---|---|---|"]
-    for tool in ("pyperf", "tub", "lab"):
-        if len(passes) > 1:
-            inside, total = agreement(passes[0][tool]["values"], passes[1][tool]["values"])
-            agree = f"{inside}/{total} ({100 * inside / total:.0f}%)" if total else ""
-        else:
-            agree = ""
-        walls = ", ".join(f"{p[tool]['wall_s']:.0f}" for p in passes)
-        lines.append(f"| {tool} | {agree} | {walls} |")
-    lines += ["", "| pass | point | peer | lab 95% CI | inside | peer on whole cores | lab on whole cores | inside |"]
-    lines += ["|---|---|---|---|---|---|---|---|"]
-    sustained = []
-    for i, p in enumerate(passes, 1):
-        for tool in ("pyperf", "tub"):
-            for r in against_lab(p[tool], p["lab"]):
-                norm = (
-                    f"{r['peer_norm']:.3g} | {r['lab_norm_low']:.3g}-{r['lab_norm_high']:.3g} | {r['inside_norm']}"
-                    if "peer_norm" in r
-                    else " | | "
-                )
-                lines.append(
-                    f"| {i} | {tool}: {r['point']} | {r['peer']:.3g} | {r['lab_low']:.3g}-{r['lab_high']:.3g} |"
-                    f" {r['inside']} | {norm} |"
-                )
-                if "sustained" in r:
-                    sustained.append(
-                        f"| {i} | {r['point']} | {r['peer']:.3g} | {r['sustained']:.3g} |"
-                        f" {r['lab_low']:.3g}-{r['lab_high']:.3g} | {r['inside']} | {r['inside_sustained']} |"
-                    )
-    if sustained:
-        lines += ["", "torch.utils.benchmark's median call against its sustained throughput (stalled calls included):"]
-        lines += ["", "| pass | point | median call | sustained | lab 95% CI | median inside | sustained inside |"]
-        lines += ["|---|---|---|---|---|---|---|", *sustained]
-    return "\n".join(lines) + "\n"
+    return _with_rerun({"value": float(statistics.median(values)), "low": lo, "high": hi, "stated": "95% CI"})
 
 
 def main(argv: list[str] | None = None) -> int:

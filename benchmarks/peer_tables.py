@@ -1,0 +1,137 @@
+"""The comparison of benchmarks/peers.py and its tables: each tool's rerun agreement, each peer
+value against the lab's intervals (95% CI and rerun interval, raw and on whole cores), as
+docs/benchmarks.md's Markdown. Input: the passes :func:`peers.main` measured, each
+``{"pyperf": ..., "tub": ..., "lab": ...}`` with ``values`` ``{point: {"value", "low", "high",
+...}}``."""
+
+from __future__ import annotations
+
+import math
+import platform
+import time
+from pathlib import Path
+
+
+def agreement(first: dict, second: dict, interval: str = "") -> tuple[int, int]:
+    """``(inside, compared)``: values of one tool whose second measurement lies inside the
+    first one's stated interval, and the reverse, over the values both passes have;
+    ``interval="rerun_"`` judges by the lab's rerun interval (``rerun_low``, ``rerun_high``)."""
+    lo, hi = f"{interval}low", f"{interval}high"
+    inside = total = 0
+    for name, a in first.items():
+        b = second.get(name)
+        if b is None or lo not in a or lo not in b:
+            continue
+        inside += (a[lo] <= b["value"] <= a[hi]) + (b[lo] <= a["value"] <= b[hi])
+        total += 2
+    return inside, total
+
+
+def _ncpu_of(name: str) -> int:
+    return 2 if "2 " in name.split(":")[1] else 1
+
+
+def against_lab(peer: dict, lab: dict) -> list[dict]:
+    """Each peer value against the lab's interval of the same point (same pass): raw, and for
+    speedups on whole cores (the peer's speedup x CPUs / the CPUs the probe saw delivered around it)."""
+    out = []
+    for name, v in peer["values"].items():
+        mine = lab["values"].get(name)
+        if mine is None:
+            continue
+        row = {"point": name, "peer": v["value"], "lab_low": mine["low"], "lab_high": mine["high"]}
+        row["inside"] = bool(mine["low"] <= v["value"] <= mine["high"])
+        row |= {"lab_rerun_low": mine["rerun_low"], "lab_rerun_high": mine["rerun_high"]}
+        row["inside_rerun"] = bool(mine["rerun_low"] <= v["value"] <= mine["rerun_high"])
+        if "sustained" in v:  # torch.utils.benchmark's calls, stalled ones included: the lab's kind of figure
+            row["sustained"] = v["sustained"]
+            row["inside_sustained"] = bool(mine["low"] <= v["sustained"] <= mine["high"])
+        # only work that keeps both CPUs busy is put on whole cores (not sleeping or GIL-bound threads)
+        parallel = "over" in name and ("processes" in name or "matmul" in name)
+        if "norm" in mine and parallel:
+            n = _ncpu_of(name)
+            if "norm" in v:  # pyperf: its drift between benchmarks taken out, on whole cores
+                peer_norm = v["norm"]
+            else:  # measured back to back (torch.utils.benchmark): on whole cores
+                peer_norm = v["value"] * n / min(n, peer["delivered"])
+            row |= {"peer_norm": peer_norm, "lab_norm_low": mine["norm_low"], "lab_norm_high": mine["norm_high"]}
+            row["inside_norm"] = bool(mine["norm_low"] <= peer_norm <= mine["norm_high"])
+            row["inside_norm_rerun"] = bool(mine["norm_rerun_low"] <= peer_norm <= mine["norm_rerun_high"])
+        out.append(row)
+    return out
+
+
+def _cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.machine()
+
+
+def _cell(v: dict) -> str:
+    text = f"{v['value']:.3g} ({v['low']:.3g}-{v['high']:.3g})"
+    if "drift_corrected" in v:
+        text += f"; drift taken out {v['drift_corrected']:.3g}"
+    if "sustained" in v:
+        text += f"; sustained {v['sustained']:.3g}"
+    if not math.isnan(v.get("steal_pct", math.nan)):
+        text += f"; steal {v['steal_pct']:.0f}%"
+    if "norm_low" in v:
+        text += f"; on whole cores {v['norm']:.3g} ({v['norm_low']:.3g}-{v['norm_high']:.3g})"
+    elif "norm" in v:
+        text += f"; on whole cores {v['norm']:.3g}"
+    return text
+
+
+def markdown(passes: list[dict]) -> str:
+    """The results as docs/benchmarks.md tables."""
+    lines = [f"Machine: {_cpu_model()}, run {time.strftime('%Y-%m-%d %H:%M')}.", ""]
+    lines += ["| tool | point | pass 1 (stated) | pass 2 (stated) |", "|---|---|---|---|"]
+    for tool in ("pyperf", "tub", "lab"):
+        for name, a in passes[0][tool]["values"].items():
+            b = passes[1][tool]["values"].get(name) if len(passes) > 1 else None
+            lines.append(f"| {tool} | {name} | {_cell(a)} | {_cell(b) if b else ''} |")
+    lines += ["", "| tool | rerun agreement | wall time per pass (s) |", "|---|---|---|"]
+    for tool, interval, label in (
+        ("pyperf", "", "pyperf"),
+        ("tub", "", "tub"),
+        ("lab", "", "lab (95% CI)"),
+        ("lab", "rerun_", "lab (95% rerun interval)"),
+    ):
+        if len(passes) > 1:
+            inside, total = agreement(passes[0][tool]["values"], passes[1][tool]["values"], interval)
+            agree = f"{inside}/{total} ({100 * inside / total:.0f}%)" if total else ""
+        else:
+            agree = ""
+        walls = ", ".join(f"{p[tool]['wall_s']:.0f}" for p in passes)
+        lines.append(f"| {label} | {agree} | {walls} |")
+    lines += ["", "| pass | point | peer | lab 95% CI | inside | lab rerun interval | inside |"]
+    lines[-1] += " peer on whole cores | lab on whole cores (CI; rerun interval) | inside (CI; rerun) |"
+    lines += ["|---|---|---|---|---|---|---|---|---|---|"]
+    sustained = []
+    for i, p in enumerate(passes, 1):
+        for tool in ("pyperf", "tub"):
+            for r in against_lab(p[tool], p["lab"]):
+                norm = (
+                    f"{r['peer_norm']:.3g} | {r['lab_norm_low']:.3g}-{r['lab_norm_high']:.3g};"
+                    f" {p['lab']['values'][r['point']]['norm_rerun_low']:.3g}-"
+                    f"{p['lab']['values'][r['point']]['norm_rerun_high']:.3g} |"
+                    f" {r['inside_norm']}; {r['inside_norm_rerun']}"
+                    if "peer_norm" in r
+                    else " | | "
+                )
+                lines.append(
+                    f"| {i} | {tool}: {r['point']} | {r['peer']:.3g} | {r['lab_low']:.3g}-{r['lab_high']:.3g} |"
+                    f" {r['inside']} | {r['lab_rerun_low']:.3g}-{r['lab_rerun_high']:.3g} | {r['inside_rerun']} |"
+                    f" {norm} |"
+                )
+                if "sustained" in r:
+                    sustained.append(
+                        f"| {i} | {r['point']} | {r['peer']:.3g} | {r['sustained']:.3g} |"
+                        f" {r['lab_low']:.3g}-{r['lab_high']:.3g} | {r['inside']} | {r['inside_sustained']} |"
+                    )
+    if sustained:
+        lines += ["", "torch.utils.benchmark's median call against its sustained throughput (stalled calls included):"]
+        lines += ["", "| pass | point | median call | sustained | lab 95% CI | median inside | sustained inside |"]
+        lines += ["|---|---|---|---|---|---|---|", *sustained]
+    return "\n".join(lines) + "\n"
