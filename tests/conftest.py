@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -220,12 +221,106 @@ def quick_run(tmp_path_factory) -> Path:
     return work
 
 
+#: Test modules that measure nothing and start no measurement: they run first, while the side
+#: runs (tests/side_runs.py) measure in the background, on CPU time those leave idle (they wait on
+#: SLURM's steps, on each other's set-up and on experiments that sleep). Every other test waits
+#: until the side runs have ended (:func:`pytest_runtest_setup`), so nothing that measures or
+#: asserts physics runs beside them.
+BESIDE_SIDE_RUNS = frozenset(
+    {
+        "test_analysis.py",
+        "test_architecture.py",
+        "test_cluster.py",
+        "test_compare.py",
+        "test_config.py",
+        "test_report.py",
+        "test_timelines.py",
+        "test_trust.py",
+    }
+)
+
+
+def _beside(item) -> bool:
+    return item.path.name in BESIDE_SIDE_RUNS
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """Run the modules of :data:`BESIDE_SIDE_RUNS` first (a stable sort: each keeps its order)."""
+    items.sort(key=lambda item: not _beside(item))
+
+
+class _Background:
+    """The side runs, started in a thread when the session starts; :meth:`wait` joins it."""
+
+    def __init__(self, names: list[str], base_of) -> None:
+        from side_runs import run_all
+
+        self.result: dict | None = None
+        self.error: BaseException | None = None
+
+        def target() -> None:
+            try:
+                self.result = run_all(names, base_of)
+            except BaseException as exc:  # noqa: BLE001 - raised again by the tests that ask
+                self.error = exc
+
+        self.thread = threading.Thread(target=target, name="side-runs", daemon=True)
+        self.thread.start()
+
+    def wait(self) -> dict:
+        """The side runs' ``{name: Outcome}`` once all have ended; raises what ``run_all`` raised."""
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.result or {}
+
+    def stop(self) -> None:
+        """Cancel the runs still going (Ctrl-C, or the session ending early) and join."""
+        from side_runs import CANCEL, kill_all
+
+        if self.thread.is_alive():
+            CANCEL.set()
+            kill_all()
+            self.thread.join()
+
+
+_SIDE: list[_Background] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _side_runs_started(request, tmp_path_factory, _owned_environment):
+    """Start the side runs the selected tests name (marker ``side_run``) in the background as
+    the session starts (the first test's set-up); cancelled and joined when it ends. Where the
+    first test is not one that may run beside them, they are waited for at once."""
+    items = request.session.items
+    names = sorted({m.args[0] for item in items for m in item.iter_markers("side_run")})
+    if names:
+        _SIDE.append(_Background(names, lambda name: tmp_path_factory.mktemp(f"side-{name}")))
+        if not _beside(items[0]):
+            _SIDE[0].thread.join()
+    yield
+    while _SIDE:
+        _SIDE.pop().stop()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """A test outside :data:`BESIDE_SIDE_RUNS` starts only once the side runs have ended, before
+    any of its fixtures is set up (a session fixture such as ``quick_run`` measures too; their
+    errors are left to the tests that read them)."""
+    if _SIDE and not _beside(item):
+        _SIDE[0].thread.join()
+
+
 @pytest.fixture(scope="session")
 def side_runs(request, tmp_path_factory) -> dict:
     """The end-to-end runs that assert no physics (tests/side_runs.py), those the selected tests
-    name with ``@pytest.mark.side_run(name)``, run at once; returns ``{name: Outcome}`` once all
-    have ended, so that no other test runs beside them."""
-    from side_runs import run_all
+    name with ``@pytest.mark.side_run(name)``, started at once when the session starts
+    (:func:`_side_runs_started`); returns ``{name: Outcome}`` once all have ended. Only the
+    modules of :data:`BESIDE_SIDE_RUNS` run beside them."""
+    if not _SIDE:  # the test was selected on its own after collection, or the session fixture was not set up
+        from side_runs import run_all
 
-    names = sorted({m.args[0] for item in request.session.items for m in item.iter_markers("side_run")})
-    return run_all(names, lambda name: tmp_path_factory.mktemp(f"side-{name}"))
+        names = sorted({m.args[0] for item in request.session.items for m in item.iter_markers("side_run")})
+        return run_all(names, lambda name: tmp_path_factory.mktemp(f"side-{name}"))
+    return _SIDE[0].wait()

@@ -9,15 +9,18 @@ refusals, statuses and report text. A sixth job, torch.compile's cold first call
 with the cache filled (tests/test_experiments.py), asserts a difference of orders of magnitude
 that sharing the CPUs cannot hide, and runs here for the half minute its compiling takes. They
 run concurrently here, each run in its own copy of the repository (under a path with a space
-and a non-ASCII character), while no other test runs:
-the session fixture ``side_runs`` (conftest.py) starts the runs the selected tests name (marker
-``side_run``) and returns only when every one has ended. Their measurements share the two CPUs,
-and the lab says so in their reports (contended windows); their tests do not read them.
+and a non-ASCII character). conftest.py starts the runs the selected tests name (marker
+``side_run``) in a background thread when the session starts; meanwhile only the tests that
+measure nothing run (the modules of its ``BESIDE_SIDE_RUNS``: analysis, report, config and
+dry-run tests, on the CPU time the side runs leave idle while they wait on SLURM's steps and on
+each other), every other test waits until all have ended, and the fixture ``side_runs`` returns
+them then. Their measurements share the two CPUs, and the lab says so in their reports
+(contended windows); their tests do not read them.
 
 A run returns what its test asserts on; an exception is kept and raised again by the test that
 asks for that run (:meth:`Outcome.value`), so one broken run fails its own test only. Every
 process a run starts leads a session of its own and is registered (:func:`_start`): a timeout,
-or Ctrl-C in pytest, kills each whole process group, and the SLURM cluster goes down whatever
+or Ctrl-C in pytest (the session's end), kills each whole process group, and the SLURM cluster goes down whatever
 happened (:class:`Cluster`).
 """
 
