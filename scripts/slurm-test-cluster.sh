@@ -110,9 +110,26 @@ clean() {
         say "LAB_SLURM_DIR=$dir exists and was not made by this script (no .cpulab-slurm in it): left alone; choose a new directory"
         exit 2
     fi
+    cancel_jobs
     stop_ours
     restore_conf
     rm -rf "$dir"
+}
+
+# Cancel this user's jobs on our cluster while its daemons still run, and wait up to 10 s for
+# them to be gone: a job step's processes (slurmstepd and what it runs) belong to no daemon's
+# pid, so stopping the daemons alone leaves them running (a test run interrupted mid-job).
+cancel_jobs() {
+    our_pid slurmctld >/dev/null || return 0
+    command -v scancel >/dev/null || return 0
+    local user
+    user=$(id -un)
+    scancel --quiet --user "$user" 2>/dev/null || true
+    for _ in $(seq 100); do
+        [ -z "$(squeue --noheader --user "$user" 2>/dev/null)" ] && return 0
+        sleep 0.1
+    done
+    say "jobs still listed 10 s after scancel: $(squeue --noheader --user "$user" 2>/dev/null | tr '\n' ';')"
 }
 
 install_packages() {
@@ -164,6 +181,7 @@ SelectTypeParameters=CR_Core
 ReturnToService=2
 SlurmctldTimeout=30
 SlurmdTimeout=30
+KillWait=2
 MinJobAge=300
 NodeName=$host CPUs=$cpus RealMemory=$mem Features=cpulab State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP

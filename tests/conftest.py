@@ -250,38 +250,49 @@ def pytest_collection_modifyitems(session, config, items):
 
 
 class _Background:
-    """The side runs, started in a thread when the session starts; :meth:`wait` joins it."""
+    """The side runs, started in a thread when the session starts; :meth:`wait` waits for them.
+
+    Whether they have ended is an event the thread sets, not ``Thread.is_alive()``: on Python
+    3.11 a ``join()`` that Ctrl-C interrupts leaves ``is_alive()`` False while the thread runs on
+    (its ``_wait_for_tstate_lock`` releases the lock and marks the thread stopped, bpo-45274)."""
 
     def __init__(self, names: list[str], base_of) -> None:
         from side_runs import run_all
 
         self.result: dict | None = None
         self.error: BaseException | None = None
+        self.done = threading.Event()
 
         def target() -> None:
             try:
                 self.result = run_all(names, base_of)
             except BaseException as exc:  # noqa: BLE001 - raised again by the tests that ask
                 self.error = exc
+            finally:
+                self.done.set()
 
         self.thread = threading.Thread(target=target, name="side-runs", daemon=True)
         self.thread.start()
 
     def wait(self) -> dict:
         """The side runs' ``{name: Outcome}`` once all have ended; raises what ``run_all`` raised."""
-        self.thread.join()
+        self.done.wait()
         if self.error is not None:
             raise self.error
         return self.result or {}
 
-    def stop(self) -> None:
-        """Cancel the runs still going (Ctrl-C, or the session ending early) and join."""
-        from side_runs import CANCEL, kill_all
+    def cancel(self) -> None:
+        """Kill every run still going (their process groups; no new process starts); each run
+        then ends at once, and the SLURM cluster goes down."""
+        from side_runs import kill_all
 
-        if self.thread.is_alive():
-            CANCEL.set()
+        if not self.done.is_set():
             kill_all()
-            self.thread.join()
+
+    def stop(self) -> None:
+        """Cancel the runs still going (Ctrl-C, or the session ending early) and wait for them."""
+        self.cancel()
+        self.done.wait()
 
 
 _SIDE: list[_Background] = []
@@ -297,7 +308,7 @@ def _side_runs_started(request, tmp_path_factory, _owned_environment):
     if names:
         _SIDE.append(_Background(names, lambda name: tmp_path_factory.mktemp(f"side-{name}")))
         if not _beside(items[0]):
-            _SIDE[0].thread.join()
+            _SIDE[0].done.wait()
     yield
     while _SIDE:
         _SIDE.pop().stop()
@@ -309,7 +320,14 @@ def pytest_runtest_setup(item):
     any of its fixtures is set up (a session fixture such as ``quick_run`` measures too; their
     errors are left to the tests that read them)."""
     if _SIDE and not _beside(item):
-        _SIDE[0].thread.join()
+        _SIDE[0].done.wait()
+
+
+def pytest_keyboard_interrupt(excinfo):
+    """Ctrl-C: kill the side runs at once, wherever the main thread was (waiting for them, or in
+    a test beside them), so that pytest's exit does not wait for them to finish."""
+    for background in _SIDE:
+        background.cancel()
 
 
 @pytest.fixture(scope="session")
