@@ -610,12 +610,16 @@ def test_windows_that_reached_the_cap_are_named_with_the_steps_they_got_done():
     assert capped_findings(reps.drop(columns=["steps_done"])) == []
     assert capped_findings(None) == []
     # the first screen's oversubscription answer says it beside the point's figure
-    from experiments.multiprocessing.analysis import _cap_note
+    from experiments.multiprocessing.analysis import _cap_note, _capped_x
 
     split = {"processes": 2, "threads": 2, "omp_wait_policy": "default"}
-    assert _cap_note(reps, split) == " (5 of 6 windows stopped at the 2 s cap)"
-    assert _cap_note(reps[reps["steps_done"] < 300], split) == " (all 5 windows stopped at the 2 s cap)"
+    assert _cap_note(reps, split) == "5 of 6 windows stopped at the 2 s cap"
+    assert _cap_note(reps[reps["steps_done"] < 300], split) == "all 5 windows stopped at the 2 s cap"
     assert _cap_note(reps, split | {"threads": 1}) == "" and _cap_note(None, split) == ""
+    row = split | {"speedup": 0.26, "speedup_ci_low": 0.1, "speedup_ci_high": 0.5}
+    row |= {"speedup_rerun_low": 0.067, "speedup_rerun_high": 0.63}
+    assert _capped_x(reps, row) == "0.26x (95% rerun interval 0.067-0.63; 5 of 6 windows stopped at the 2 s cap)"
+    assert _capped_x(reps, row | {"threads": 1}) == "0.26x (95% rerun interval 0.067-0.63)"
 
 
 def test_the_throughput_chart_marks_the_points_whose_windows_reached_the_cap(tmp_path):

@@ -203,8 +203,18 @@ def _better_elsewhere(every, main, best) -> str:
     return out
 
 
+def _capped_x(replicates, row) -> str:
+    """``row``'s speedup as :func:`fmt_x` gives it with its rerun interval, and where windows of
+    its point reached ``max_window_s`` how many, inside the same brackets: ``0.26x (95% rerun
+    interval 0.067-0.63; 1 of 6 windows stopped at the 2 s cap)`` (:func:`_cap_note`)."""
+    text, note = fmt_x(row, "rerun"), _cap_note(replicates, row)
+    if not note:
+        return text
+    return f"{text[:-1]}; {note})" if text.endswith(")") else f"{text} ({note})"
+
+
 def _cap_note(replicates, row) -> str:
-    """``" (3 of 6 windows stopped at the 2 s cap)"`` where windows of ``row``'s point reached
+    """``"3 of 6 windows stopped at the 2 s cap"`` where windows of ``row``'s point reached
     ``max_window_s`` (:func:`_capped`; its speedup then counts the steps done, and its interval
     spans what the cap let through); "" where none did."""
     rows, capped = _capped(replicates)
@@ -219,13 +229,13 @@ def _cap_note(replicates, row) -> str:
     if not k:
         return ""
     cap = float(capped["max_window_s"].iloc[0])
-    return f" ({'all ' if k == n else ''}{k}{'' if k == n else f' of {n}'} windows stopped at the {num(cap, 's')} cap)"
+    return f"{'all ' if k == n else ''}{k}{'' if k == n else f' of {n}'} windows stopped at the {num(cap, 's')} cap"
 
 
 def _policy_headline(every, replicates=None) -> list[dict]:
     """Where an oversubscribed split was measured under the default wait policy and another:
     what the other made of it (the cause of oversubscription's cost, measured), each figure
-    followed by how many of its windows stopped at the ``max_window_s`` cap (:func:`_cap_note`)."""
+    with how many of its windows stopped at the ``max_window_s`` cap (:func:`_capped_x`)."""
     over = every[every["oversubscribed"].astype(bool) & (every["threads"] > 1)]
     base = over[over["omp_wait_policy"].astype(str) == DEFAULT]
     if base.empty:
@@ -238,9 +248,8 @@ def _policy_headline(every, replicates=None) -> list[dict]:
     other = others.loc[others["median"].idxmax()]
     verdict = {1: "clearly faster", -1: "clearly slower", 0: "no clear difference"}[_verdict(other, worst)]
     answer = (
-        f"at {_split(worst)}, OMP_WAIT_POLICY={other['omp_wait_policy']} {fmt_x(other, 'rerun')}"
-        f"{_cap_note(replicates, other)} of 1 x 1 against {fmt_x(worst, 'rerun')}{_cap_note(replicates, worst)}"
-        f" with the default ({verdict})"
+        f"at {_split(worst)}, OMP_WAIT_POLICY={other['omp_wait_policy']} {_capped_x(replicates, other)} of 1 x 1"
+        f" against {_capped_x(replicates, worst)} with the default ({verdict})"
     )
     return [{"question": "What does oversubscription's cost come from?", "answer": answer}]
 
