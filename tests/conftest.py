@@ -331,14 +331,10 @@ def pytest_keyboard_interrupt(excinfo):
 
 
 @pytest.fixture(scope="session")
-def side_runs(request, tmp_path_factory) -> dict:
+def side_runs() -> dict:
     """The end-to-end runs that assert no physics (tests/side_runs.py), those the selected tests
     name with ``@pytest.mark.side_run(name)``, started at once when the session starts
     (:func:`_side_runs_started`); returns ``{name: Outcome}`` once all have ended. Only the
     modules of :data:`BESIDE_SIDE_RUNS` run beside them."""
-    if not _SIDE:  # the test was selected on its own after collection, or the session fixture was not set up
-        from side_runs import run_all
-
-        names = sorted({m.args[0] for item in request.session.items for m in item.iter_markers("side_run")})
-        return run_all(names, lambda name: tmp_path_factory.mktemp(f"side-{name}"))
+    assert _SIDE, "a test that asks for side_runs needs @pytest.mark.side_run(name)"
     return _SIDE[0].wait()
