@@ -305,32 +305,30 @@ def worker_scale(summary: pd.DataFrame) -> float:
 
 
 def _widen(summary: pd.DataFrame) -> None:
-    """Widen the interleaved speedups' intervals (and the normalised ones') by ``worker_scale``,
-    on the log scale around the estimate: ``low' = s (low / s)^S``, ``high' = s (high / s)^S``."""
+    """Widen the interleaved speedups' CIs (both kinds) by ``worker_scale`` (:func:`rerun_bound`)."""
     for idx, r in summary.iterrows():
         scale = r["worker_scale"]
         if scale <= 1 or r["speedup_source"] != "interleaved":
             continue
         for est, lo_col, hi_col in (SPEEDUP_COLUMNS[2:], NORM_COLUMNS):
-            sp, lo, hi = r[est], r[lo_col], r[hi_col]
-            if np.isfinite(sp) and sp > 0 and np.isfinite(lo) and lo > 0 and np.isfinite(hi) and hi > 0:
-                summary.loc[idx, lo_col] = sp * (lo / sp) ** scale
-                summary.loc[idx, hi_col] = sp * (hi / sp) ** scale
+            widened = rerun_bound(r[est], [r[lo_col], r[hi_col]], scale)
+            if np.isfinite(widened).all():  # else both bounds stay as they are
+                summary.loc[idx, [lo_col, hi_col]] = widened
+
+
+def rerun_bound(estimate, bound, factor: float = RERUN_WIDENING):
+    """``estimate * (bound / estimate) ** factor``: a bound widened on the log scale (by default
+    a 95% CI's into the rerun interval's); scalars or arrays, NaN where either is not positive."""
+    s, b = np.asarray(estimate, dtype=float), np.asarray(bound, dtype=float)
+    ok = (s > 0) & (b > 0)
+    return np.where(ok, s * (np.where(ok, b, 1.0) / np.where(ok, s, 1.0)) ** factor, np.nan)
 
 
 def _rerun(summary: pd.DataFrame) -> None:
-    """Add :data:`RERUN_COLUMNS`: each (widened) confidence interval of the speedup and of the
-    speedup on whole cores, widened again by :data:`RERUN_WIDENING` on the log scale around its
-    estimate; NaN where the interval or the estimate is missing or not positive."""
-    for est, lo, hi, out in (
-        ("speedup", "speedup_ci_low", "speedup_ci_high", RERUN_COLUMNS[:2]),
-        ("speedup_norm", "speedup_norm_ci_low", "speedup_norm_ci_high", RERUN_COLUMNS[2:]),
-    ):
-        s = pd.to_numeric(summary[est], errors="coerce")
+    """Add :data:`RERUN_COLUMNS` from the (widened) CIs of both speedups (:func:`rerun_bound`)."""
+    for (est, lo, hi), out in ((SPEEDUP_COLUMNS[2:], RERUN_COLUMNS[:2]), (NORM_COLUMNS, RERUN_COLUMNS[2:])):
         for bound, col in zip((lo, hi), out):
-            b = pd.to_numeric(summary[bound], errors="coerce")
-            ok = (s > 0) & (b > 0)
-            summary[col] = np.where(ok, s * (b.where(ok, 1.0) / s.where(ok, 1.0)) ** RERUN_WIDENING, np.nan)
+            summary[col] = rerun_bound(*(pd.to_numeric(summary[c], errors="coerce") for c in (est, bound)))
 
 
 def _groups(summary: pd.DataFrame, spec: Experiment):

@@ -253,15 +253,12 @@ def _lab_value(r) -> dict:
 
 def _with_rerun(v: dict) -> dict:
     """``v`` (a lab median with its 95% CI) with its 95% rerun interval, ``rerun_low`` and
-    ``rerun_high``: the CI widened by sqrt(2) on the log scale around the value, as
-    analysis/stats.py widens the speedups' (where a rerun is expected to read, Cumming and
-    Maillardet 2006)."""
-    from analysis.stats import RERUN_WIDENING
+    ``rerun_high``: the CI widened as analysis/stats.py widens the speedups'
+    (:func:`analysis.stats.rerun_bound`: where a rerun is expected to read)."""
+    from analysis.stats import rerun_bound
 
-    value, lo, hi = v["value"], v["low"], v["high"]
-    ok = all(math.isfinite(x) and x > 0 for x in (value, lo, hi))
-    v["rerun_low"] = value * (lo / value) ** RERUN_WIDENING if ok else math.nan
-    v["rerun_high"] = value * (hi / value) ** RERUN_WIDENING if ok else math.nan
+    v["rerun_low"] = float(rerun_bound(v["value"], v["low"]))
+    v["rerun_high"] = float(rerun_bound(v["value"], v["high"]))
     return v
 
 
