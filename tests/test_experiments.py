@@ -320,15 +320,37 @@ def test_intraop_matmul_gflops_definition():
 
 def test_intraop_windows_as_short_as_the_calls_grow_to_the_minimum():
     """4 calls of a 128^2 matmul take well under 0.1 s on any CPU: the window runs as many as
-    fill min_window_s (timed at set-up), and the metric counts the calls it ran."""
+    fill min_window_s (counted before the first window), and the metric counts the calls it ran."""
     p = intraop.Params(workload="matmul", threads=1, matmul_size=128, iterations=4, warmup=1, repeats=2)
     rows = intraop.run(p).rows
     for row in rows:
         assert row["calls"] > 4
         assert row["gflop_per_s"] == pytest.approx(2 * 128**3 * row["calls"] / row["wall_s"] / 1e9)
-    # the calls were sized to min_window_s from calls timed at set-up; the windows land near it,
+    # the calls were sized to min_window_s from the fastest call timed; the windows land near it,
     # within the 40% the machine's speed moves between jobs and well inside 3x either way
     assert 1 / 3 < np.median([r["wall_s"] for r in rows]) / p.min_window_s < 3
+
+
+def test_intraop_calls_per_window_from_the_fastest_call():
+    """A first call the host slowed (30 ms, then 2 ms calls) must not shorten the windows: the
+    count comes from the fastest call timed (0.2 s / about 2 ms), not from their mean (16 ms,
+    13 calls), which a job's other workers setting up beside it inflated."""
+    naps = iter([0.03] + [0.002] * 1000)
+    p = intraop.Params(workload="tiny", iterations=1, warmup=0, min_window_s=0.2)
+    assert intraop.calls_per_window(lambda: time.sleep(next(naps)), p) >= 40  # fastest <= 5 ms
+
+
+def test_intraop_window_count_rises_after_a_faster_window():
+    """A count taken while the host was slow grows once a window runs faster than it assumed,
+    so the windows after it fill min_window_s; it never falls."""
+    p = intraop.Params(workload="tiny", threads=1, iterations=1, warmup=0, min_window_s=0.05)
+    with Meter(10) as meter:
+        runner = intraop.Runner(p, meter)
+        runner.calls = 2  # as if counted while another process held the CPUs
+        first = runner.once().row
+        second = runner.once().row
+    assert first["calls"] == 2 and second["calls"] > 2
+    assert runner.calls >= second["calls"]
 
 
 @pytest.mark.parametrize("workload", ["mlp", "tiny"])

@@ -54,8 +54,8 @@ EXPERIMENT = Experiment(
         ),
         "calls": Col(
             "int",
-            "calls timed in the window: `iterations`, or more where those take less than `min_window_s` (timed at"
-            " set-up)",
+            "calls timed in the window: `iterations`, or more where those take less than `min_window_s` (the"
+            " fastest of calls timed before the first window)",
             "calls",
         ),
         "oversubscribed": Col("bool", "`threads > available_cpus`", "-"),

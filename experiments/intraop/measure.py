@@ -131,40 +131,56 @@ def make_workload(params: Params):
 
 def calls_per_window(fn, params: Params) -> int:
     """Calls of ``fn`` per window: ``params.iterations``, or as many as fill
-    ``params.min_window_s`` where those take less, from calls timed now (the warm-up's and
-    more, at least 20 ms of them; untimed by the windows). Threads must be set first."""
+    ``params.min_window_s`` where those take less, from the fastest of calls timed one by one
+    now (after ``params.warmup`` untimed ones; at least 2 calls and 20 ms; untimed by the
+    windows). The fastest call is what a call costs with the CPUs to itself; a mean over calls
+    the machine slowed would give short windows. Threads must be set first."""
     for _ in range(params.warmup):
         fn()
-    n, t0 = 0, time.perf_counter()
-    while n < 2 or time.perf_counter() - t0 < 0.02:
+    n, fastest, spent = 0, math.inf, 0.0
+    while n < 2 or spent < 0.02:
+        t0 = time.perf_counter()
         fn()
-        n += 1
-    per_call = (time.perf_counter() - t0) / n
-    return max(params.iterations, math.ceil(params.min_window_s / per_call)) if per_call > 0 else params.iterations
+        took = time.perf_counter() - t0
+        n, fastest, spent = n + 1, min(fastest, took), spent + took
+    return max(params.iterations, math.ceil(params.min_window_s / fastest)) if fastest > 0 else params.iterations
 
 
 class Runner:
-    """A workload built once; every window first sets its thread count and warms up."""
+    """A workload built once; every window first sets its thread count and warms up. The
+    window's calls are counted in the worker's turn, before its first window (:mod:`lab.turns`):
+    in the set-up, which a job's worker processes make together, the other workers' set-up
+    slowed the calls timed and left the 2-thread windows of a 3-worker job at 0.1 s, half
+    ``min_window_s`` (measured: 8 calls of a 1024^2 matmul, against 14-16 in 1 worker). A
+    window that ran faster than the count assumed raises the count of the windows after it
+    (never lowers it), so a count taken while the host was slow does not shorten them all."""
 
     def __init__(self, params: Params, meter: Meter) -> None:
         self.params, self.meter = params, meter
         set_torch_threads(params.threads, inter_op=1)
         self.fn, self.samples, self.flop = make_workload(params)
-        self.calls = calls_per_window(self.fn, params)
+        for _ in range(params.warmup):  # the set-up's warm-up: first calls allocate and page in
+            self.fn()
+        self.calls = 0  # counted before the first window (calls_per_window)
 
     def once(self) -> Measured:
         """Set the threads (interleaved points use other counts), warm up, time ``self.calls`` calls."""
         p = self.params
         info = set_torch_threads(p.threads, inter_op=1)
+        if not self.calls:
+            self.calls = calls_per_window(self.fn, p)
         for _ in range(p.warmup):  # untimed: lets a resized thread pool settle
             self.fn()
         with self.meter.window() as win:
             for _ in range(self.calls):
                 self.fn()
+        calls = self.calls
+        if win.wall_s > 0:  # a faster window than the count assumed: the next ones run longer
+            self.calls = max(calls, math.ceil(p.min_window_s * calls / win.wall_s))
         row = {
-            "gflop_per_s": self.flop * self.calls / win.wall_s / 1e9 if self.flop else float("nan"),
-            "samples_per_s": self.samples * self.calls / win.wall_s if self.samples else float("nan"),
-            "calls": self.calls,
+            "gflop_per_s": self.flop * calls / win.wall_s / 1e9 if self.flop else float("nan"),
+            "samples_per_s": self.samples * calls / win.wall_s if self.samples else float("nan"),
+            "calls": calls,
             "oversubscribed": p.cpus_requested() > self.meter.ncpu,
             "dtype": "bfloat16" if p.workload == "matmul_bf16" else "float32",
             **info,
