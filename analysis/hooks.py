@@ -47,12 +47,14 @@ def _with_contention(lines: list[dict], summary: pd.DataFrame) -> list[dict]:
     """Each headline of an experiment some of whose measured points were contended gets
     ``contended``: ``[k, n]``, k of its n measured points (status ok) contended, as summary.csv's
     ``contended`` flags them; the first screen says so beside the answer (:mod:`report.trust`),
-    since a contended point can lose to one it would beat on an idle machine."""
+    since a contended point can lose to one it would beat on an idle machine. A headline that
+    answers without a measurement (``measured``: False, e.g. "not measured: no native bfloat16")
+    gets none."""
     if summary is None or "contended" not in summary or "status" not in summary:
         return lines
     ok = summary[summary["status"] == "ok"]
     k = int(ok["contended"].fillna(False).astype(bool).sum())
-    return [{**h, "contended": [k, len(ok)]} for h in lines] if k else lines
+    return [h if not k or h.get("measured", True) is False else {**h, "contended": [k, len(ok)]} for h in lines]
 
 
 def checks(

@@ -560,6 +560,30 @@ def test_an_answer_from_contended_points_says_so_on_the_first_screen():
     assert headlines([{"name": "intraop", "headlines": [quiet]}], trust)[-2]["answer"] == quiet["answer"]
 
 
+def test_an_answer_no_measurement_gave_gets_no_contention_note():
+    """bfloat16 skipped on a CPU without it: its line says "not measured" and, although the
+    float32 points beside it were contended, names no contended points (it measured none)."""
+    from analysis.hooks import findings
+
+    base = {"metric": "gflops", "status": "ok", "reason": "", "speedup_source": "interleaved", "contended": True}
+    rows = [
+        {**base, "workload": "matmul", "threads": 1, "speedup": 1.0, "speedup_ci_low": 1.0, "speedup_ci_high": 1.0},
+        {**base, "workload": "matmul", "threads": 2, "speedup": 1.8, "speedup_ci_low": 1.7, "speedup_ci_high": 1.9},
+    ]
+    rows[0]["speedup_source"] = "baseline"
+    skipped = {"workload": "matmul_bf16", "metric": "gflops", "status": "skipped", "contended": False}
+    rows += [{**skipped, "threads": t, "reason": "no native bfloat16 on this CPU"} for t in (1, 2)]
+    s = pd.DataFrame(rows).assign(best=[False, True, False, False], oversubscribed=False, noisy=False)
+    s = s.assign(
+        median=[90.0, 162.0, np.nan, np.nan], ci_low=s["speedup_ci_low"] * 90, ci_high=s["speedup_ci_high"] * 90
+    )
+    s["parallel_efficiency"] = s["speedup"] / s["threads"]
+    thread_line, bf16_line = findings("intraop", s, {"available_cpus": 2})["headlines"]
+    assert thread_line["contended"] == [2, 2]
+    assert bf16_line["answer"] == "not measured: no native bfloat16 on this CPU", bf16_line
+    assert "contended" not in bf16_line
+
+
 def test_the_jit_question_names_only_the_modes_the_config_ran():
     """The quick config runs eager, script and trace: its question asks about TorchScript
     alone; with torch.compile among the modes it asks about both."""

@@ -142,7 +142,8 @@ def headlines(ctx: Context) -> list[dict]:
         answer = f"not measured: {why.iloc[0]}" if len(why) and why.iloc[0] else ""
     if answer:
         question = f"Does bfloat16 pay on this CPU, for {one}?"
-        out.append({"question": question, "answer": answer, "topic": "precision", "scope": "operator"})
+        line = {"question": question, "answer": answer, "topic": "precision", "scope": "operator"}
+        out.append(line | ({} if len(fp32) and len(bf16) else {"measured": False}))
     return out
 
 
