@@ -176,11 +176,11 @@ def _allowed_in(schema_path: Path, sections: Mapping[str, str | Path]) -> Callab
 
 
 def _text_hint(message: str, value) -> str:
-    """Snakemake reads a nested ``--config`` value as text (YAML's BaseLoader), and YAML reads a
-    quoted number as text: where a text value would parse as what the schema asks, say how to
-    pass it (the message cannot tell which of the two it was, so it names both). A top-level ``--config``
-    value that reads as a number or a boolean (``host=007`` arrives as 7, quoted or not) where
-    text is asked for: say it too."""
+    """How to pass what the message refuses, where the lab knows: a swept parameter's single
+    value (a list is asked for), ``--config KEY=null`` (the text null), and a top-level
+    ``--config`` value that reads as a number or a boolean (``host=007`` arrives as 7, quoted or
+    not) where text is asked for. (A nested ``--config`` value that arrives as text is read as
+    YAML before this: :func:`read_text_values`.)"""
     if not isinstance(value, (list, dict)) and "is not of type 'array'" in message:
         return f"{message} (a swept parameter takes a list, even of one value: [{value}])"
     if value == "null" and "(a reserved name)" in message:
@@ -190,17 +190,39 @@ def _text_hint(message: str, value) -> str:
             f"{message} (--config reads KEY=VALUE as a number or a boolean where it can, quotes or not: for"
             " text such as 007 or true, put it in quotes in a YAML file passed with --configfile)"
         )
-    if isinstance(value, str) and "is not of type" in message:
-        try:
-            parsed = yaml.safe_load(value)
-        except yaml.YAMLError:
-            return message
-        if not isinstance(parsed, str):
-            return (
-                f"{message} (a value quoted in YAML, or a nested one given with --config, arrives as text:"
-                " write it unquoted in a YAML file passed with --configfile)"
-            )
     return message
+
+
+def read_text_values(data: dict, schema_path: Path) -> None:
+    """Read, in place, each text value that the schema at ``schema_path`` refuses and whose YAML
+    reading is a number, a boolean or a list (``'7'`` -> 7): Snakemake reads a nested
+    ``--config`` override as text (YAML's BaseLoader: ``--config 'gil={repeats: 7}'`` gives
+    ``'7'``), as YAML does a quoted number. A text the schema accepts (a host label ``007``) or
+    that reads as text (``five``) is left as it is, for the schema to judge."""
+    validator, _ = _validator(_load_schema(schema_path))
+
+    def errors(errs):  # with those inside oneOf/anyOf branches (a list of counts, or "auto")
+        for err in errs:
+            yield err
+            yield from errors(err.context or ())
+
+    for _ in range(1000):  # one value a pass: a path changes only where its value was replaced
+        for err in errors(validator.iter_errors(data)):
+            if not isinstance(err.instance, str) or not err.absolute_path:
+                continue
+            try:
+                parsed = yaml.safe_load(err.instance)
+            except yaml.YAMLError:
+                continue
+            if parsed is not None and not isinstance(parsed, str):
+                *parents, last = err.absolute_path
+                node = data
+                for key in parents:
+                    node = node[key]
+                node[last] = parsed
+                break
+        else:
+            return
 
 
 def _snakemake_validate(data: dict, schema_path: Path, prefix: str = "") -> None:
@@ -345,6 +367,7 @@ def validate_config(
                 f"config key {name}: {config[name]!r} is not allowed (a section is a mapping);"
                 f" allowed: object with keys {', '.join(keys)}"
             )
+    read_text_values(config, schema_path)
     _snakemake_validate(config, schema_path)
     _check_labels(config.get("interpreters") or [])
     _check_compare_baseline(config.get("compare") or {})
@@ -356,7 +379,8 @@ def validate_config(
                 f" allowed: one of {', '.join(sections)}"
             )
     for name, section_schema in {**own, **sections}.items():
-        _snakemake_validate(config.setdefault(name, {}), Path(section_schema), prefix=name)
+        read_text_values(config.setdefault(name, {}), Path(section_schema))
+        _snakemake_validate(config[name], Path(section_schema), prefix=name)
         whole_numbers(config[name], _load_schema(Path(section_schema)))
     check_rounds(config, rounds_users)
     for name, check in (checks or {}).items():

@@ -189,9 +189,9 @@ def test_bad_config_is_refused(root, default_config, patch, key):
             {"cluster": {"hosts": {9654: {"cpus": 2}}}},
             "config key cluster.hosts: 9654 is not allowed as a key (YAML read it as a int); allowed: text",
         ),
-        (
-            {"gil": {"repeats": "7"}},
-            "'7' is not of type 'integer'); allowed: integer >= 1 (a value quoted in YAML, or a nested",
+        (  # text that reads as text stays text, and says how numbers are written
+            {"gil": {"repeats": "seven"}},
+            "'seven' is not of type 'integer'); allowed: integer >= 1",
         ),
         (
             {"workload": {"entry": "examples.textcls.bench:buidl"}},
@@ -423,6 +423,23 @@ def test_whole_number_floats_become_ints_for_integer_keys(root, default_config):
     assert (d["batch_size"], d["num_workers"], d["items"]["tensor"]) == (32, [0, 1], 5000)
     assert all(type(v) is int for v in (d["batch_size"], *d["num_workers"], d["items"]["tensor"]))
     assert type(d["io_latency_s"]) is float  # a number key keeps its float
+
+
+def test_a_nested_override_given_as_text_is_read_as_yaml_where_the_schema_asks(root, default_config):
+    """Snakemake reads ``--config 'gil={repeats: 7, workers: [2, 4]}'`` as text ('7', ['2', '4']):
+    where the schema refuses the text and its YAML reading is a number, a boolean or a list, the
+    reading is taken; text the schema accepts (a host label) or that reads as text is left."""
+    cfg = _merge(default_config, {"gil": {"repeats": "7", "workers": ["2", "4"]}, "intraop": {"threads": ["1", "2"]}})
+    cfg = _merge(cfg, {"rounds": {"workers": "3", "budget_s": "4.5"}, "host": "007", "intraop": {"bf16": "any"}})
+    _validate(root, cfg)
+    assert (cfg["gil"]["repeats"], cfg["gil"]["workers"], cfg["intraop"]["threads"]) == (7, [2, 4], [1, 2])
+    assert (cfg["rounds"]["workers"], cfg["rounds"]["budget_s"]) == (3, 4.5)
+    assert (cfg["host"], cfg["intraop"]["bf16"]) == ("007", "any")
+    auto = _merge(default_config, {"intraop": {"threads": "auto"}})
+    _validate(root, auto)
+    assert auto["intraop"]["threads"] == "auto"
+    with pytest.raises(ConfigError, match=r"config key rounds.workers: 0 is not allowed \(0 is less than the minimum"):
+        _validate(root, _merge(default_config, {"rounds": {"workers": "0"}}))  # read, then judged by its range
 
 
 def test_a_field_name_the_lab_uses_or_an_odd_type_is_refused():
