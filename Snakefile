@@ -87,6 +87,7 @@ onstart:
 
 onsuccess:
     stop_job_server()
+    say_where_the_reports_are()
 
 
 onerror:

@@ -6,6 +6,7 @@ import json
 import os
 import shlex
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -34,6 +35,8 @@ one_timer_at_a_time()
 #: The thread variables of the user's shell, before any job's environment is set.
 USER_ENV = capture_user_env()
 REGISTRY = registry.experiments()
+#: When Snakemake read this file (s since the epoch): a comparison written after it is this run's.
+_PARSED_AT = time.time()
 HOST = host_label(config.get("host"))
 #: SLURM node types by host label (config cluster.hosts; profiles/slurm): each label's points
 #: run on nodes its partition and constraint select. Empty: this machine, under HOST.
@@ -109,6 +112,18 @@ def stop_job_server():
     from lab import serverctl
 
     serverctl.stop(_SERVER.pop("procs", []))
+
+
+def say_where_the_reports_are():
+    """Snakemake's onsuccess (a run that ran jobs): one line per report of this run's host
+    labels, and of the comparison where this run wrote it, so that the last lines of a long log
+    say where to look."""
+    for where in [*(f"results/{h}" for h in HOSTS), "results/compare"]:
+        html = Path(where, "report.html")
+        if html.is_file() and (
+            where != "results/compare" or html.stat().st_mtime >= _PARSED_AT
+        ):
+            print(f"Report: {html} and {html.with_suffix('.md')}", file=sys.stderr)
 
 
 def host_cpus(host):

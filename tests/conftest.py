@@ -215,6 +215,7 @@ def quick_run(tmp_path_factory) -> Path:
     env = {k: v for k, v in os.environ.items() if not k.startswith("XDG_")} | {"HOME": str(home), "DISPLAY": ":99"}
     proc = snakemake_in(work, "--cores", "4", *QUICK_CONFIG, "--config", "host=e2e", env=env)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    (base / "log-tail.txt").write_text("\n".join(proc.stderr.splitlines()[-10:]))
     (base / "written.txt").write_text(
         "\n".join(sorted(str(p) for p in {p.relative_to(work) for p in work.rglob("*")} - before))
     )

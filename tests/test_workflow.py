@@ -423,6 +423,13 @@ def test_run_writes_only_where_it_owns(quick_run):
     assert any(p.startswith(".snakemake/lab/tmp") for p in written) or (quick_run / ".snakemake/lab/tmp").is_dir()
 
 
+def test_the_last_lines_of_a_run_say_where_its_report_is(quick_run):
+    """1,500 lines of Snakemake's log end by naming the report the run wrote, so a new user
+    need not guess the host label's directory."""
+    tail = (quick_run.parent.parent / "log-tail.txt").read_text()
+    assert "Report: results/e2e/report.html and results/e2e/report.md" in tail, tail
+
+
 @pytest.mark.slow
 def test_changing_one_sweep_value_reruns_only_what_depends_on_it(quick_run, tmp_path):
     extra = tmp_path / "more-workers.yaml"
