@@ -100,19 +100,25 @@ def speedup_top(summary: pd.DataFrame, ideal: float) -> float:
 def speedup_note(fig: Figure, extra: str = "", noisy: str = "Hollow") -> None:
     """The footnote of a speedup chart: how speedups and their CIs were measured, and how noisy
     points are marked (``noisy``: ``Hollow`` for line charts, ``Hatched`` for bar charts)."""
-    fig.text(
-        0.01,
-        0.005,
+    note(
+        fig,
         "Speedup: median of per-round ratios to the baseline measured interleaved in the same job; "
         f"error bars: 95% CI. {noisy}: noisy (IQR > 10% of median)." + extra,
-        fontsize=7.5,
-        color="#555555",
     )
 
 
+#: Characters of a footnote line per inch of figure width (7.5 pt DejaVu Sans, 4-4.8 pt a
+#: character on average), so that a footnote does not widen the saved figure past its axes.
+NOTE_CHARS_PER_INCH = 15
+
+
 def note(fig: Figure, text: str) -> None:
-    """A footnote in small grey type at the bottom left."""
-    fig.text(0.01, 0.005, text, fontsize=7.5, color="#555555")
+    """A footnote in small grey type at the bottom left, wrapped to the figure's width (a line
+    longer than the figure widened the saved image, ``bbox_inches="tight"``, and left the axes
+    in its left part). Lines that a footnote breaks on its own are kept."""
+    width = max(40, int(fig.get_figwidth() * NOTE_CHARS_PER_INCH))
+    wrapped = "\n".join(textwrap.fill(line, width) for line in text.splitlines())
+    fig.text(0.01, 0.005, wrapped, fontsize=7.5, color="#555555")
 
 
 def not_measured_panel(ax, title: str, sub: pd.DataFrame) -> None:

@@ -733,3 +733,25 @@ def test_an_interval_far_above_the_others_is_drawn_capped_with_its_bound_written
     bars = [seg for coll in ax.collections for seg in coll.get_segments()]
     assert max(seg[:, 1].max() for seg in bars) == pytest.approx(top)  # no bar drawn past the axis
     plt.close(fig)
+
+
+def test_a_long_footnote_wraps_inside_the_figure_instead_of_widening_it():
+    """multiprocessing's footnote ran 330 characters on one line: saved with bbox_inches="tight",
+    the image grew to its length and the chart sat in its left 80%. Wrapped to the figure's
+    width, it ends inside the figure, and every word is kept."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from analysis.plotting import note
+
+    words = [f"word{i}" for i in range(120)]  # digits: wider than most text
+    for width in (4, 6, 15):
+        fig, ax = plt.subplots(figsize=(width, 3), dpi=100)
+        note(fig, " ".join(words))
+        fig.canvas.draw()
+        text = fig.texts[-1]
+        assert text.get_window_extent(fig.canvas.get_renderer()).x1 <= fig.bbox.width, width
+        assert text.get_text().split() == words
+        plt.close(fig)

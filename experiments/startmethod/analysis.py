@@ -239,7 +239,7 @@ def startmethod_latency(ctx: Context) -> Figure:
     values = sub[[f"{FIRST}_ci_high", f"{SHUTDOWN}_ci_high", FIRST, SHUTDOWN]].to_numpy(dtype=float)
     left.set_ylim(np.nanmin(values) / 3, np.nanmax(values) * 4)
     left.set_xlim(-0.6, len(sub) - 0.4)
-    left.set_ylabel("ms per epoch (log scale)")
+    left.set_ylabel("latency, once per epoch (ms, log scale)")
     left.set_title("Start and end of every epoch (lower is better)", fontsize=10)
     left.legend(loc="upper left", fontsize=8)
     _steady_panel(right, ctx, sub, x)
