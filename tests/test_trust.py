@@ -223,10 +223,12 @@ def test_jit_gives_torch_compile_cold_and_with_the_cache_filled():
     )
     fig = jit_latency(Context({"available_cpus": 2}, summary=summary))
     upfront = fig.axes[1]
-    assert [t.get_text() for t in upfront.get_legend().get_texts()] == ["the same, compile cache filled"]
+    said = [t.get_text() for t in upfront.get_legend().get_texts()]  # the panel's own legend: each mode, the dash
+    assert said == ["eager", "compile", "the same, compile cache filled"]
     assert "3,500 ms" in [t.get_text() for t in upfront.texts]  # the dash's label: setup + warm first call
     cold_only = summary.drop(columns="first_call_warm_s")  # one worker process, or results from before
-    assert jit_latency(Context({"available_cpus": 2}, summary=cold_only)).axes[1].get_legend() is None
+    cold_legend = jit_latency(Context({"available_cpus": 2}, summary=cold_only)).axes[1].get_legend()
+    assert [t.get_text() for t in cold_legend.get_texts()] == ["eager", "compile"]  # no dash drawn
     assert fig._suptitle.get_text() == "Inference: eager vs torch.compile"  # no TorchScript: none measured
     scripted = pd.concat([summary, summary.iloc[[1]].assign(mode="trace")])
     title = jit_latency(Context({"available_cpus": 2}, summary=scripted))._suptitle.get_text()

@@ -123,9 +123,11 @@ def jit_latency(ctx: Context) -> Figure:
     ax1.legend(fontsize=8, loc="upper left", ncol=len(modes))
     ax2.set_yscale("log")
     ax2.set_xlim(-0.6, len(models) - 0.4)  # the outer markers and their labels inside the axes
+    shown = dict(zip(*reversed(ax2.get_legend_handles_labels())))  # each mode once, and the dash
+    ax2.legend(shown.values(), shown.keys(), fontsize=8, loc="upper left", ncol=min(4, len(shown)))
     if lows:
-        # every bar visible, its label above it, and the dash's legend above that
-        ax2.set_ylim(min(lows) / 4, max(lows) * (20 if ax2.get_legend() else 3))
+        # every marker visible, its label above it, and the legend above that
+        ax2.set_ylim(min(lows) / 4, max(lows) * 20)
     ax2.set_ylabel("setup + first call (ms, log scale)")
     ax2.set_title("Up-front cost")
     fig.suptitle("Inference: " + " vs ".join(_mode_names(modes)), fontsize=11)
@@ -149,8 +151,9 @@ def _upfront(ax, m: pd.DataFrame, pos: np.ndarray, style: dict) -> list[float]:
     drawn = up[ok].tolist()
     warm = (m["setup_s"] + m.get("first_call_warm_s", np.nan)) * 1000
     if warm[ok].notna().any():
-        dash = ax.scatter(pos, warm.where(ok), marker="_", s=400, color="black", zorder=3)
-        ax.legend([dash], ["the same, compile cache filled"], fontsize=8, loc="upper left")
+        ax.scatter(
+            pos, warm.where(ok), marker="_", s=400, color="black", zorder=3, label="the same, compile cache filled"
+        )
         for p, v in zip(pos, warm.where(ok)):
             if np.isfinite(v):
                 ax.annotate(_ms(v), (p, v), xytext=(0, -11), textcoords="offset points", ha="center", fontsize=7)
