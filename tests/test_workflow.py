@@ -423,6 +423,7 @@ def test_run_writes_only_where_it_owns(quick_run):
     assert any(p.startswith(".snakemake/lab/tmp") for p in written) or (quick_run / ".snakemake/lab/tmp").is_dir()
 
 
+@pytest.mark.slow
 def test_the_last_lines_of_a_run_say_where_its_report_is(quick_run):
     """1,500 lines of Snakemake's log end by naming the report the run wrote, so a new user
     need not guess the host label's directory."""
