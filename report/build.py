@@ -135,10 +135,13 @@ def _is_true(v) -> bool:
 
 
 def _flags(spec, r: pd.Series) -> str:
-    """The flags column of one point: the common flags (``contended`` naming the process that
+    """The flags column of one point: the common flags (``best`` saying so where it is the
+    baseline, kept since no point's CI cleared it; ``contended`` naming the process that
     took the most CPU, ``stopped on budget`` where the rounds ended with the interval still wider
     than the target), then the experiment's declared ones."""
     flags = [name.replace("other_node", "on another node model") for name in COMMON_FLAGS if _is_true(r.get(name))]
+    if "best" in flags and r.get("speedup_source") == "baseline":  # kept: no point's CI cleared it
+        flags[flags.index("best")] = "best (the baseline: no point clearly faster)"
     pid = r.get("top_other_pid")
     if "contended" in flags and pid is not None and not pd.isna(pid):
         flags[flags.index("contended")] = f"contended (pid {int(pid)} {str(r.get('top_other') or '').split(' ')[0]})"

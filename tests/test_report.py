@@ -358,3 +358,17 @@ def test_the_summary_table_gives_each_speedup_its_rerun_interval(host_dir):
             assert row[col] == f"{r['speedup_rerun_low']:.2f}-{r['speedup_rerun_high']:.2f}"
             assert r["speedup_rerun_low"] <= r["speedup_ci_low"] <= r["speedup_ci_high"] <= r["speedup_rerun_high"]
     assert any(row[col] for row in table["rows"])
+
+
+def test_a_baseline_kept_as_best_says_no_point_cleared_it():
+    """Where no point's CI clears the baseline, the baseline row is flagged best (keep it); the
+    flag says so, since beside "no clear winner" a bare "best" on the sequential row reads as a
+    contradiction. A point that cleared it is plainly best."""
+    from report.build import _flags
+
+    spec = registry.get("gil").spec
+    base = pd.Series({"best": True, "speedup_source": "baseline", "noisy": False, "contended": False})
+    point = base.copy()
+    point["speedup_source"] = "interleaved"
+    assert _flags(spec, base) == "best (the baseline: no point clearly faster)"
+    assert _flags(spec, point) == "best"
