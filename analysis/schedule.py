@@ -69,7 +69,9 @@ def job_schedule(jobs: pd.DataFrame, host: dict, run: dict | None = None) -> Fig
             i, h = order.index(job), 0.45 if phase == "window" else 0.8
             bars = list(zip(js["start_unix"] - t0, js["end_unix"] - js["start_unix"]))
             ax.broken_barh(bars, (i - h / 2, h), facecolors=colour, linewidth=0)
-    ax.set_yticks(range(len(order)), order, fontsize=6.5 if len(order) > 30 else 7.5)
+    measured = set(jobs.loc[jobs["phase"] == "window", "job"])  # a job with none skipped its point or failed
+    labels = [job if job in measured else f"{job} (no window: skipped or failed)" for job in order]
+    ax.set_yticks(range(len(order)), labels, fontsize=6.5 if len(order) > 30 else 7.5)
     ax.set_ylim(-0.6, len(order) - 0.4)
     ax.invert_yaxis()
     ax.grid(axis="y", visible=False)

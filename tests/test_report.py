@@ -372,3 +372,20 @@ def test_a_baseline_kept_as_best_says_no_point_cleared_it():
     point["speedup_source"] = "interleaved"
     assert _flags(spec, base) == "best (the baseline: no point clearly faster)"
     assert _flags(spec, point) == "best"
+
+
+def test_the_job_schedule_names_a_job_without_a_window():
+    """A skipped point's job (bfloat16 on a CPU without it) is a row with a sliver of start-up and
+    no window: its label says why the row is empty."""
+    from analysis.schedule import job_schedule
+
+    jobs = pd.DataFrame(
+        [
+            {"job": "intraop threads=1", "phase": "startup", "start_unix": 0.0, "end_unix": 0.1},
+            {"job": "intraop threads=1", "phase": "window", "start_unix": 0.5, "end_unix": 1.0},
+            {"job": "bf16 threads=1", "phase": "startup", "start_unix": 1.2, "end_unix": 1.25},
+        ]
+    )
+    fig = job_schedule(jobs, {"host": "h"})
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels == ["intraop threads=1", "bf16 threads=1 (no window: skipped or failed)"]
