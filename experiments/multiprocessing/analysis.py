@@ -246,10 +246,11 @@ def _policy_headline(every, replicates=None) -> list[dict]:
     if others.empty:
         return []
     other = others.loc[others["median"].idxmax()]
-    verdict = {1: "clearly faster", -1: "clearly slower", 0: "no clear difference"}[_verdict(other, worst)]
+    policy = other["omp_wait_policy"]
+    verdict = {1: f"{policy} clearly faster", -1: f"{policy} clearly slower", 0: "no clear difference"}
     answer = (
-        f"at {_split(worst)}, OMP_WAIT_POLICY={other['omp_wait_policy']} {_capped_x(replicates, other)} of 1 x 1"
-        f" against {_capped_x(replicates, worst)} with the default ({verdict})"
+        f"at {_split(worst)}, OMP_WAIT_POLICY={policy} {_capped_x(replicates, other)} of 1 x 1"
+        f" against {_capped_x(replicates, worst)} with the default ({verdict[_verdict(other, worst)]})"
     )
     return [{"question": "What does oversubscription's cost come from?", "answer": answer}]
 
