@@ -206,23 +206,23 @@ def read_text_values(data: dict, schema_path: Path) -> None:
             yield err
             yield from errors(err.context or ())
 
-    for _ in range(1000):  # one value a pass: a path changes only where its value was replaced
+    while True:  # a value read is no longer text, so each pass fixes fewer until none is left
+        fixes = {}
         for err in errors(validator.iter_errors(data)):
-            if not isinstance(err.instance, str) or not err.absolute_path:
-                continue
-            try:
-                parsed = yaml.safe_load(err.instance)
-            except yaml.YAMLError:
-                continue
-            if parsed is not None and not isinstance(parsed, str):
-                *parents, last = err.absolute_path
-                node = data
-                for key in parents:
-                    node = node[key]
-                node[last] = parsed
-                break
-        else:
+            if isinstance(err.instance, str) and err.absolute_path:
+                try:
+                    parsed = yaml.safe_load(err.instance)
+                except yaml.YAMLError:
+                    continue
+                if parsed is not None and not isinstance(parsed, str):
+                    fixes[tuple(err.absolute_path)] = parsed
+        if not fixes:
             return
+        for (*parents, last), parsed in fixes.items():
+            node = data
+            for key in parents:
+                node = node[key]
+            node[last] = parsed
 
 
 def _snakemake_validate(data: dict, schema_path: Path, prefix: str = "") -> None:

@@ -131,7 +131,8 @@ def headlines(ctx: Context) -> list[dict]:
     sizes = replicates["matmul_size"].dropna() if has_size else []
     n = int(sizes.iloc[0]) if len(sizes) else None
     one = f"a {n}x{n} float matmul" if n else "one matmul"
-    if len(fp32) and len(bf16):
+    both = bool(len(fp32) and len(bf16))
+    if both:
         ratio = best_row(bf16)["median"] / best_row(fp32)["median"]
         answer = (
             f"for {one} only: bfloat16 {ratio:.2f}x the GFLOP/s of float32 (best of each; separate jobs);"
@@ -143,7 +144,7 @@ def headlines(ctx: Context) -> list[dict]:
     if answer:
         question = f"Does bfloat16 pay on this CPU, for {one}?"
         line = {"question": question, "answer": answer, "topic": "precision", "scope": "operator"}
-        out.append(line | ({} if len(fp32) and len(bf16) else {"measured": False}))
+        out.append(line if both else line | {"measured": False})
     return out
 
 
