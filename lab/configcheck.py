@@ -357,6 +357,10 @@ def validate_config(
     """
     schema_path = Path(schema_path)
     own = dict(lab_sections or {})
+    read_text_values(config, schema_path)  # first: a nested --config '.inf' is then checked as the number it is
+    for name, section_schema in {**own, **sections}.items():
+        if isinstance(config.get(name), dict):
+            read_text_values(config[name], Path(section_schema))
     check_values(config, _allowed_in(schema_path, {**own, **sections}))
     base = yaml.safe_load(schema_path.read_text(encoding="utf-8"))["properties"]
     _check_top_level(config, [*base, *own, *sections])
@@ -367,7 +371,6 @@ def validate_config(
                 f"config key {name}: {config[name]!r} is not allowed (a section is a mapping);"
                 f" allowed: object with keys {', '.join(keys)}"
             )
-    read_text_values(config, schema_path)
     _snakemake_validate(config, schema_path)
     _check_labels(config.get("interpreters") or [])
     _check_compare_baseline(config.get("compare") or {})
@@ -379,8 +382,7 @@ def validate_config(
                 f" allowed: one of {', '.join(sections)}"
             )
     for name, section_schema in {**own, **sections}.items():
-        read_text_values(config.setdefault(name, {}), Path(section_schema))
-        _snakemake_validate(config[name], Path(section_schema), prefix=name)
+        _snakemake_validate(config.setdefault(name, {}), Path(section_schema), prefix=name)
         whole_numbers(config[name], _load_schema(Path(section_schema)))
     check_rounds(config, rounds_users)
     for name, check in (checks or {}).items():

@@ -440,6 +440,9 @@ def test_a_nested_override_given_as_text_is_read_as_yaml_where_the_schema_asks(r
     assert auto["intraop"]["threads"] == "auto"
     with pytest.raises(ConfigError, match=r"config key rounds.workers: 0 is not allowed \(0 is less than the minimum"):
         _validate(root, _merge(default_config, {"rounds": {"workers": "0"}}))  # read, then judged by its range
+    for key, text in (("rounds", {"budget_s": ".inf"}), ("multiprocessing", {"max_window_s": ".nan"})):
+        with pytest.raises(ConfigError, match="is not allowed \\(not a finite number\\)"):  # read, then checked
+            _validate(root, _merge(default_config, {key: text}))
 
 
 def test_a_field_name_the_lab_uses_or_an_odd_type_is_refused():
