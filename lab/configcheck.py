@@ -357,10 +357,9 @@ def validate_config(
     """
     schema_path = Path(schema_path)
     own = dict(lab_sections or {})
-    read_text_values(config, schema_path)  # first: a nested --config '.inf' is then checked as the number it is
-    for name, section_schema in {**own, **sections}.items():
-        if isinstance(config.get(name), dict):
-            read_text_values(config[name], Path(section_schema))
+    for part, part_schema in [(config, schema_path), *((config.get(n), p) for n, p in {**own, **sections}.items())]:
+        if isinstance(part, dict):  # first: a nested --config '.inf' is then checked as the number it is
+            read_text_values(part, Path(part_schema))
     check_values(config, _allowed_in(schema_path, {**own, **sections}))
     base = yaml.safe_load(schema_path.read_text(encoding="utf-8"))["properties"]
     _check_top_level(config, [*base, *own, *sections])
