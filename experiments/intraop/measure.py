@@ -132,11 +132,9 @@ def make_workload(params: Params):
 def calls_per_window(fn, params: Params) -> int:
     """Calls of ``fn`` per window: ``params.iterations``, or as many as fill
     ``params.min_window_s`` where those take less, from the fastest of calls timed one by one
-    now (after ``params.warmup`` untimed ones; at least 2 calls and 20 ms; untimed by the
-    windows). The fastest call is what a call costs with the CPUs to itself; a mean over calls
-    the machine slowed would give short windows. Threads must be set first."""
-    for _ in range(params.warmup):
-        fn()
+    now (at least 2 calls and 20 ms; untimed by the windows). The fastest call is what a call
+    costs with the CPUs to itself; a mean over calls the machine slowed would give short
+    windows. Threads must be set and the workload warmed up first."""
     n, fastest, spent = 0, math.inf, 0.0
     while n < 2 or spent < 0.02:
         t0 = time.perf_counter()
@@ -167,10 +165,10 @@ class Runner:
         """Set the threads (interleaved points use other counts), warm up, time ``self.calls`` calls."""
         p = self.params
         info = set_torch_threads(p.threads, inter_op=1)
-        if not self.calls:
-            self.calls = calls_per_window(self.fn, p)
         for _ in range(p.warmup):  # untimed: lets a resized thread pool settle
             self.fn()
+        if not self.calls:
+            self.calls = calls_per_window(self.fn, p)
         with self.meter.window() as win:
             for _ in range(self.calls):
                 self.fn()
