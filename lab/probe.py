@@ -10,9 +10,10 @@ for every point: a pure-Python counting loop (``while i < n: i += 1``), which ne
 integer pipeline and nothing else (no memory bandwidth, no vector units).
 
 How: :class:`Probe` keeps ``N`` worker processes (``N`` = the available CPUs), started once per
-job with ``python -I -S`` (standard library only, about 20 ms each), each of which warms its
-loop up before it answers (:data:`WARM_CALLS`: the interpreter's own warm-up must not read as
-the machine speeding up), and calibrated so that one loop takes ``probe_ms``.
+job (one probe for all of a job's worker processes: :func:`share`) with ``python -I -S``
+(standard library only, about 20 ms each), each of which warms its loop up before it answers
+(:data:`WARM_CALLS`: the interpreter's own warm-up must not read as the machine speeding up),
+and calibrated so that one loop takes ``probe_ms``.
 :meth:`Probe.measure` runs the loop on 1 worker, then on ``k`` workers at once for each level
 ``k`` (the point's parallel units, capped at ``N``, and ``N``): the workers wait for a common
 start time on the shared monotonic clock, so they run together; a level's rate is
@@ -101,13 +102,14 @@ class Probe:
     Args:
         ncpu: available CPUs (the all-CPU level; >= 1).
         probe_ms: wall time of one loop (ms, > 0), after calibration.
+        wait: wait for the workers' start here (:meth:`wait_ready`).
 
     Raises:
         ValueError: for ``ncpu < 1`` or ``probe_ms <= 0``.
         ProbeError: for a worker that did not start (the others are ended).
     """
 
-    def __init__(self, ncpu: int, probe_ms: float) -> None:
+    def __init__(self, ncpu: int, probe_ms: float, wait: bool = True) -> None:
         if ncpu < 1:
             raise ValueError(f"ncpu must be >= 1, got {ncpu}")
         if not probe_ms > 0:
@@ -118,13 +120,25 @@ class Probe:
             subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
             for _ in range(ncpu)
         ]
-        for p in self._procs:  # started and warmed up: none is still on a CPU once the job measures
+        self.iterations = 0  # calibrated by the first reading (:meth:`calibrate`)
+        self._fastest = 0.0  # the fastest one-CPU rate seen (iterations/s)
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
+        """Wait until every worker has started and warmed up (its ``ready``): none is still on a
+        CPU once the job measures. :meth:`__init__` calls it unless told not to (``wait=False``:
+        the workers then start while the caller does other work, and the process that made the
+        probe calls it once, before any reading in whatever process).
+
+        Raises:
+            ProbeError: for a worker that did not start (the others are ended).
+        """
+        for p in self._procs:
             said = p.stdout.readline()
             if said != "ready\n":
                 self.close()
                 raise ProbeError(f"probe worker {p.pid} answered {said!r} at its start (exit code {p.poll()})")
-        self.iterations = 0  # calibrated by the first reading (:meth:`calibrate`)
-        self._fastest = 0.0  # the fastest one-CPU rate seen (iterations/s)
 
     def calibrate(self, rate: float = 0.0) -> None:
         """Set the loop's iterations so that one loop on one CPU takes ``probe_ms`` at the
@@ -139,6 +153,11 @@ class Probe:
         if rate == rate:  # not NaN
             self._fastest = max(self._fastest, rate)
         self.iterations = max(1000, int(self._fastest * self.probe_ms / 1000))
+
+    @property
+    def pids(self) -> list[int]:
+        """The worker processes' pids (empty once closed)."""
+        return [p.pid for p in self._procs]
 
     def __enter__(self) -> Probe:
         return self
@@ -207,6 +226,26 @@ class Probe:
             except subprocess.TimeoutExpired:
                 p.kill()
         self._procs = []
+
+
+#: The probe a job's worker processes share (:func:`shared`); None elsewhere.
+_shared: Probe | None = None
+
+
+def share(probe: Probe | None) -> None:
+    """Make ``probe`` the one :func:`shared` returns (None: no shared probe). :mod:`lab.workers`
+    makes a job's probe before it forks the worker processes, which measure one at a time
+    (:mod:`lab.turns`): each uses the probe's processes in its turn, through its own copy of
+    the pipes, so a job of 3 workers starts 2 probe processes on 2 CPUs instead of 6 (the
+    job's process ends them once every worker has ended)."""
+    global _shared
+    _shared = probe
+
+
+def shared() -> Probe | None:
+    """The job's shared probe (:func:`share`), inherited by its worker processes; None where
+    there is none (one worker, a job run by hand, a test): the caller makes its own then."""
+    return _shared
 
 
 def delivered_at(at: dict, k: int) -> float:

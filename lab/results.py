@@ -188,15 +188,15 @@ def interleave(
                 runners.append(("baseline", baseline, make_runner(baseline, meter)))
             for _, _, runner in runners:
                 getattr(runner, "warm_up", lambda: None)()  # optional (see Runner)
-            if rounds.probe_ms > 0:
-                probe = probe_mod.Probe(meter.ncpu, rounds.probe_ms)
+            if rounds.probe_ms > 0:  # the job's workers' shared probe, else one of its own
+                probe = probe_mod.shared() or probe_mod.Probe(meter.ncpu, rounds.probe_ms)
             result = _measure_rounds(runners, turns.await_turn(rounds), probe, meter.ncpu)
             turns.finished(result)  # in a worker process: the result goes before the tear-down
             return result
         finally:
             for _, _, runner in runners:
                 runner.close()
-            if probe is not None:
+            if probe is not None and probe is not probe_mod.shared():
                 probe.close()
 
 

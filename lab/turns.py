@@ -1,8 +1,9 @@
 """A worker process's turn: a job's worker processes set up together, then measure one at a time.
 
 Why: a job splits its rounds over worker processes (:mod:`lab.workers`), and each of them sets
-its point up on its own: the fork, the CPU sampler, the capacity probe's processes, the
-experiment's runners and their warm-up, 0.17-0.22 s a worker in the quick run (2026-12-04, AMX
+its point up on its own: the fork, the CPU sampler, the experiment's runners and their warm-up
+(the capacity probe's processes are the job's, shared by its workers: :func:`lab.probe.share`),
+0.17-0.22 s a worker in the quick run (2026-12-04, AMX
 Xeon VM), outside every measured window. Made one after the other, the second worker's set-up
 was 5% of the run's measurement phase. Made together, before anyone measures, they overlap on
 the machine's CPUs, and no set-up runs while another worker measures.
@@ -89,10 +90,10 @@ def await_turn(rounds: Rounds) -> Rounds:
 def finished(result) -> None:
     """In a worker whose turn came: send the parent ``("ok", result)`` now, its rounds measured,
     and sleep on the pipe (no CPU) until the parent says ``stop`` once no worker measures any
-    more; the caller's tear-down (its runners' interpreters and processes, the probe's, the
-    sampler) then runs beside the other workers' tear-downs, not between two workers' rounds
-    (36 ms a job on the EPYC VM, docs/benchmarks.md). Does nothing elsewhere (one worker, a job
-    run by hand, a test). :func:`reported` says whether it sent."""
+    more; the caller's tear-down (its runners' interpreters and processes, the sampler) then
+    runs beside the other workers' tear-downs, not between two workers' rounds (36 ms a job on
+    the EPYC VM, docs/benchmarks.md). Does nothing elsewhere (one worker, a job run by hand, a
+    test). :func:`reported` says whether it sent."""
     global _turn, _reported
     if _turn is None:
         return

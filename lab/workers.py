@@ -32,15 +32,16 @@ import time
 import traceback
 from collections.abc import Callable, Iterator
 
+from lab import probe as probe_mod
 from lab import turns
-from lab.host import set_parent_death_signal
+from lab.host import available_cpus, set_parent_death_signal
 from lab.results import RunResult
 from lab.rounds import Rounds
 
 #: Seconds a stopped worker gets to end on its own, and again after SIGTERM, before SIGKILL.
 END_GRACE_S = 2.0
 #: Seconds a worker that has sent its rounds gets for its tear-down (:func:`lab.turns.finished`)
-#: before SIGTERM: 0.04-0.2 s here (a child interpreter, DataLoader workers, the probe's processes).
+#: before SIGTERM: 0.04-0.2 s here (a child interpreter, DataLoader workers, the CPU sampler).
 TEARDOWN_S = 60.0
 
 
@@ -154,11 +155,15 @@ def _first_messages(workers: list[_Worker]) -> Iterator[tuple[_Worker, tuple[str
 
 
 def run_in_turn(
-    fns: list[Callable[[], RunResult]], policy: Callable[[int, list[RunResult]], Rounds], together: bool = True
+    fns: list[Callable[[], RunResult]],
+    policy: Callable[[int, list[RunResult]], Rounds],
+    together: bool = True,
+    before_turns: Callable[[], None] | None = None,
 ) -> list[RunResult]:
     """Fork one worker per function at once (``together``; else each once the one before is
-    set up); when all are ready (:func:`lab.turns.await_turn`), let them measure one after
-    the other, worker ``w`` with ``policy(w, results so far)``.
+    set up); when all are ready (:func:`lab.turns.await_turn`), call ``before_turns`` (where
+    given), then let them measure one after the other, worker ``w`` with ``policy(w, results
+    so far)``.
 
     Returns:
         The workers' results, in order; just one where a worker returned no rounds (a point
@@ -181,6 +186,8 @@ def run_in_turn(
                     if alone.rounds is not None and len(fns) > 1:
                         raise WorkerError(f"worker process {worker.index} measured rounds without waiting for its turn")
                     return [alone]
+        if before_turns is not None:
+            before_turns()
         results: list[RunResult] = []
         for worker in workers:
             result = worker.result(worker.go(policy(worker.index, results)))
@@ -237,7 +244,8 @@ def run_workers(call: Callable[[Rounds], RunResult], rounds: Rounds) -> RunResul
         ``worker`` and continuous ``repeat``, ``rounds`` with the total ``done``, the last
         worker's ``stopped``, the summed ``elapsed_s`` and each worker's rounds
         (``per_worker``). A result without rounds (a skipped point) is returned as it is.
-        With one worker, ``call`` runs in this process.
+        With one worker, ``call`` runs in this process. With ``rounds.probe_ms`` above 0, the
+        workers share one capacity probe (:func:`lab.probe.share`), started here as they fork.
 
     Raises:
         WorkerError: for a worker that failed or died (see :func:`run_in_turn`).
@@ -250,7 +258,16 @@ def run_workers(call: Callable[[Rounds], RunResult], rounds: Rounds) -> RunResul
         return rounds.for_worker(w, done, elapsed, *_values(merged, rounds.metric))
 
     forked = [rounds.for_worker(w, 0, 0.0, [], []) for w in range(rounds.workers)]
-    parts = run_in_turn([lambda p=p: call(p) for p in forked], policy, together=not rounds.setup_alone)
+    fns = [lambda p=p: call(p) for p in forked]
+    probe = probe_mod.Probe(available_cpus(), rounds.probe_ms, wait=False) if rounds.probe_ms > 0 else None
+    probe_mod.share(probe)  # the workers' probe (they measure one at a time): started once, beside their set-up
+    try:
+        ready = probe.wait_ready if probe is not None else None
+        parts = run_in_turn(fns, policy, together=not rounds.setup_alone, before_turns=ready)
+    finally:
+        probe_mod.share(None)
+        if probe is not None:
+            probe.close()  # every worker has ended (run_in_turn): no other copy of its pipes is left
     if parts[0].rounds is None:  # nothing measured in rounds (skipped): that is the answer
         return parts[0]
     merged, done, elapsed = _pooled(parts)

@@ -13,9 +13,11 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
-from lab import turns
+from lab import probe, turns
+from lab.host import available_cpus
 from lab.results import Measured, RunResult, interleave
 from lab.rounds import Rounds
 from lab.workers import WorkerError, run_workers
@@ -71,6 +73,7 @@ class SleepyRunner:
                 f.write("window\n")
         row = {"items_per_s": 1.0 / win.wall_s, "setup_start": self.setup[0], "setup_end": self.setup[1]}
         row["worker_seen"] = turns.worker()
+        row["probe_pids"] = " ".join(map(str, probe.shared().pids)) if probe.shared() else ""
         return Measured(win, row)
 
     def close(self) -> None:
@@ -221,6 +224,22 @@ def test_a_point_that_fails_in_a_turn_is_the_answer_and_the_later_workers_do_not
     assert result.rounds is None
     assert [r["reason"] for r in result.rows] == ["the workload raised KeyError while measured"]
     assert not log.exists()
+
+
+def test_a_jobs_workers_share_one_capacity_probe_that_ends_with_the_job():
+    """Three workers measure in turn with the probe on: one probe for the job (as many processes
+    as available CPUs, started once, not once per worker), a reading on every row of every
+    worker, and no probe process left once the job's rounds are done."""
+    rounds = Rounds(6, workers=3, metric="items_per_s", probe_ms=2)
+    result = _run(Sleepy(setup_s=0.1), rounds)
+    assert sorted({r["worker"] for r in result.rows}) == [0, 1, 2]
+    seen = {r["probe_pids"] for r in result.rows}
+    assert len(seen) == 1 and seen != {""}, seen
+    pids = [int(p) for p in seen.pop().split()]
+    assert len(pids) == available_cpus()
+    assert all(r["delivered_cpus"] > 0 and r["probe_s"] > 0 for r in result.rows)
+    left = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert not left and probe.shared() is None
 
 
 def test_a_worker_that_measures_without_its_turn_is_refused():
