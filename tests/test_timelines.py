@@ -164,8 +164,12 @@ def test_util_bins_merge_samples_into_means_over_a_tenth_of_a_second():
     t = [0.025 * (i + 1) for i in range(9)]
     s = pd.DataFrame({"t_s": t, "busy_pct": [40.0, 60.0] * 4 + [80.0]})
     edges, busy = timelines.util_bins(s)
-    assert edges == pytest.approx([0.0, 0.1, 0.2, 0.225])  # the last, short bin ends at the last sample
-    assert busy == pytest.approx([50.0, 50.0, 80.0])
+    # the 25 ms left at the end (under half a bin) join the bin before: it ends at the last sample
+    assert edges == pytest.approx([0.0, 0.1, 0.225])
+    assert busy == pytest.approx([50.0, (0.1 * 50.0 + 0.025 * 80.0) / 0.125])
+    # 60 ms left at the end (over half a bin) are a bin of their own
+    edges, busy = timelines.util_bins(pd.DataFrame({"t_s": [0.05, 0.1, 0.13, 0.16], "busy_pct": [50.0, 50, 90, 70]}))
+    assert edges == pytest.approx([0.0, 0.1, 0.16]) and busy == pytest.approx([50.0, 80.0])
     # uneven intervals weigh by their length: CPU time over the bin / its length
     edges, busy = timelines.util_bins(pd.DataFrame({"t_s": [0.02, 0.12], "busy_pct": [100.0, 0.0]}))
     assert edges == pytest.approx([0.0, 0.12]) and busy == pytest.approx([100 * 0.02 / 0.12])
