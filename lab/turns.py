@@ -3,10 +3,10 @@
 Why: a job splits its rounds over worker processes (:mod:`lab.workers`), and each of them sets
 its point up on its own: the fork, the CPU sampler, the experiment's runners and their warm-up
 (the capacity probe's processes are the job's, shared by its workers: :func:`lab.probe.share`),
-0.17-0.22 s a worker in the quick run (2026-12-04, AMX
-Xeon VM), outside every measured window. Made one after the other, the second worker's set-up
-was 5% of the run's measurement phase. Made together, before anyone measures, they overlap on
-the machine's CPUs, and no set-up runs while another worker measures.
+0.17-0.22 s a worker in the quick run (2026-12-04, AMX Xeon VM), outside every measured window.
+Made one after the other, the second worker's set-up was 5% of the run's measurement phase.
+Made together, before anyone measures, they overlap on the machine's CPUs, and no set-up runs
+while another worker measures.
 
 How: :func:`lab.workers.run_workers` forks every worker at once and hands each its end of a
 pipe (:func:`enter`). A worker's :func:`lab.results.interleave` sets up and warms up, then calls
