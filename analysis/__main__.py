@@ -44,11 +44,12 @@ def cmd_summarise(args) -> int:
     if "available_cpus" not in host:  # no host.json: the CPUs the windows were measured against
         cpus = pd.to_numeric(reps.get("available_cpus", pd.Series(dtype=float)), errors="coerce").max()
         host = host.with_facts(available_cpus=int(cpus) if pd.notna(cpus) else None)
-    write_frame(out / "spans.csv", load_sidecars(args.metrics, "spans.csv", args.experiment, reps))
+    spans = load_sidecars(args.metrics, "spans.csv", args.experiment, reps)
+    write_frame(out / "spans.csv", spans)
     write_frame(out / "samples.csv", load_sidecars(args.metrics, "samples.csv", args.experiment, reps))
     write_frame(out / "replicates.csv", reps)
     write_frame(out / "summary.csv", summary)
-    result = findings(args.experiment, summary, host, reps, jobs)
+    result = findings(args.experiment, summary, host, reps, jobs, spans)
     write_json(out / "findings.json", result)
     for line in result["findings"]:
         print(line, file=sys.stderr)

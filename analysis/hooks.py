@@ -21,21 +21,26 @@ from lab.contract import Context
 
 
 def findings(
-    experiment: str, summary: pd.DataFrame, host: Mapping, replicates: pd.DataFrame | None = None, jobs=None
+    experiment: str,
+    summary: pd.DataFrame,
+    host: Mapping,
+    replicates: pd.DataFrame | None = None,
+    jobs=None,
+    spans: pd.DataFrame | None = None,
 ) -> dict:
     """``{"experiment", "findings": [sentences], "tables": [{"caption", "columns", "rows"}],
     "headlines": [{"question", "answer"}], "data": {...}}``: the package's ``findings`` hook and,
     where it declares them (:class:`lab.contract.Analysis`), ``tables``, ``headlines`` (the
     report's first screen) and ``data`` (what its artefacts and the comparison of hosts read).
-    Every hook gets one :class:`lab.contract.Context` of the summary, ``host``, ``replicates``
-    and ``jobs`` (the points' job.json).
+    Every hook gets one :class:`lab.contract.Context` of the summary, ``host``, ``replicates``,
+    ``jobs`` (the points' job.json) and ``spans`` (the points' work spans, spans.csv).
 
     Raises:
         ValueError: for an experiment that is not registered.
         RegistryError: for a package without ``ANALYSIS``.
     """
     hooks = registry.get(experiment).hooks()
-    ctx = Context(host, summary=summary, replicates=replicates, jobs=jobs or [])
+    ctx = Context(host, summary=summary, replicates=replicates, jobs=jobs or [], spans=spans)
     out = {"experiment": experiment, "findings": hooks.findings(ctx)}
     out["tables"] = hooks.tables(ctx) if hooks.tables else []
     out["headlines"] = _with_contention(hooks.headlines(ctx) if hooks.headlines else [], summary)

@@ -438,6 +438,44 @@ def test_gil_headline_says_no_clear_winner_where_no_interval_clears_one():
     assert "not clearly different from 1x" in _threads_verdict(s.loc[1].replace(1.09, 0.98))
 
 
+def _chunks(role: str, actor: str, start: float, n: int, wall: float, cpu: float, repeat: int = 0) -> list[dict]:
+    """``n`` back-to-back chunks of one actor: ``wall`` s each on the window's clock, ``cpu`` s of CPU."""
+    point = {"interpreter": "default", "workload": "cpu", "mode": "processes", "workers": 2}
+    return [
+        {**point, "repeat": repeat, "role": role, "actor": actor, "start_s": start + i * wall,
+         "end_s": start + (i + 1) * wall, "cpu_s": cpu}
+        for i in range(n)
+    ]  # fmt: skip
+
+
+def test_where_the_processes_time_went_is_read_from_their_chunks():
+    """Two processes whose chunks take 6.6 ms of CPU against the sequential baseline's 6.0 ms, the
+    first chunk 3 ms into a 200 ms window, one task ending at 150 ms and the other at 190 ms:
+    1.10x per chunk, (3 + 10) / 200 = 6.5% of the window outside the tasks, 40 / 200 = 20%
+    between the tasks' ends."""
+    from experiments.gil.analysis import findings
+    from experiments.gil.shortfall import shortfall
+    from lab.contract import Context
+
+    point = {"interpreter": "default", "workload": "cpu", "mode": "processes", "workers": 2}
+    rows = _chunks("baseline", "main", 0.0, 40, 0.006, 0.006)
+    rows += _chunks("point", "process-0", 0.003, 21, 0.0070, 0.0066)
+    rows += _chunks("point", "process-1", 0.005, 20, 0.00925, 0.0066)
+    spans = pd.DataFrame(rows)
+    windows = pd.DataFrame([{**point, "repeat": 0, "role": "point", "wall_s": 0.2}])
+    got = shortfall(spans, windows, point)
+    assert got["chunk_ratio"] == pytest.approx(1.1) and got["rounds"] == 1
+    assert got["outside_pct"] == pytest.approx(6.5) and got["imbalance_pct"] == pytest.approx(20.0, abs=0.1)
+    assert got["on_cpu_pct"] == pytest.approx(100 * 41 * 0.0066 / (21 * 0.007 + 20 * 0.00925))
+    assert shortfall(spans[spans["role"] == "point"], windows, point) is None  # no baseline chunks: no ratio
+    summary = pd.DataFrame([{**point, "speedup": 1.6, "speedup_ci_low": 1.5, "speedup_ci_high": 1.7, "status": "ok"}])
+    said = findings(Context({"available_cpus": 2}, summary=summary, spans=spans, replicates=windows))
+    line = next(f for f in said if "where 2 processes' time went" in f)
+    assert "took 1.10x the CPU time of the sequential loop's (6.60 ms against 6.00 ms" in line, line
+    assert "on a CPU 82% of their wall time" in line and "6.5% of the window was outside the tasks" in line, line
+    assert "ended 20.0% of the window before the last (medians of 1 round)" in line, line
+
+
 def test_dataloader_explains_slower_workers_by_batch_passing_only_without_a_measured_cause():
     from experiments.dataloader.analysis import findings
     from lab.contract import Context

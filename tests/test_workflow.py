@@ -27,6 +27,24 @@ TIMELINES = [name for name, spec in RAN.items() if spec.timeline]
 
 
 @pytest.mark.slow
+def test_the_gil_findings_say_where_the_processes_time_went(quick_run):
+    """The report's gil findings carry the processes' chunk-by-chunk account of the run's own
+    spans and windows (experiments/gil/shortfall.py), over the rounds the point measured."""
+    from experiments.gil.shortfall import shortfall
+
+    gil = quick_run / "results" / "e2e" / "gil"
+    found = json.loads((gil / "findings.json").read_text())["findings"]
+    line = next((f for f in found if "where 2 processes' time went" in f), None)
+    assert line, found
+    point = {"interpreter": "default", "workload": "cpu", "mode": "processes", "workers": 2}
+    got = shortfall(pd.read_csv(gil / "spans.csv"), pd.read_csv(gil / "replicates.csv"), point)
+    summary = pd.read_csv(gil / "summary.csv")
+    rounds = int(summary.query("workload == 'cpu' and mode == 'processes' and workers == 2")["n"].iloc[0])
+    assert got["rounds"] == rounds and f"took {got['chunk_ratio']:.2f}x the CPU time" in line, (got, line)
+    assert 0 < got["outside_pct"] < 100 and 0 <= got["imbalance_pct"] < 100, got
+
+
+@pytest.mark.slow
 def test_every_output_exists(quick_run):
     host = quick_run / "results" / "e2e"
     assert (host / "host.json").exists()

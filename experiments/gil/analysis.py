@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from analysis.capacity import cpus_text, note, one_cpu_note
 from analysis.findings import fmt_transfer, fmt_x, in_order, pick, unranked, winner
 from analysis.plotting import SPEEDUP, noisy_mask, plt, yerr
-from experiments.gil import MODES, WORKLOADS, checks
+from experiments.gil import MODES, WORKLOADS, checks, shortfall
 from experiments.gil.checks import gil_on, with_interpreter
 from lab.contract import Analysis, Context
 from lab.interpreters import DEFAULT, named
@@ -87,6 +87,18 @@ def _point_lines(summary: pd.DataFrame, label: str, prefix: str, host: dict) -> 
     return out
 
 
+def _shortfall_lines(ctx: Context, summary: pd.DataFrame, label: str, prefix: str) -> list[str]:
+    """Where CPU-bound processes' time went, from their spans (:mod:`experiments.gil.shortfall`)."""
+    sub = summary[(summary["interpreter"] == label) & (summary["workload"] == "cpu") & (summary["mode"] == "processes")]
+    out = []
+    for workers in sorted(sub["workers"].unique()):
+        point = {"interpreter": label, "workload": "cpu", "mode": "processes", "workers": workers}
+        parts = shortfall.shortfall(ctx.spans, ctx.replicates, point)
+        if parts is not None:
+            out.append(prefix + shortfall.line(parts, int(workers), WORKLOADS["cpu"]))
+    return out
+
+
 def _verdict(summary: pd.DataFrame, label: str, prefix: str) -> list[str]:
     r = pick(summary, interpreter=label, workload="cpu", mode="threads")
     if r is None or not np.isfinite(r["speedup"]):
@@ -119,14 +131,16 @@ def across(summary: pd.DataFrame, host: dict, workload: str = "cpu") -> str | No
 
 def findings(ctx: Context) -> list[str]:
     """Per interpreter, workload and task count, what threads and processes gave over
-    sequential; what the CPU-bound threads say about the GIL; the interpreters side by side.
-    Reads ``ctx.summary`` and ``ctx.host`` (interpreters, available CPUs, what was measured)."""
+    sequential; where CPU-bound processes' time went (their spans); what the CPU-bound threads
+    say about the GIL; the interpreters side by side. Reads ``ctx.summary``, ``ctx.host``
+    (interpreters, available CPUs, what was measured), ``ctx.spans`` and ``ctx.replicates``."""
     summary, host = with_interpreter(ctx.summary), ctx.host
     out = []
     several = summary["interpreter"].nunique() > 1
     for label in labels(summary, host):
         prefix = f"Under {name(label, host)}: " if several else ""
         out += _point_lines(summary, label, prefix, host)
+        out += _shortfall_lines(ctx, summary, label, prefix)
         out += _verdict(summary, label, prefix)
     for workload in ("cpu", "release", "shared"):
         line = across(summary, host, workload)

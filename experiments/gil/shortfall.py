@@ -1,0 +1,111 @@
+"""GIL experiment: where a processes point's time went, measured from its work spans.
+
+Every task records a span per chunk of its loop (:mod:`lab.pytasks`: wall start and end on the
+window's clock, the thread's CPU time inside), and so does the sequential baseline measured in
+the same rounds, with chunks of the same size. Three measured parts of a processes point's shortfall
+from the CPUs it could use, each a median over its rounds:
+
+* ``chunk_ratio``: the median CPU time of a task's chunk while the processes ran over that of a
+  chunk of the sequential baseline (1: each process ran its loop as fast as the sequential loop
+  did; 1.06: 6% slower side by side, so the CPUs delivered less each, or the tasks competed for
+  something they share). CPU time, not wall time: more processes than CPUs wait for one, which
+  ``on_cpu_pct`` (their chunks' CPU time over their wall time) gives;
+* ``outside_pct``: the share of the window before the first chunk started and after the last one
+  ended (starting and joining the processes, the harness's pipes), % of the window;
+* ``imbalance_pct``: from the first task's end to the last task's end, % of the window (CPUs idle
+  while the last task runs).
+
+Why: on the AVX2 EPYC VM the lab's 2 processes read 1.54-1.88x of sequential while pyperf read
+1.70-1.98x and the capacity probe 1.9-2.0 delivered CPUs in the same rounds; by chunk, the
+processes ran each chunk in 0.97-1.10x the sequential loop's CPU time in six quick and default runs,
+and the window outside the tasks was about 3% (docs/benchmarks.md, 2026-12-05 late night). The probe's
+5 ms loops, taken before each round, do not see what the tasks meet while they run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+#: The point's columns that name it in spans.csv and replicates.csv.
+KEYS = ("interpreter", "workload", "mode", "workers")
+
+
+def _of(df: pd.DataFrame | None, point: dict, role: str) -> pd.DataFrame:
+    """``df``'s rows of ``point`` and ``role`` (empty where there are none)."""
+    if df is None or df.empty or "role" not in df:
+        return pd.DataFrame()
+    mask = df["role"] == role
+    for k in KEYS:
+        if k in df and k in point:
+            if k == "workers":
+                mask &= pd.to_numeric(df[k], errors="coerce") == float(point[k])
+            else:
+                mask &= df[k].astype(str) == str(point[k])
+    return df[mask]
+
+
+def shortfall(spans: pd.DataFrame | None, replicates: pd.DataFrame | None, point: dict) -> dict | None:
+    """Where ``point``'s window went (see the module docstring).
+
+    Args:
+        spans: spans.csv rows (``role``, ``repeat``, ``actor``, ``start_s``, ``end_s`` in s from
+            the window's start), the point's and its baseline's.
+        replicates: replicates.csv rows (``role``, ``repeat``, ``wall_s``, the window's length in s).
+        point: the point's ``interpreter``, ``workload``, ``mode`` and ``workers``.
+
+    Returns:
+        ``chunk_ratio``, ``chunk_ms`` and ``baseline_chunk_ms`` (median CPU time of a chunk, ms;
+        wall time where a span has no ``cpu_s``), ``on_cpu_pct``, ``outside_pct`` and
+        ``imbalance_pct`` (0-100), ``rounds`` (windows with spans); None where the point or its
+        baseline recorded no chunk.
+    """
+    p, b = _of(spans, point, "point"), _of(spans, point, "baseline")
+    if p.empty or b.empty:
+        return None
+    time = "cpu_s" if "cpu_s" in p and p["cpu_s"].notna().all() and b["cpu_s"].notna().all() else None
+    chunk = float(p[time].median() if time else (p["end_s"] - p["start_s"]).median())
+    base = float(b[time].median() if time else (b["end_s"] - b["start_s"]).median())
+    wall_sum = float((p["end_s"] - p["start_s"]).sum())
+    on_cpu = 100.0 * float(p["cpu_s"].sum()) / wall_sum if time and wall_sum > 0 else np.nan
+    windows = _of(replicates, point, "point")
+    wall = windows.drop_duplicates("repeat").set_index("repeat")["wall_s"] if not windows.empty else pd.Series()
+    outside, imbalance = [], []
+    for repeat, r in p.groupby("repeat"):
+        w = float(wall.get(repeat, np.nan))
+        if not w > 0:
+            continue
+        ends = r.groupby("actor")["end_s"].max()
+        outside.append(100.0 * (r["start_s"].min() + w - ends.max()) / w)
+        imbalance.append(100.0 * (ends.max() - ends.min()) / w)
+    return {
+        "chunk_ratio": chunk / base if base > 0 else np.nan,
+        "chunk_ms": 1000.0 * chunk,
+        "baseline_chunk_ms": 1000.0 * base,
+        "on_cpu_pct": on_cpu,
+        "outside_pct": float(np.median(outside)) if outside else np.nan,
+        "imbalance_pct": float(np.median(imbalance)) if imbalance else np.nan,
+        "rounds": len(outside),
+    }
+
+
+def line(parts: dict, workers: int, what: str) -> str:
+    """The finding: ``CPU-bound Python, where 2 processes' time went: each chunk of their loop
+    took 1.06x the CPU time of the sequential loop's (6.67 ms against 6.30 ms, medians over the
+    same rounds); 3.2% of the window was outside the tasks (starting and joining the processes);
+    the first task ended 7.9% of the window before the last (medians of 6 rounds).`` Where the
+    chunks were on a CPU under 90% of their wall time (more processes than CPUs), it says so."""
+    text = (
+        f"{what}, where {workers} processes' time went: each chunk of their loop took "
+        f"{parts['chunk_ratio']:.2f}x the CPU time of the sequential loop's ({parts['chunk_ms']:.2f} ms against "
+        f"{parts['baseline_chunk_ms']:.2f} ms, medians over the same rounds)"
+    )
+    if parts["on_cpu_pct"] < 90:
+        text += f", and they were on a CPU {parts['on_cpu_pct']:.0f}% of their wall time"
+    if parts["rounds"]:
+        text += (
+            f"; {parts['outside_pct']:.1f}% of the window was outside the tasks (starting and joining the "
+            f"processes); the first task ended {parts['imbalance_pct']:.1f}% of the window before the last "
+            f"(medians of {parts['rounds']} round{'s' if parts['rounds'] != 1 else ''})"
+        )
+    return text + "."
