@@ -51,12 +51,15 @@ from collections.abc import Iterable
 #: all-CPU level waited for slow workers and "delivered" 1.23 of 2 CPUs on an idle machine.
 WARM_CALLS = 16
 
-#: The worker: warms its loop up (:data:`WARM_CALLS`) and says ``ready``, then reads ``<iterations> <start
+#: The worker: ignores SIGINT (a Ctrl-C that reaches the job's whole process group is the job's
+#: to handle: the worker ends when its input closes, without a traceback of its own), warms its
+#: loop up (:data:`WARM_CALLS`) and says ``ready``, then reads ``<iterations> <start
 #: perf_counter s>`` lines, spins until the start time, runs the loop and answers ``<t0> <t1>``
 #: (perf_counter s, CLOCK_MONOTONIC: one clock for all processes of the machine). Standard
 #: library only.
 _WORKER = r"""
-import sys, time
+import signal, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the job's to handle; the worker ends at its input's end
 readline, write, flush, clock = sys.stdin.readline, sys.stdout.write, sys.stdout.flush, time.perf_counter
 def spin(n):
     i = 0
@@ -171,8 +174,11 @@ class Probe:
         start = time.perf_counter() + (START_SLACK_S if k > 1 else 0.0)  # one worker waits for no other
         line = f"{self.iterations} {start!r}\n"
         for p in procs:
-            p.stdin.write(line)
-            p.stdin.flush()
+            try:
+                p.stdin.write(line)
+                p.stdin.flush()
+            except OSError as exc:  # BrokenPipeError: the worker is gone
+                raise ProbeError(f"probe worker {p.pid} is gone ({exc}; exit code {p.poll()})") from None
         spans = []
         for p in procs:
             reply = p.stdout.readline()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -47,6 +48,27 @@ def test_the_probes_loop_runs_at_one_speed_from_its_first_reading_on():
             rates = [p.measure()["capacity_1cpu_per_s"] for _ in range(12)]
         ratios.append(np.median(rates[-4:]) / np.median(rates[:3]))
     assert np.median(ratios) < 1.25, [round(r, 2) for r in ratios]
+
+
+def test_a_probe_worker_ignores_ctrl_c_and_a_dead_one_is_named():
+    """A Ctrl-C that reaches the job's whole process group is the job's to handle: the probe's
+    workers stay and answer (no traceback of their own). A worker that is gone makes the next
+    reading fail naming it, not with a bare BrokenPipeError that blamed the job's worker."""
+    import psutil
+
+    with probe.Probe(NCPU, 2) as p:
+        p.measure()
+        for pid in p.pids:
+            os.kill(pid, signal.SIGINT)
+        time.sleep(0.2)
+        assert p.measure()["capacity_1cpu_per_s"] > 0
+        gone = p.pids[0]
+        os.kill(gone, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while psutil.Process(gone).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with pytest.raises(probe.ProbeError, match=f"probe worker {gone} (is gone|answered '')"):
+            p.measure()
 
 
 def test_a_busy_stranger_lowers_what_the_probe_sees_delivered():
