@@ -473,7 +473,9 @@ def test_where_the_processes_time_went_is_read_from_their_chunks():
     line = next(f for f in said if "where 2 processes' time went" in f)
     assert "took 1.10x the CPU time of the sequential loop's (6.60 ms against 6.00 ms" in line, line
     assert "on a CPU 82% of their wall time" in line and "6.5% of the window was outside the tasks" in line, line
-    assert "ended 20.0% of the window before the last (medians of 1 round)" in line, line
+    assert "a CPU sat idle for the last 20.0% of the window, after the first task ended (medians of 1 round)" in line, (
+        line
+    )
 
 
 def test_dataloader_explains_slower_workers_by_batch_passing_only_without_a_measured_cause():

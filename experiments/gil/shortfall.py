@@ -12,8 +12,8 @@ from the CPUs it could use, each a median over its rounds:
   ``on_cpu_pct`` (their chunks' CPU time over their wall time) gives;
 * ``outside_pct``: the share of the window before the first chunk started and after the last one
   ended (starting and joining the processes, the harness's pipes), % of the window;
-* ``imbalance_pct``: from the first task's end to the last task's end, % of the window (CPUs idle
-  while the last task runs).
+* ``imbalance_pct``: from the first task's end to the last task's end, % of the window (a CPU
+  idle while the last task runs: with 2 tasks on 2 CPUs, half of it is capacity lost).
 
 Why: on the AVX2 EPYC VM the lab's 2 processes read 1.54-1.88x of sequential while pyperf read
 1.70-1.98x and the capacity probe 1.9-2.0 delivered CPUs in the same rounds; by chunk, the
@@ -93,8 +93,9 @@ def line(parts: dict, workers: int, what: str) -> str:
     """The finding: ``CPU-bound Python, where 2 processes' time went: each chunk of their loop
     took 1.06x the CPU time of the sequential loop's (6.67 ms against 6.30 ms, medians over the
     same rounds); 3.2% of the window was outside the tasks (starting and joining the processes);
-    the first task ended 7.9% of the window before the last (medians of 6 rounds).`` Where the
-    chunks were on a CPU under 90% of their wall time (more processes than CPUs), it says so."""
+    a CPU sat idle for the last 7.9% of the window, after the first task ended (medians of 6
+    rounds).`` Where the chunks were on a CPU under 90% of their wall time (more processes than
+    CPUs), it says so."""
     text = (
         f"{what}, where {workers} processes' time went: each chunk of their loop took "
         f"{parts['chunk_ratio']:.2f}x the CPU time of the sequential loop's ({parts['chunk_ms']:.2f} ms against "
@@ -105,7 +106,7 @@ def line(parts: dict, workers: int, what: str) -> str:
     if parts["rounds"]:
         text += (
             f"; {parts['outside_pct']:.1f}% of the window was outside the tasks (starting and joining the "
-            f"processes); the first task ended {parts['imbalance_pct']:.1f}% of the window before the last "
-            f"(medians of {parts['rounds']} round{'s' if parts['rounds'] != 1 else ''})"
+            f"processes); a CPU sat idle for the last {parts['imbalance_pct']:.1f}% of the window, after the "
+            f"first task ended (medians of {parts['rounds']} round{'s' if parts['rounds'] != 1 else ''})"
         )
     return text + "."
