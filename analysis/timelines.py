@@ -70,8 +70,9 @@ def _nothing(experiment: str, what: str) -> Figure:
     return fig
 
 
-def _select(df: pd.DataFrame, point: dict, repeat: int | None = 0, role: str = "point") -> pd.DataFrame:
-    """Rows of ``point``'s ``role`` in ``repeat`` (every repeat where None)."""
+def select(df: pd.DataFrame, point: dict, repeat: int | None = 0, role: str = "point") -> pd.DataFrame:
+    """Rows of ``point``'s ``role`` in ``repeat`` (every repeat where None) of spans.csv,
+    samples.csv or replicates.csv (``point``: column -> value; every column must be in ``df``)."""
     if df.empty or "repeat" not in df:  # no point wrote any row: header with key columns only
         return df.iloc[0:0].assign(repeat=[], role=[], actor=[], kind=[], series=[], t_s=[], busy_pct=[])
     if "role" not in df:  # files from before interleaved baselines hold point rows only
@@ -92,9 +93,9 @@ def median_repeat(samples: pd.DataFrame, point: dict, role: str = "point", spans
     throughput: the median round is the typical one. Where ``spans`` record some rounds of
     the point only (the workload's verification: its epoch, repeat 0), those are the
     candidates: a window without spans has nothing to draw."""
-    sel = _select(samples, point, None, role)
+    sel = select(samples, point, None, role)
     length = sel.groupby("repeat")["t_s"].max() if len(sel) else pd.Series(dtype=float)
-    drawn = _select(spans, point, None, role) if spans is not None else pd.DataFrame()
+    drawn = select(spans, point, None, role) if spans is not None else pd.DataFrame()
     if len(drawn):
         with_spans = drawn.groupby("repeat")["end_s"].max()
         length = length.reindex(with_spans.index).fillna(with_spans)
@@ -111,7 +112,7 @@ def window(spans: pd.DataFrame, samples: pd.DataFrame, point: dict, repeat: int 
     Returns:
         ``(spans, samples)`` DataFrames, possibly empty.
     """
-    return _select(spans, point, repeat, role), _select(samples, point, repeat, role)
+    return select(spans, point, repeat, role), select(samples, point, repeat, role)
 
 
 def _panels(experiment: str, points: list[dict]) -> list[tuple[dict, str, str]]:
@@ -343,7 +344,7 @@ def core_heatmap(
     if not points:
         return _nothing(experiment, "per-core utilisation")
     panels = _panels(experiment, points)
-    sels = [_select(samples, p, median_repeat(samples, p, role, spans)[0], role) for p, role, _ in panels]
+    sels = [select(samples, p, median_repeat(samples, p, role, spans)[0], role) for p, role, _ in panels]
     cores = sorted({s for sa in sels for s in sa["series"].unique() if str(s).startswith("cpu")}, key=natural)
     ends = _group_ends(experiment, [p for p, _, _ in panels], [_t_end(sa.iloc[0:0], sa) for sa in sels])
     h = 0.22 * max(1, len(cores)) + 0.55

@@ -2,8 +2,8 @@
 
 Every task records a span per chunk of its loop (:mod:`lab.pytasks`: wall start and end on the
 window's clock, the thread's CPU time inside), and so does the sequential baseline measured in
-the same rounds, with chunks of the same size. Three measured parts of a processes point's shortfall
-from the CPUs it could use, each a median over its rounds:
+the same rounds, with chunks of the same size. Three measured parts of a processes point's
+shortfall from the CPUs it could use, each a median over its rounds:
 
 * ``chunk_ratio``: the median CPU time of a task's chunk while the processes ran over that of a
   chunk of the sequential baseline (1: each process ran its loop as fast as the sequential loop
@@ -17,9 +17,9 @@ from the CPUs it could use, each a median over its rounds:
 
 Why: on the AVX2 EPYC VM the lab's 2 processes read 1.54-1.88x of sequential while pyperf read
 1.70-1.98x and the capacity probe 1.9-2.0 delivered CPUs in the same rounds; by chunk, the
-processes ran each chunk in 0.97-1.10x the sequential loop's CPU time in six quick and default runs,
-and the window outside the tasks was about 3% (docs/benchmarks.md, 2026-12-05 late night). The probe's
-5 ms loops, taken before each round, do not see what the tasks meet while they run.
+processes ran each chunk in 0.97-1.10x the sequential loop's CPU time in six quick and default
+runs, and the window outside the tasks was about 3% (docs/benchmarks.md, 2026-12-05 late night).
+The probe's 5 ms loops, taken before each round, do not see what the tasks meet while they run.
 """
 
 from __future__ import annotations
@@ -27,22 +27,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-#: The point's columns that name it in spans.csv and replicates.csv.
-KEYS = ("interpreter", "workload", "mode", "workers")
+from analysis.timelines import select
 
 
 def _of(df: pd.DataFrame | None, point: dict, role: str) -> pd.DataFrame:
-    """``df``'s rows of ``point`` and ``role`` (empty where there are none)."""
+    """``df``'s rows of ``point`` and ``role`` in every round (empty where there are none); a key
+    ``df`` lacks (results from before the ``interpreter`` column) does not select."""
     if df is None or df.empty or "role" not in df:
         return pd.DataFrame()
-    mask = df["role"] == role
-    for k in KEYS:
-        if k in df and k in point:
-            if k == "workers":
-                mask &= pd.to_numeric(df[k], errors="coerce") == float(point[k])
-            else:
-                mask &= df[k].astype(str) == str(point[k])
-    return df[mask]
+    return select(df, {k: v for k, v in point.items() if k in df}, repeat=None, role=role)
 
 
 def shortfall(spans: pd.DataFrame | None, replicates: pd.DataFrame | None, point: dict) -> dict | None:
