@@ -11,14 +11,17 @@ integer pipeline and nothing else (no memory bandwidth, no vector units).
 
 How: :class:`Probe` keeps ``N`` worker processes (``N`` = the available CPUs), started once per
 job (one probe for all of a job's worker processes: :func:`share`) with ``python -I -S``
-(standard library only, about 20 ms each), each of which warms its loop up before it answers
+(standard library only, about 20 ms each), each pinned to a CPU of its own (:data:`PIN`: the
+kernel otherwise woke two of them onto one CPU), each of which warms its loop up before it answers
 (:data:`WARM_CALLS`: the interpreter's own warm-up must not read as the machine speeding up),
 and calibrated so that one loop takes ``probe_ms``.
 :meth:`Probe.measure` runs the loop on 1 worker, then on ``k`` workers at once for each level
 ``k`` (the point's parallel units, capped at ``N``, and ``N``): the workers wait for a common
 start time on the shared monotonic clock, so they run together; a level's rate is
-``k * n / (last end - first start)``, the rate of work split evenly over ``k`` CPUs, limited by
-the slowest one as an evenly split parallel job is. The delivered CPUs at level ``k`` are that
+``k * n / (the slowest loop's own time)``, the rate of work split evenly over ``k`` CPUs, limited
+by the slowest one as an evenly split parallel job is (:func:`level_wall`: a loop whose CPU woke
+late is timed from its own start; loops that never ran at once are timed from the first start to
+the last end). The delivered CPUs at level ``k`` are that
 rate over the one-CPU rate: ``k`` on a machine that gives whole cores,
 less where they share a core or the host takes time.
 
@@ -52,14 +55,17 @@ from collections.abc import Iterable
 WARM_CALLS = 16
 
 #: The worker: ignores SIGINT (a Ctrl-C that reaches the job's whole process group is the job's
-#: to handle: the worker ends when its input closes, without a traceback of its own), warms its
+#: to handle: the worker ends when its input closes, without a traceback of its own), pins itself
+#: to its CPU (``CPU``, -1: none; :data:`PIN`), warms its
 #: loop up (:data:`WARM_CALLS`) and says ``ready``, then reads ``<iterations> <start
 #: perf_counter s>`` lines, spins until the start time, runs the loop and answers ``<t0> <t1>``
 #: (perf_counter s, CLOCK_MONOTONIC: one clock for all processes of the machine). Standard
 #: library only.
 _WORKER = r"""
-import signal, sys, time
+import os, signal, sys, time
 signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the job's to handle; the worker ends at its input's end
+if CPU >= 0:
+    os.sched_setaffinity(0, {CPU})
 readline, write, flush, clock = sys.stdin.readline, sys.stdout.write, sys.stdout.flush, time.perf_counter
 def spin(n):
     i = 0
@@ -82,6 +88,27 @@ while True:
     write(f"{t0!r} {clock()!r}\n")
     flush()
 """
+
+#: Whether worker ``i`` runs on the ``i``-th CPU of the job's affinity alone (``sched_setaffinity``).
+#: Left to the kernel, the two workers of the all-CPU level were often woken onto one CPU: each
+#: took about 9 ms for a 5 ms loop, one of them starting 1-4 ms late behind the other's spin, and
+#: the level "delivered" 0.9-1.2 of 2 CPUs on an idle machine; a 5 ms loop ends before the
+#: scheduler's load balancing moves either. Pinned, a level measures what the host delivers to
+#: that many vCPUs, not where the guest placed the loops. ``benchmarks/probe_pin.py`` (AVX2 EPYC
+#: VM, 2026-12-06, 4 of the quick run's jobs twice): readings under 1.5 of 2 CPUs 31% before,
+#: 17% pinned with :data:`COUNT_START_SKEW` off, the jobs' medians 1.75-1.81 before and
+#: 1.95-2.01 now. The readings still low are loops that lost 3-4 ms of their CPU while both ran
+#: on their own CPUs: the host's. False (set by that benchmark) leaves the placement to the kernel.
+PIN = True
+
+#: Whether a level's wall time counts the loops' start skew (:func:`level_wall`). False: a loop that
+#: starts late, its CPU woken after the common start, is timed from its own start. Measured on the
+#: AVX2 EPYC VM (2026-12-06) with pinned loops: in a third of the gil ``processes`` job's readings
+#: one loop began 1.4-1.6 ms after the 2 ms slack and then ran its 5 ms at full speed, which
+#: counted made the level "deliver" 1.54-1.57 of 2 CPUs. The windows the probe stands beside run
+#: 0.1-1 s, where a wake-up of a millisecond or two is under 2%. True (set by
+#: ``benchmarks/probe_pin.py``) counts it.
+COUNT_START_SKEW = False
 
 #: Iterations of the first, calibrating loop (a few ms on any CPU of the last decade).
 CALIBRATE_ITERATIONS = 200_000
@@ -118,10 +145,16 @@ class Probe:
         if not probe_ms > 0:
             raise ValueError(f"probe_ms must be > 0, got {probe_ms}")
         self.ncpu, self.probe_ms = ncpu, probe_ms
-        cmd = [sys.executable, "-I", "-S", "-c", f"WARM_CALLS = {WARM_CALLS}\n{_WORKER}"]
+        cpus = sorted(os.sched_getaffinity(0)) if PIN and hasattr(os, "sched_setaffinity") else []
         self._procs = [
-            subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
-            for _ in range(ncpu)
+            subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", f"WARM_CALLS = {WARM_CALLS}\nCPU = {cpu}\n{_WORKER}"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                bufsize=1,
+            )
+            for cpu in (cpus[i] if i < len(cpus) else -1 for i in range(ncpu))
         ]
         self.iterations = 0  # calibrated by the first reading (:meth:`calibrate`)
         self._fastest = 0.0  # the fastest one-CPU rate seen (iterations/s)
@@ -187,8 +220,7 @@ class Probe:
             except ValueError:
                 raise ProbeError(f"probe worker {p.pid} answered {reply!r} (exit code {p.poll()})") from None
             spans.append((t0, t1))
-        wall = max(t1 for _, t1 in spans) - min(t0 for t0, _ in spans)
-        return (k * self.iterations / wall if wall > 0 else float("nan")), time.perf_counter() - start
+        return (k * self.iterations / level_wall(spans) if spans else float("nan")), time.perf_counter() - start
 
     def measure(self, levels: Iterable[int] = ()) -> dict:
         """One probe: the loop on one CPU, then on ``k`` CPUs at once for each of ``levels``
@@ -232,6 +264,20 @@ class Probe:
             except subprocess.TimeoutExpired:
                 p.kill()
         self._procs = []
+
+
+def level_wall(spans: list[tuple[float, float]]) -> float:
+    """The wall time of one level's loops, from their ``(t0, t1)`` spans (s): the slowest loop's
+    own duration where all of them ran at once (each began before every other ended), so that a
+    CPU woken late (its loop starting after the common start) does not count against the level
+    (:data:`COUNT_START_SKEW`); otherwise, and with :data:`COUNT_START_SKEW`, the span from the
+    first start to the last end, as for work split evenly over ``k`` CPUs. A loop that shared
+    its CPU takes longer either way; loops that did not overlap at all did not run together,
+    and their span reads as fewer CPUs."""
+    first_end, last_start = min(t1 for _, t1 in spans), max(t0 for t0, _ in spans)
+    if COUNT_START_SKEW or last_start >= first_end:
+        return max(t1 for _, t1 in spans) - min(t0 for t0, _ in spans)
+    return max(t1 - t0 for t0, t1 in spans)
 
 
 #: The probe a job's worker processes share (:func:`shared`); None elsewhere.

@@ -93,6 +93,37 @@ def test_a_busy_stranger_lowers_what_the_probe_sees_delivered():
     assert loaded < quiet - 0.3, (quiet, loaded)
 
 
+def test_each_probe_worker_runs_on_a_cpu_of_its_own():
+    """lab.probe.PIN: left to the kernel, two loops of the all-CPU level were woken onto one CPU
+    and read 0.9-1.2 of 2 CPUs. Worker i runs on the i-th CPU the job may use, in a job held to
+    fewer CPUs than the machine has too."""
+    allowed = sorted(os.sched_getaffinity(0))
+    with probe.Probe(len(allowed), 2) as p:
+        assert [os.sched_getaffinity(pid) for pid in p.pids] == [{c} for c in allowed]
+        assert p.measure()["capacity_1cpu_per_s"] > 0
+    try:
+        os.sched_setaffinity(0, {allowed[-1]})
+        with probe.Probe(1, 2) as p:
+            assert [os.sched_getaffinity(pid) for pid in p.pids] == [{allowed[-1]}]
+    finally:
+        os.sched_setaffinity(0, allowed)
+
+
+def test_a_level_times_a_late_loop_from_its_own_start():
+    """lab.probe.level_wall: a loop whose CPU woke late (here 1.5 ms) and then ran its 5 ms at full
+    speed costs the level nothing; a loop that shared its CPU (9 ms) does; loops that never ran
+    at once count from the first start to the last end, as they do with COUNT_START_SKEW."""
+    late = [(0.0, 0.005), (0.0015, 0.0065)]
+    assert probe.level_wall(late) == pytest.approx(0.005)
+    assert probe.level_wall([(0.0, 0.005), (0.0, 0.009)]) == pytest.approx(0.009)
+    assert probe.level_wall([(0.0, 0.005), (0.006, 0.011)]) == pytest.approx(0.011)
+    old, probe.COUNT_START_SKEW = probe.COUNT_START_SKEW, True
+    try:
+        assert probe.level_wall(late) == pytest.approx(0.0065)
+    finally:
+        probe.COUNT_START_SKEW = old
+
+
 def test_row_columns_take_the_rows_own_cpus():
     reading = {
         "capacity_1cpu_per_s": 3e7,
