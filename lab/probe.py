@@ -65,7 +65,10 @@ _WORKER = r"""
 import os, signal, sys, time
 signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the job's to handle; the worker ends at its input's end
 if CPU >= 0:
-    os.sched_setaffinity(0, {CPU})
+    try:
+        os.sched_setaffinity(0, {CPU})
+    except OSError:  # the CPU went offline or out of the job's cpuset since: the kernel places the loop
+        pass
 readline, write, flush, clock = sys.stdin.readline, sys.stdout.write, sys.stdout.flush, time.perf_counter
 def spin(n):
     i = 0

@@ -109,6 +109,17 @@ def test_each_probe_worker_runs_on_a_cpu_of_its_own():
         os.sched_setaffinity(0, allowed)
 
 
+def test_a_probe_worker_whose_cpu_is_gone_runs_where_the_kernel_puts_it(monkeypatch):
+    """A CPU taken offline or out of the job's cpuset between the probe's look at its affinity
+    and a worker's start must not fail the job: the worker runs unpinned."""
+    allowed = os.sched_getaffinity(0)
+    monkeypatch.setattr(probe.os, "sched_getaffinity", lambda pid: {max(allowed) + 4096})
+    with probe.Probe(1, 2) as p:
+        assert p.measure()["capacity_1cpu_per_s"] > 0
+        monkeypatch.undo()
+        assert os.sched_getaffinity(p.pids[0]) == allowed
+
+
 def test_a_level_times_a_late_loop_from_its_own_start():
     """lab.probe.level_wall: a loop whose CPU woke late (here 1.5 ms) and then ran its 5 ms at full
     speed costs the level nothing; a loop that shared its CPU (9 ms) does; loops that never ran
