@@ -1,11 +1,11 @@
-"""The capacity probe inside the lab's own jobs: its loops placed by the kernel or pinned, start skew counted or not.
+"""The capacity probe inside the lab's own jobs: its loops placed by the kernel or pinned, a late start forgiven or not.
 
 Why: a probe reading is only worth its noise, and the readings of real jobs were far noisier than
 those of a probe alone on an idle machine (quick run x1-1, AVX2 EPYC VM: a quarter of 436
 readings under 1.5 of 2 CPUs, jit's ``mode=script`` job at a median of 1.05). Their spans showed
 both loops of the all-CPU level on one CPU, and, pinned, one loop starting 1.4-1.6 ms late.
 :data:`lab.probe.PIN` pins each probe worker to a CPU of its own and
-:data:`lab.probe.COUNT_START_SKEW` (False) times a late loop from its own start; this script
+:data:`lab.probe.LATE_START_FORGIVEN_S` does not count up to 2 ms of a loop's late start; this script
 measures what each changes, in the jobs where it happened.
 
 How: the same ``lab.point`` jobs (the quick config's settings: 3 worker processes, 5 ms probe
@@ -46,20 +46,20 @@ POINTS = {
     " --baseline mode=sequential",
 }
 
-#: ``(name, PIN, COUNT_START_SKEW)``: the probe before 2026-12-06, pinned only, and the probe now.
+#: ``(name, PIN, LATE_START_FORGIVEN_S)``: the probe before 2026-12-06, pinned only, and the probe now.
 SETTINGS = (
-    ("placed by the kernel, start skew counted (before)", False, True),
-    ("pinned, start skew counted", True, True),
-    ("pinned, a late loop timed from its start (now)", True, False),
+    ("placed by the kernel, a late start counted (before)", False, 0.0),
+    ("pinned, a late start counted", True, 0.0),
+    ("pinned, up to 2 ms of a late start forgiven (now)", True, 0.002),
 )
 
 #: The options every job gets: the quick config's rounds, probe and sampler.
 COMMON = "--repeats 6 --rounds-workers 3 --rounds-probe-ms 5 --sample-hz 40"
 
 
-def run_job(args: str, pin: bool, skew: bool, out: Path) -> pd.DataFrame:
+def run_job(args: str, pin: bool, forgiven_s: float, out: Path) -> pd.DataFrame:
     """One ``lab.point`` job with :data:`lab.probe.PIN` set to ``pin`` and
-    :data:`lab.probe.COUNT_START_SKEW` to ``skew``; one row per round (one reading a round):
+    :data:`lab.probe.LATE_START_FORGIVEN_S` to ``forgiven_s``; one row per round (one reading a round):
     ``delivered_cpus`` and ``probe_s`` (the reading's wall time, s).
 
     Raises:
@@ -67,7 +67,7 @@ def run_job(args: str, pin: bool, skew: bool, out: Path) -> pd.DataFrame:
     """
     code = (
         f"import sys; sys.path.insert(0, {str(ROOT)!r}); import lab.probe; lab.probe.PIN = {pin}; "
-        f"lab.probe.COUNT_START_SKEW = {skew}; "
+        f"lab.probe.LATE_START_FORGIVEN_S = {forgiven_s!r}; "
         "from lab.point import main; raise SystemExit(main(sys.argv[1:]))"
     )
     argv = [sys.executable, "-c", code, *args.split(), *COMMON.split(), "--out", str(out)]
@@ -86,9 +86,9 @@ def measure(reps: int) -> pd.DataFrame:
     with tempfile.TemporaryDirectory(prefix="probe-pin-") as tmp:
         for rep in range(reps):
             for name, args in POINTS.items():
-                for setting, pin, skew in SETTINGS if rep % 2 == 0 else SETTINGS[::-1]:
+                for setting, pin, forgiven_s in SETTINGS if rep % 2 == 0 else SETTINGS[::-1]:
                     out = Path(tmp) / f"{len(rows)}"
-                    for r in run_job(args, pin, skew, out).itertuples():
+                    for r in run_job(args, pin, forgiven_s, out).itertuples():
                         rows.append({"point": name, "setting": setting, "job": rep, **r._asdict()})
     return pd.DataFrame(rows).drop(columns="Index")
 

@@ -120,19 +120,25 @@ def test_a_probe_worker_whose_cpu_is_gone_runs_where_the_kernel_puts_it(monkeypa
         assert os.sched_getaffinity(p.pids[0]) == allowed
 
 
-def test_a_level_times_a_late_loop_from_its_own_start():
+def test_a_level_forgives_a_loop_a_short_late_start_and_no_more():
     """lab.probe.level_wall: a loop whose CPU woke late (here 1.5 ms) and then ran its 5 ms at full
-    speed costs the level nothing; a loop that shared its CPU (9 ms) does; loops that never ran
-    at once count from the first start to the last end, as they do with COUNT_START_SKEW."""
+    speed costs the level nothing; up to LATE_START_FORGIVEN_S (2 ms) of a longer delay is
+    forgiven, the rest counts (another process held the CPU); a loop that shared its CPU (9 ms)
+    counts; loops that never ran at once count from the first start to the last end; with
+    nothing forgiven, every late start counts."""
+    assert probe.LATE_START_FORGIVEN_S == pytest.approx(0.002)
     late = [(0.0, 0.005), (0.0015, 0.0065)]
     assert probe.level_wall(late) == pytest.approx(0.005)
+    assert probe.level_wall([(0.0, 0.005), (0.0049, 0.0099)]) == pytest.approx(0.0079)
     assert probe.level_wall([(0.0, 0.005), (0.0, 0.009)]) == pytest.approx(0.009)
     assert probe.level_wall([(0.0, 0.005), (0.006, 0.011)]) == pytest.approx(0.011)
-    old, probe.COUNT_START_SKEW = probe.COUNT_START_SKEW, True
+    old, probe.LATE_START_FORGIVEN_S = probe.LATE_START_FORGIVEN_S, 0.0
     try:
         assert probe.level_wall(late) == pytest.approx(0.0065)
     finally:
-        probe.COUNT_START_SKEW = old
+        probe.LATE_START_FORGIVEN_S = old
+    with pytest.raises(ValueError, match="at least one loop"):
+        probe.level_wall([])
 
 
 def test_row_columns_take_the_rows_own_cpus():
