@@ -101,10 +101,11 @@ while True:
 #: the level "delivered" 0.9-1.2 of 2 CPUs on an idle machine; a 5 ms loop ends before the
 #: scheduler's load balancing moves either. Pinned, a level measures what the host delivers to
 #: that many vCPUs, not where the guest placed the loops. ``benchmarks/probe_pin.py`` (AVX2 EPYC
-#: VM, 2026-12-06, 4 of the quick run's jobs twice): readings under 1.5 of 2 CPUs 31% before,
-#: 17% pinned with a late start forgiven (:data:`LATE_START_FORGIVEN_S`), the jobs' medians 1.75-1.81 before and
-#: 1.95-2.01 now. The readings still low are loops that lost 3-4 ms of their CPU while both ran
-#: on their own CPUs: the host's. False (set by that benchmark) leaves the placement to the kernel.
+#: VM, 2026-12-06, 4 of the quick run's jobs twice, two runs): readings under 1.5 of 2 CPUs 29-31%
+#: before, 17% pinned with a short late start forgiven (:data:`LATE_START_FORGIVEN_S`). The
+#: readings still low are the host's: loops that lost 3-4 ms of their CPU while both ran on CPUs
+#: of their own, or a one-CPU loop that ran 1.7x faster than the same loop on the other vCPU.
+#: False (set by that benchmark) leaves the placement to the kernel.
 PIN = True
 
 #: How late a loop of a level may start, after the first one, and not count against the level (s;
