@@ -88,9 +88,9 @@ def measure(reps: int) -> pd.DataFrame:
             for name, args in POINTS.items():
                 for setting, pin, forgiven_s in SETTINGS if rep % 2 == 0 else SETTINGS[::-1]:
                     out = Path(tmp) / f"{len(rows)}"
-                    for r in run_job(args, pin, forgiven_s, out).itertuples():
-                        rows.append({"point": name, "setting": setting, "job": rep, **r._asdict()})
-    return pd.DataFrame(rows).drop(columns="Index")
+                    for r in run_job(args, pin, forgiven_s, out).to_dict("records"):
+                        rows.append({"point": name, "setting": setting, "job": rep, **r})
+    return pd.DataFrame(rows)
 
 
 def table(readings: pd.DataFrame, ncpu: int) -> str:
