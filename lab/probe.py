@@ -121,8 +121,12 @@ PIN = True
 #: ``benchmarks/probe_pin.py``) counts all of it.
 LATE_START_FORGIVEN_S = 0.002
 
-#: Iterations of the first, calibrating loop (a few ms on any CPU of the last decade).
-CALIBRATE_ITERATIONS = 200_000
+#: The one-CPU rate (iterations/s) a probe assumes before its first reading: the first reading's
+#: one-CPU loop runs ``probe_ms`` at this rate, and the rate it measures sets every later loop
+#: (:meth:`Probe.calibrate`), so no loop is run only to calibrate. The warmed loop ran 43-44 M
+#: iterations/s on the AVX2 EPYC VM (2026-12-06) and 63 M/s where :data:`WARM_CALLS` was
+#: measured: a first loop of 0.6-0.9 ``probe_ms`` there, its rate as valid as any loop's.
+ASSUMED_RATE = 40e6
 
 #: Time the workers of a level above one CPU wait for their common start (s): long enough for
 #: every pipe write and wake-up. The one-CPU level starts at once (its worker times itself).
@@ -167,8 +171,9 @@ class Probe:
             )
             for cpu in (cpus[i] if i < len(cpus) else -1 for i in range(ncpu))
         ]
-        self.iterations = 0  # calibrated by the first reading (:meth:`calibrate`)
         self._fastest = 0.0  # the fastest one-CPU rate seen (iterations/s)
+        self.iterations = 0  # the loop's length: ASSUMED_RATE's until the first reading (:meth:`calibrate`)
+        self.calibrate(float("nan"))
         if wait:
             self.wait_ready()
 
@@ -187,19 +192,15 @@ class Probe:
                 self.close()
                 raise ProbeError(f"probe worker {p.pid} answered {said!r} at its start (exit code {p.poll()})")
 
-    def calibrate(self, rate: float = 0.0) -> None:
+    def calibrate(self, rate: float) -> None:
         """Set the loop's iterations so that one loop on one CPU takes ``probe_ms`` at the
-        fastest one-CPU rate seen so far, ``rate`` (iterations/s) included; without any, from
-        one loop of :data:`CALIBRATE_ITERATIONS`. :meth:`measure` calls it before its first
-        reading (a probe started while other processes set up, :mod:`lab.turns`, calibrates
-        alone) and after every reading, so that a calibrating loop the host slowed down does
-        not leave every later loop short (measured: 5 ms loops that took 1.5 ms)."""
-        if not rate and not self._fastest:
-            self.iterations = CALIBRATE_ITERATIONS
-            rate = self._rate(1)[0]
+        fastest one-CPU rate seen so far, ``rate`` (iterations/s) included (:data:`ASSUMED_RATE`
+        while none is known). :meth:`measure` calls it after each reading's one-CPU loop, so
+        that a loop the host slowed down does not leave every later loop short (measured: 5 ms
+        loops that took 1.5 ms)."""
         if rate == rate:  # not NaN
             self._fastest = max(self._fastest, rate)
-        self.iterations = max(1000, int(self._fastest * self.probe_ms / 1000))
+        self.iterations = max(1000, int((self._fastest or ASSUMED_RATE) * self.probe_ms / 1000))
 
     @property
     def pids(self) -> list[int]:
@@ -246,14 +247,12 @@ class Probe:
             ``probe_s`` (wall time the probe took, s).
         """
         t = time.perf_counter()
-        if not self.iterations:
-            self.calibrate()
         one, _ = self._rate(1)
+        self.calibrate(one)  # the loop of this reading's other levels and of the next reading
         ks = sorted(({min(max(1, int(k)), self.ncpu) for k in levels} | {self.ncpu}) - {1})
         at = {1: 1.0}
         for k in ks:
             at[k] = self._rate(k)[0] / one
-        self.calibrate(one)  # the next reading's loop
         return {
             "capacity_1cpu_per_s": one,
             "capacity_all_per_s": one * at[self.ncpu],

@@ -468,13 +468,19 @@ def test_short_cmdline_names_another_directory(tmp_path):
     assert short_cmdline(procs[0].pid, "python") == "python"  # gone: its name
 
 
-def test_the_probe_calibrates_its_loop_at_its_first_reading_not_when_it_starts():
+def test_the_first_readings_one_cpu_loop_calibrates_the_rest_and_no_loop_runs_only_to_calibrate():
     """A worker's probe starts while other workers set up (lab/turns.py): calibrated then, its
-    loop would take a length the contention chose. It calibrates when the first reading is asked."""
-    with probe.Probe(1, 10) as p:
-        assert p.iterations == 0
-        p.measure()
-        assert p.iterations >= 1000
+    loop would take a length the contention chose. Its first reading's one-CPU loop runs at the
+    assumed rate's length and the rate it measures sets every loop after it, the same reading's
+    all-CPU level included: one loop per level, none run only to calibrate."""
+    with probe.Probe(2, 10) as p:
+        assert p.iterations == int(probe.ASSUMED_RATE * 10 / 1000)
+        loops = []
+        rate = p._rate
+        p._rate = lambda k: loops.append((k, p.iterations)) or rate(k)
+        first = p.measure()
+        assert [k for k, _ in loops] == [1, 2]
+        assert loops[1][1] == int(first["capacity_1cpu_per_s"] * 10 / 1000) == p.iterations
 
 
 def test_a_calibrating_loop_the_host_slowed_does_not_leave_every_later_loop_short():
