@@ -130,18 +130,27 @@ def process_times(proc: str = "/proc") -> dict[int, tuple[int, float, str]]:
     (measured: a shell that had run many short commands showed 24 CPUs in a 0.1 s window).
     Processes that start and end inside one window are not seen. Read from /proc directly:
     ``psutil.process_iter`` with the same fields cost 10.6 ms of CPU per call for 73
-    processes here, this 1.7 ms, and it runs twice per measured window.
+    processes here, ``open()`` on each file 1.34 ms for 67 processes on the AVX2 EPYC VM
+    (2026-12-06), and ``os.open``/``os.read``, which make no file object, 0.84 ms; it runs
+    twice per measured window, outside it, and the job waits for it.
     """
     out = {}
     for name in os.listdir(proc):
         if not name.isdigit():
             continue
         try:
-            with open(f"{proc}/{name}/stat", "rb") as fh:
-                data = fh.read()
+            fd = os.open(f"{proc}/{name}/stat", os.O_RDONLY)
         except OSError:
             continue  # ended meanwhile
-        right = data.rindex(b")")
+        try:
+            data = os.read(fd, 4096)  # one line of about 300 bytes (proc(5))
+        except OSError:
+            continue  # ended between the open and the read
+        finally:
+            os.close(fd)
+        right = data.rfind(b")")
+        if right < 0:
+            continue  # nothing read: the process was reaped between the open and the read
         comm = data[data.index(b"(") + 1 : right].decode(errors="replace")
         f = data[right + 2 :].split()
         ticks = int(f[11]) + int(f[12])

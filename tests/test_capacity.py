@@ -279,6 +279,28 @@ def test_top_others_counts_new_processes_and_skips_reused_pids():
     assert [round(cpu, 3) for *_, cpu in got] == [0.9, 0.5, 0.4]
 
 
+def test_process_times_reads_names_with_parentheses_and_skips_what_ended(tmp_path):
+    """``/proc/<pid>/stat`` as proc(5) writes it: the name in parentheses (it may hold spaces
+    and parentheses of its own), then the fields; a process reaped before its file was read
+    (an empty read), a pid gone before the open, and entries that are not pids are left out."""
+    from lab.capacity import CLK_TCK
+    from lab.sampler import process_times
+
+    fields = ["S", "1"] + ["0"] * 9 + ["250", "50"] + ["7", "9"] + ["0"] * 4 + ["12345"] + ["0"] * 30
+    for pid, name in ((41, "a) (b c"), (42, "kworker/0:1")):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "stat").write_bytes(f"{pid} ({name}) {' '.join(fields)}\n".encode())
+    (tmp_path / "43").mkdir()
+    (tmp_path / "43" / "stat").write_bytes(b"")
+    (tmp_path / "44").mkdir()  # no stat: gone before the open
+    (tmp_path / "self").mkdir()
+    got = process_times(str(tmp_path))
+    assert got == {41: (12345, 300 / CLK_TCK, "a) (b c"), 42: (12345, 300 / CLK_TCK, "kworker/0:1")}
+    mine = process_times()[os.getpid()]
+    own = os.times()
+    assert abs(mine[1] - (own.user + own.system)) <= 2 / CLK_TCK + 0.01, (mine, own)
+
+
 # ------------------------------------------------------------------ intervals and rounds
 
 
