@@ -264,7 +264,10 @@ class Child:
     def warm_up(self, request: dict, times: int) -> None:
         """Run ``request`` ``times`` times at a tenth of its length (:data:`WARMUP_SHARE` of its
         iterations, at least one), untimed: enough for the interpreter to specialise its code and
-        for a first fork to be paid, without a full window's worth of time per warm-up."""
+        for a first fork to be paid, without a full window's worth of time per warm-up. A request
+        that forks runs its task only in the forks, which specialise their own copy and lose it:
+        the gil experiment's loop ran as fast cold in a fork as warmed (docs/benchmarks.md,
+        2026-12-06 early morning)."""
         short = {kind: dict(spec) for kind, spec in request.items()}
         for spec in short.values():
             for key in ("iterations", "io_iterations"):
