@@ -173,8 +173,7 @@ class Probe:
             for cpu in (cpus[i] if i < len(cpus) else -1 for i in range(ncpu))
         ]
         self._fastest = 0.0  # the fastest one-CPU rate seen (iterations/s)
-        self.iterations = 0  # the loop's length: ASSUMED_RATE's until the first reading (:meth:`calibrate`)
-        self.calibrate(float("nan"))
+        self.calibrate(float("nan"))  # self.iterations: ASSUMED_RATE's loop until the first reading
         if wait:
             self.wait_ready()
 
