@@ -40,6 +40,7 @@ Usage::
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -151,15 +152,15 @@ class Probe:
         wait: wait for the workers' start here (:meth:`wait_ready`).
 
     Raises:
-        ValueError: for ``ncpu < 1`` or ``probe_ms <= 0``.
+        ValueError: for ``ncpu < 1``, or ``probe_ms`` not above 0 or not finite.
         ProbeError: for a worker that did not start (the others are ended).
     """
 
     def __init__(self, ncpu: int, probe_ms: float, wait: bool = True) -> None:
         if ncpu < 1:
             raise ValueError(f"ncpu must be >= 1, got {ncpu}")
-        if not probe_ms > 0:
-            raise ValueError(f"probe_ms must be > 0, got {probe_ms}")
+        if not 0 < probe_ms < math.inf:  # before any worker starts: nothing is left to end
+            raise ValueError(f"probe_ms must be > 0 and finite, got {probe_ms}")
         self.ncpu, self.probe_ms = ncpu, probe_ms
         cpus = sorted(os.sched_getaffinity(0)) if PIN and hasattr(os, "sched_setaffinity") else []
         self._procs = [
