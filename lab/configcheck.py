@@ -64,8 +64,9 @@ def read_schema(path: str | Path) -> dict:
     """A schema file, JSON (``.json``: the sections') or YAML (with libyaml where PyYAML has it): read as
     YAML in pure Python, they took 0.4 s of the 0.54 s a validation cost at every Snakemake start
     (AVX2 EPYC VM, 2026-12-06). Raises OSError, ValueError or ``yaml.YAMLError``."""
-    text = Path(path).read_text(encoding="utf-8")
-    if Path(path).suffix == ".json":
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json":
         return json.loads(text)
     return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 

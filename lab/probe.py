@@ -27,8 +27,7 @@ less where they share a core or the host takes time.
 Cost: one round of the probe takes ``probe_ms`` x (number of levels) of wall time, plus
 :data:`START_SLACK_S` for each level above one CPU and pipe round trips, outside the measured
 windows (with 2 CPUs and 5 ms loops, 12 ms a reading alone and a median of 12.4-15.3 ms in the
-quick run's jobs; each worker's first reading took 17.1-17.3 ms while it also ran a loop only to
-calibrate, before :data:`ASSUMED_RATE`); docs/benchmarks.md gives its noise
+quick run's jobs, AVX2 EPYC VM, 2026-12-06); docs/benchmarks.md gives its noise
 against ``probe_ms`` (how long a loop must run for the ratio to be repeatable) and the share of
 the run it takes.
 

@@ -331,9 +331,9 @@ def quick_config(experiments, minutes: int) -> str:
     in schemas/config.schema.yaml) and of every ``Params`` field (``param(quick=...)``) of the
     lab's own sections (:func:`lab_sections`) and the experiments, by section in report order,
     each with its ``quick_why`` as a comment."""
-    import yaml
+    from lab.configcheck import read_schema
 
-    top = yaml.safe_load(CONFIG_SCHEMA.read_text(encoding="utf-8"))
+    top = read_schema(CONFIG_SCHEMA)
     lines = [QUICK_HEADER.format(minutes=minutes).rstrip("\n")]
     for key, node in top["properties"].items():
         found = _quick_lines(key, node, "")
