@@ -84,11 +84,14 @@ def start_job_server():
     """Snakemake's onstart: start the job server if this run has jobs for it, with the
     environment Snakemake gives a measurement job (thread variables = all cores, its TMPDIR), so
     that what torch and OpenMP read when they load is what a job would read; and a variant
-    server for each load-time setting the run's measurement jobs ask for (`job_env`)."""
+    server for each load-time setting the run's measurement jobs ask for (`job_env`). A run
+    whose jobs all come from analysis/rules.smk and report/rules.smk gets a server that imports
+    no torch (`lab.server serve --analysis-only`)."""
     if executor_name().rsplit("-", 1)[-1] != "local" or not JOB_SERVER:
         return
     jobs = list(workflow.dag.needrun_jobs())
-    if all(j.rule.name in UNSERVED_RULES for j in jobs):
+    served = [j for j in jobs if j.rule.name not in UNSERVED_RULES]
+    if not served:
         return
     from lab import serverctl
 
@@ -102,8 +105,12 @@ def start_job_server():
         for j in jobs
         if j.rule.name == "measure"
     ]
+    # a run that only analyses and reports (`snakemake compare`, a report redrawn) needs no torch
+    analysis_only = all(
+        Path(j.rule.snakefile).parent.name in ("analysis", "report") for j in served
+    )
     _SERVER["procs"] = serverctl.start(
-        JOB_SERVER, env, f"{MEASURE_TMPDIR}/server.log", wanted
+        JOB_SERVER, env, f"{MEASURE_TMPDIR}/server.log", wanted, analysis_only
     )
 
 

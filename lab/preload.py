@@ -17,16 +17,19 @@ import sys
 #: What :func:`fresh` imports before the job: what a measurement job that uses torch needs.
 FRESH_PRELOAD = ("numpy", "psutil", "torch", "torch.nn", "torch.utils.data", "lab.cli", "lab.results")
 
-#: Modules the server imports before it forks jobs (each experiment's measurement and analysis
-#: modules are added by :func:`lab.server.serve`): what every job would otherwise import at its start.
-PRELOAD = (
-    *FRESH_PRELOAD,
+#: What the analysis and report jobs import (no torch: none of them uses it): all that a server
+#: whose run has only such jobs imports (``lab.server serve --analysis-only``).
+ANALYSIS_PRELOAD = (
     "pandas",
     "scipy.stats",
     "analysis.plotting",  # matplotlib, headless
     "analysis.__main__",
     "report.__main__",
 )
+
+#: Modules the server imports before it forks jobs (each experiment's measurement and analysis
+#: modules are added by :func:`lab.server.serve`): what every job would otherwise import at its start.
+PRELOAD = (*FRESH_PRELOAD, *ANALYSIS_PRELOAD)
 
 
 def preload_one(load, name: str) -> None:

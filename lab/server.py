@@ -40,7 +40,7 @@ whole process group.
 
 Usage::
 
-    python -m lab.server serve --socket PATH [--measure-only]
+    python -m lab.server serve --socket PATH [--measure-only | --analysis-only]
     python -m lab.server run --socket PATH -- experiments.gil --workers 2 ...
     python -m lab.server fresh -- lab.point multiprocessing ...   (what ``run`` falls back to)
 """
@@ -62,7 +62,7 @@ from pathlib import Path
 
 from lab import jobclient
 from lab.jobclient import SOCKET_VARIABLE, ServedJob, ask, connect
-from lab.preload import FRESH_PRELOAD, PRELOAD, fresh, preload_one, warm
+from lab.preload import ANALYSIS_PRELOAD, FRESH_PRELOAD, PRELOAD, fresh, preload_one, warm
 from lab.serverctl import variant_socket
 from lab.threads import LOAD_TIME_VARIABLES
 
@@ -153,31 +153,54 @@ def _hung_up(sock: socket.socket) -> bool:
         return True
 
 
-def serve(path: str, measure_only: bool = False) -> int:
+def _preload(measure_only: bool, analysis_only: bool) -> str:
+    """Import what :func:`serve`'s jobs need; returns for which jobs, in words.
+
+    Raises:
+        ValueError: for both ``measure_only`` and ``analysis_only``.
+    """
+    from lab import registry
+
+    if measure_only and analysis_only:
+        raise ValueError("a server is measure-only or analysis-only, not both")
+    for name in FRESH_PRELOAD if measure_only else ANALYSIS_PRELOAD if analysis_only else PRELOAD:
+        preload_one(lambda name=name: importlib.import_module(name), name)
+    for exp in registry.experiments().values():
+        if not analysis_only:
+            preload_one(exp.measurement, f"{exp.package}.measure")
+        if not measure_only:
+            preload_one(exp.analysis, f"{exp.package}.analysis")
+    if analysis_only:
+        return "analysis and report jobs only, no torch"
+    preload_one(warm, "torch.optim")
+    return "measurement jobs only" if measure_only else "every job"
+
+
+def serve(path: str, measure_only: bool = False, analysis_only: bool = False) -> int:
     """Import :data:`PRELOAD` and every experiment's modules, then listen on ``path`` and fork one child per
     connection until SIGTERM, SIGINT or the death of the parent (see the module docstring).
     ``measure_only`` (a variant server, whose jobs are all measurement jobs): import only what
     they need, :data:`~lab.preload.FRESH_PRELOAD` and the experiments' measurement modules, not
     pandas, scipy, matplotlib and the analysis (its start-up, at the run's start, shares the CPUs
-    with the main server's)."""
-    from lab import registry
+    with the main server's). ``analysis_only`` (a run whose jobs all analyse and report, such as
+    ``snakemake compare``): only :data:`~lab.preload.ANALYSIS_PRELOAD` and the experiments'
+    analysis modules, not torch (2.5-3 s of the run's start on 2 CPUs, which every job waits for).
+
+    Raises:
+        ValueError: for both ``measure_only`` and ``analysis_only``.
+    """
     from lab.host import set_parent_death_signal
 
     parent = os.getppid()
     set_parent_death_signal(signal.SIGTERM)
-    for name in FRESH_PRELOAD if measure_only else PRELOAD:
-        preload_one(lambda name=name: importlib.import_module(name), name)
-    for exp in registry.experiments().values():
-        preload_one(exp.measurement, f"{exp.package}.measure")
-        if not measure_only:
-            preload_one(exp.analysis, f"{exp.package}.analysis")
-    preload_one(warm, "torch.optim")
+    served = _preload(measure_only, analysis_only)
     gc.collect()
     gc.freeze()
     Path(path).unlink(missing_ok=True)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)  # the socket appears only once the server is ready (imports done)
     listener.listen(8)
+    print(f"[server] ready at {path}: preloaded for {served}", file=sys.stderr, flush=True)
     jobs: dict[int, socket.socket] = {}  # pid -> its client's connection
 
     def stop(_signum, _frame):
@@ -329,16 +352,22 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get(SOCKET_VARIABLE, ""),
         help=f"the server's socket path (default: ${SOCKET_VARIABLE}; '': no server, run in this process)",
     )
-    p.add_argument(
+    only = p.add_mutually_exclusive_group()
+    only.add_argument(
         "--measure-only",
         action="store_true",
         help="serve: import only what measurement jobs need (a variant server's jobs)",
+    )
+    only.add_argument(
+        "--analysis-only",
+        action="store_true",
+        help="serve: import only what analysis and report jobs need, no torch (a run of no other jobs)",
     )
     args = p.parse_args(argv)
     if args.command == "serve":
         if not args.socket:
             p.error("serve needs --socket PATH")
-        return serve(args.socket, args.measure_only)
+        return serve(args.socket, args.measure_only, args.analysis_only)
     if not tail:
         p.error(f"{args.command} needs -- MODULE ARGS...")
     if args.command == "fresh":

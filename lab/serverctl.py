@@ -28,9 +28,13 @@ def variant_socket(path: str, env: Mapping[str, str]) -> str:
     return f"{path}.{load_time_key(env)}"
 
 
-def start(path: str, env: dict[str, str], log: str, variants: Iterable[Mapping] = ()) -> list[subprocess.Popen]:
+def start(
+    path: str, env: dict[str, str], log: str, variants: Iterable[Mapping] = (), analysis_only: bool = False
+) -> list[subprocess.Popen]:
     """Start a server on ``path`` with environment ``env`` (a measurement job's: what torch reads at
-    import is what a job would read), its output to ``log``, and a variant server for each
+    import is what a job would read), its output to ``log`` (``analysis_only``: one that imports
+    what analysis and report jobs need and no torch, ``lab.server serve --analysis-only``, for a
+    run of no other jobs), and a variant server for each
     ``variants`` entry (``{name: value}``, ``None``: unset; the run's jobs' ``job_env``) whose
     load-time settings differ from ``env``'s, on :func:`variant_socket`, logging to ``log.<digest>``
     (a variant imports only what measurement jobs need: ``lab.server serve --measure-only``).
@@ -52,7 +56,10 @@ def start(path: str, env: dict[str, str], log: str, variants: Iterable[Mapping] 
             Path(where).unlink(missing_ok=True)
             with log_stream(lg) as out:
                 cmd = [sys.executable, "-m", "lab.server", "serve", "--socket", where]
-                cmd += [] if where == path else ["--measure-only"]  # a variant serves measurement jobs only
+                if where != path:  # a variant serves measurement jobs only
+                    cmd.append("--measure-only")
+                elif analysis_only:
+                    cmd.append("--analysis-only")
                 started[where] = subprocess.Popen(
                     cmd, env=e, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT
                 )

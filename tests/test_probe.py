@@ -433,6 +433,29 @@ def test_a_variant_server_that_does_not_start_is_left_out_and_its_jobs_start_afr
         serverctl.stop(procs)
 
 
+def test_a_run_that_only_analyses_gets_a_server_without_torch(tmp_path):
+    """``snakemake compare`` and a redrawn report run analysis and report jobs only: their server
+    imports pandas, matplotlib and the analysis, not torch (which would cost every such run
+    2.5-3 s before its first job), and its jobs still find the analysis preloaded."""
+    path = str(tmp_path / "a.sock")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    procs = serverctl.start(path, env, str(tmp_path / "server.log"), analysis_only=True)
+    try:
+        probe = (
+            "import sys\nprint('torch' in sys.modules, 'pandas' in sys.modules, 'analysis.__main__' in sys.modules)\n"
+        )
+        _module(tmp_path, "what_job", probe)
+        out = _run(path, tmp_path, "what_job")
+        assert out.returncode == 0 and out.stdout.split() == ["False", "True", "True"], out.stderr
+        assert _run(path, tmp_path, "analysis", "--help").returncode == 0
+    finally:
+        serverctl.stop(procs)
+    assert "preloaded for analysis and report jobs only, no torch" in (tmp_path / "server.log").read_text()
+    both = [sys.executable, "-m", "lab.server", "serve", "--socket", path, "--measure-only", "--analysis-only"]
+    refused = subprocess.run(both, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "not allowed with argument" in refused.stderr, refused.stderr
+
+
 def test_a_job_knows_whether_its_environment_is_what_its_point_needs(monkeypatch):
     from lab.threads import check_job_env
 

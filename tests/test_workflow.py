@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import physics
@@ -387,6 +388,10 @@ def test_compare_with_a_one_cpu_host(quick_run, side_runs, tmp_path):
     proc = snakemake_in(quick_run, "--cores", "4", "compare", "--config", both)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "measure" not in proc.stderr.split("Job stats:")[1].split("Reasons")[0]
+    from lab.host import measurement_tmpdir  # the run's jobs only analyse and report: a server without torch
+
+    server_log = Path(measurement_tmpdir(quick_run), "server.log").read_text()
+    assert "preloaded for analysis and report jobs only, no torch" in server_log, server_log
     after = {**digest(quick_run / "results" / "e2e"), **digest(quick_run / "results" / "e2e-1cpu")}
     assert after == before  # neither host directory was touched
     c = pd.read_csv(quick_run / "results" / "compare" / "comparison.csv")
