@@ -391,6 +391,10 @@ def _benchmark(name: str):
         ("process_state", ["--processes", "1"], "--processes 1, --readings 8, --seconds 0.25: allowed: at least 2"),
         ("process_state", ["--seconds", "0"], "seconds > 0"),
         ("process_state", ["--markdown", "{dir}"], "--markdown {dir} is a directory"),
+        ("host_phases", ["--chunk-ms", "0"], "--chunk-ms 0: allowed: 0.05-100 (ms)"),
+        ("host_phases", ["--slow", "1"], "--slow 1: allowed: above 1"),
+        ("host_phases", ["--seconds", "0"], "--seconds 0: allowed: above 0"),
+        ("host_phases", ["--markdown", "{dir}"], "--markdown {dir} is a directory"),
     ],
 )
 def test_benchmark_scripts_refuse_bad_arguments_before_measuring(tmp_path, capsys, script, args, message):

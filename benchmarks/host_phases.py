@@ -1,0 +1,220 @@
+"""How a vCPU's speed moves from one millisecond to the next: the host's fast and slow phases.
+
+The capacity probe (:mod:`lab.probe`) reads a vCPU's speed in loops of a few milliseconds and a
+measured window lasts 0.1-1 s. Whether a short reading stands for the window beside it depends on
+how the host's speed moves at that time scale: a host that switches a vCPU between a fast and a
+slow state every few milliseconds (another tenant on its SMT sibling, the host's own time
+slicing) gives short readings that land in one state or the other, and parallel windows whose
+tasks end unevenly, while a window averages over many switches.
+
+How: one worker process per CPU of this process's affinity, pinned to it (``python -I -S``,
+standard library only), runs the seed article's counting loop (``for i in range(n): i = i + 1``)
+in chunks of ``--chunk-ms`` at the CPU's fast speed for ``--seconds``, recording each chunk's
+start and duration on the shared monotonic clock (``time.perf_counter``), first each CPU alone
+(the others idle), then all at once. Per CPU and mode: the fast level (iterations/s of the 10th
+percentile chunk, the speed the vCPU reaches), the median speed over it, the share of time in
+slow chunks (a chunk is slow when it took more than ``--slow`` times the fast level's duration),
+the slow chunks' speed over the fast level, and the median length of the slow and of the fast
+phases (runs of consecutive chunks in one state, ms; a phase shorter than a chunk reads as one
+chunk). With all CPUs busy it also gives how often two CPUs were in the same state at the same
+instant, against the share expected were their states independent (``p0 p1 + (1-p0)(1-p1)``):
+well above it, the host slows the vCPUs together (frequency, a shared core); near it, each vCPU
+has a slow state of its own.
+
+A benchmark, not a test; run it with nothing else running. Usage (repository root, the project's
+venv)::
+
+    python benchmarks/host_phases.py [--seconds 8] [--chunk-ms 0.5] [--slow 1.4] [--markdown out.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from lab.fileio import emit, output_args_problem  # noqa: E402
+
+#: The worker: pinned to CPU ``argv[1]``, calibrates a chunk to ``argv[3]`` ms at its fastest
+#: (the shortest of 40 trial chunks), waits for the start time ``argv[4]`` (perf_counter s), then
+#: runs chunks until ``argv[2]`` s have passed and prints ``{"n": iterations, "chunks": [[start,
+#: seconds], ...]}``.
+_WORKER = r"""
+import json, os, sys, time
+cpu, seconds, chunk_ms, start = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+os.sched_setaffinity(0, {cpu})
+clock = time.perf_counter
+def count(n):
+    for i in range(n):
+        i = i + 1
+for _ in range(16):
+    count(1000)
+trial = []
+for _ in range(40):
+    t = clock(); count(20000); trial.append(clock() - t)
+n = max(1000, int(20000 * chunk_ms / 1000 / min(trial)))
+while clock() < start:
+    pass
+out, end = [], start + seconds
+while (t := clock()) < end:
+    count(n)
+    out.append((t, clock() - t))
+print(json.dumps({"n": n, "chunks": out}))
+"""
+
+
+def record(cpus: list[int], seconds: float, chunk_ms: float) -> dict[int, dict]:
+    """Each of ``cpus`` runs chunks at once for ``seconds``: ``{cpu: {"n", "chunks"}}``."""
+    import time
+
+    start = time.perf_counter() + 0.3 + 0.05 * len(cpus)  # every worker started and calibrated by then
+    args = [str(seconds), str(chunk_ms), repr(start)]
+    procs = {
+        c: subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", _WORKER, str(c), *args], stdout=subprocess.PIPE, text=True
+        )
+        for c in cpus
+    }
+    out = {}
+    for c, p in procs.items():
+        text, _ = p.communicate()
+        if p.returncode != 0:
+            raise RuntimeError(f"the worker on CPU {c} exited with {p.returncode}")
+        out[c] = json.loads(text)
+    return out
+
+
+def states(chunks: list, slow: float, fast: float | None = None) -> tuple[float, list[bool]]:
+    """The fast level (s per chunk: ``fast``, else the 10th percentile of ``chunks``) and each
+    chunk's state (True: slow)."""
+    if fast is None:
+        fast = statistics.quantiles([d for _, d in chunks], n=10)[0]
+    return fast, [d > slow * fast for _, d in chunks]
+
+
+def phases(chunks: list, slow_flags: list[bool]) -> dict[bool, list[float]]:
+    """Lengths (ms) of the runs of consecutive chunks in one state, by state (True: slow)."""
+    runs: dict[bool, list[float]] = {True: [], False: []}
+    begin = 0
+    for i in range(1, len(chunks) + 1):
+        if i == len(chunks) or slow_flags[i] != slow_flags[begin]:
+            t0, _ = chunks[begin]
+            t1, d1 = chunks[i - 1]
+            runs[slow_flags[begin]].append(1000 * (t1 + d1 - t0))
+            begin = i
+    return runs
+
+
+def describe(rec: dict, slow: float, fast_mips: float | None = None) -> dict:
+    """One CPU's row: fast level, median speed, slow share and level, phase lengths. The fast
+    level is ``fast_mips`` (M iterations/s: the same CPU's alone, for the all-busy rows, where a
+    vCPU may run slow throughout) where given, else this record's own."""
+    chunks, n = rec["chunks"], rec["n"]
+    fast, flags = states(chunks, slow, None if fast_mips is None else n / (fast_mips * 1e6))
+    durations = [d for _, d in chunks]
+    slow_d = [d for d, f in zip(durations, flags) if f]
+    runs = phases(chunks, flags)
+    return {
+        "chunks": len(chunks),
+        "fast_mips": n / fast / 1e6,
+        "median_mips": n / statistics.median(durations) / 1e6,
+        "median_over_fast": fast / statistics.median(durations),
+        "slow_share": sum(slow_d) / sum(durations),
+        "slow_over_fast": fast / statistics.median(slow_d) if slow_d else None,
+        "slow_phase_ms": statistics.median(runs[True]) if runs[True] else None,
+        "fast_phase_ms": statistics.median(runs[False]) if runs[False] else None,
+    }
+
+
+def together(a: dict, b: dict, slow: float, fast: tuple[float, float]) -> tuple[float, float]:
+    """``(agreement, expected)``: how often CPU ``a``'s chunk and the chunk CPU ``b`` was running
+    at its start were in the same state (judged against ``fast``, the two CPUs' fast levels alone,
+    M iterations/s), and that share were the two independent."""
+    _, fa = states(a["chunks"], slow, a["n"] / (fast[0] * 1e6))
+    _, fb = states(b["chunks"], slow, b["n"] / (fast[1] * 1e6))
+    starts = [t for t, _ in b["chunks"]]
+    same = n = 0
+    for (t, _), s in zip(a["chunks"], fa):
+        j = bisect.bisect_right(starts, t) - 1
+        if j < 0:
+            continue
+        n += 1
+        same += s == fb[j]
+    pa, pb = sum(fa) / len(fa), sum(fb) / len(fb)
+    return same / max(n, 1), pa * pb + (1 - pa) * (1 - pb)
+
+
+def _fmt(v, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def table(
+    rows: list[tuple[str, int, dict]], pairs: list[tuple[int, int, float, float]], delivered: float | None, ncpu: int
+) -> str:
+    """The markdown report: one row per mode and CPU, then the pairs' agreement and the cores
+    ``delivered`` with all busy (the sum over CPUs of each one's median speed over its own alone)."""
+    lines = [
+        "| mode | CPU | chunks | fast level (M it/s) | median speed / fast | time in slow chunks"
+        " | slow speed / fast | slow phase, median (ms) | fast phase, median (ms) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for mode, cpu, r in rows:
+        lines.append(
+            f"| {mode} | {cpu} | {r['chunks']} | {r['fast_mips']:.1f} | {r['median_over_fast']:.2f}"
+            f" | {100 * r['slow_share']:.0f}% | {_fmt(r['slow_over_fast'], '.2f')}"
+            f" | {_fmt(r['slow_phase_ms'], '.1f')} | {_fmt(r['fast_phase_ms'], '.1f')} |"
+        )
+    for a, b, agree, expected in pairs:
+        lines.append(
+            f"\nAll busy, CPUs {a} and {b} in the same state at the same instant: {100 * agree:.0f}% of"
+            f" chunks, against {100 * expected:.0f}% were their states independent."
+        )
+    if delivered is not None:
+        lines.append(
+            f"\nAll {ncpu} CPUs busy delivered {delivered:.2f} cores: the sum over the CPUs of each one's median"
+            " speed over its own median speed alone."
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seconds", type=float, default=8.0, help="how long each mode runs its chunks (s)")
+    p.add_argument("--chunk-ms", type=float, default=0.5, help="one chunk's length at the fast speed (ms)")
+    p.add_argument("--slow", type=float, default=1.4, help="a chunk this many times the fast level's is slow")
+    p.add_argument("--markdown", default=None)
+    args = p.parse_args(argv)
+    if problem := output_args_problem(args):
+        p.error(problem)
+    for bad, what in (
+        (not args.seconds > 0, f"--seconds {args.seconds:g}: allowed: above 0"),
+        (not 0.05 <= args.chunk_ms <= 100, f"--chunk-ms {args.chunk_ms:g}: allowed: 0.05-100 (ms)"),
+        (not args.slow > 1, f"--slow {args.slow:g}: allowed: above 1 (times the fast level's chunk)"),
+    ):
+        if bad:
+            p.error(what)
+    cpus = sorted(os.sched_getaffinity(0))
+    alone = {c: describe(record([c], args.seconds, args.chunk_ms)[c], args.slow) for c in cpus}
+    rows = [("alone", c, r) for c, r in alone.items()]
+    pairs, delivered = [], None
+    if len(cpus) > 1:
+        recs = record(cpus, args.seconds, args.chunk_ms)
+        busy = {c: describe(recs[c], args.slow, alone[c]["fast_mips"]) for c in cpus}
+        rows += [("all busy", c, r) for c, r in busy.items()]
+        fast = {c: alone[c]["fast_mips"] for c in cpus}
+        pairs = [(a, b, *together(recs[a], recs[b], args.slow, (fast[a], fast[b]))) for a, b in zip(cpus, cpus[1:])]
+        delivered = sum(busy[c]["median_mips"] / alone[c]["median_mips"] for c in cpus)
+    emit(table(rows, pairs, delivered, len(cpus)), args.markdown)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
