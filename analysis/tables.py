@@ -79,6 +79,13 @@ KNOWN = {
 
 _PY_TYPES = {bool: BOOL, int: INT, float: FLOAT, str: STR}
 _WHOLE = re.compile(r"^[+-]?\d+$")
+#: A number as the pipeline writes it (Python's repr of an int or a float), once stripped: read
+#: with ``float()``, which gives what ``pandas.to_numeric`` gives for it (both round-trip a
+#: float's repr exactly). A column with any other cell goes through ``pandas.to_numeric``.
+_PLAIN_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?|[+-]?inf")
+#: Cells that read as a missing number.
+_BLANK = frozenset(("", "nan", "NaN"))
+_TRUTH = {"true": True, "1": True, "false": False, "0": False}
 
 
 class DataError(ValueError):
@@ -118,7 +125,27 @@ def _bad(path, col: str, raw: pd.Series, bad: pd.Series, message: str) -> DataEr
     return DataError(path, message.format(value=raw.iloc[i]), row=i + 1, column=col)
 
 
+def _plain_floats(cells: list[str]) -> list[float] | None:
+    """``cells`` as floats where each is blank (:data:`_BLANK`, a NaN) or a plain number
+    (:data:`_PLAIN_NUMBER`); None where any is neither. A table's columns hold a few to a few
+    thousand cells: in Python this costs a microsecond a cell, where pandas' string methods cost
+    about a millisecond a column (44 tables of a quick run, 2,030 columns of 505 rows: 1.96 s)."""
+    out = []
+    for cell in cells:
+        text = cell.strip()
+        if text in _BLANK:
+            out.append(np.nan)
+        elif _PLAIN_NUMBER.fullmatch(text):
+            out.append(float(text))
+        else:
+            return None
+    return out
+
+
 def _numbers(raw: pd.Series, path, col: str) -> pd.Series:
+    plain = _plain_floats(raw.tolist())
+    if plain is not None:
+        return pd.Series(plain, index=raw.index, dtype=float)
     blank = raw.str.strip().isin(["", "nan", "NaN"])
     values = pd.to_numeric(raw.where(~blank, np.nan), errors="coerce")
     bad = ~blank & values.isna()
@@ -132,30 +159,36 @@ def _convert(raw: pd.Series, kind: str, path, col: str) -> pd.Series:
     if kind == STR:
         return raw
     if kind == BOOL:
-        text = raw.str.strip().str.lower()
-        mapped = text.map({"true": True, "1": True, "false": False, "0": False})
-        bad = text.ne("") & mapped.isna()
+        text = [cell.strip().lower() for cell in raw.tolist()]
+        mapped = [_TRUTH.get(t) for t in text]
+        bad = np.array([t != "" and v is None for t, v in zip(text, mapped)], dtype=bool)
         if bad.any():
-            raise _bad(path, col, raw, bad, "expected True or False, got {value!r}")
-        return mapped.astype(bool) if mapped.notna().all() else mapped.astype("boolean")
+            raise _bad(path, col, raw, pd.Series(bad), "expected True or False, got {value!r}")
+        whole = all(v is not None for v in mapped)
+        return pd.Series(mapped, index=raw.index, dtype=bool if whole else "boolean")
     values = _numbers(raw, path, col)
     if kind == FLOAT:
         return values
-    bad = values.notna() & (values != np.floor(values))
+    v = values.to_numpy()
+    present = ~np.isnan(v)
+    bad = present & (v != np.floor(v))
     if bad.any():
-        raise _bad(path, col, raw, bad, f"{col} must be a whole number, got {{value!r}}")
-    return values.astype("int64") if values.notna().all() else values.astype("Int64")
+        raise _bad(path, col, raw, pd.Series(bad), f"{col} must be a whole number, got {{value!r}}")
+    return values.astype("int64") if present.all() else values.astype("Int64")
 
 
 def infer(raw: pd.Series) -> str:
     """The type of a column that no declaration names, from its non-empty cells."""
-    cells = raw[raw.str.strip().ne("")].str.strip()
-    if cells.empty:
+    stripped = [t for t in (cell.strip() for cell in raw.tolist()) if t]
+    if not stripped:
         return FLOAT
-    if cells.isin(["True", "False"]).all():
+    if all(t in ("True", "False") for t in stripped):
         return BOOL
-    if cells.str.match(_WHOLE).all():
+    if all(_WHOLE.match(t) for t in stripped):
         return INT
+    if all(t.lower() == "nan" or _PLAIN_NUMBER.fullmatch(t) for t in stripped):
+        return FLOAT
+    cells = pd.Series(stripped)  # what pandas.to_numeric reads, beyond plain numbers
     nan = cells.str.lower().eq("nan")
     return FLOAT if (pd.to_numeric(cells.mask(nan), errors="coerce").notna() | nan).all() else STR
 
