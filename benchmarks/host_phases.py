@@ -19,12 +19,21 @@ phases (runs of consecutive chunks in one state, ms; a phase shorter than a chun
 chunk). With all CPUs busy it also gives how often two CPUs were in the same state at the same
 instant, against the share expected were their states independent (``p0 p1 + (1-p0)(1-p1)``):
 well above it, the host slows the vCPUs together (frequency, a shared core); near it, each vCPU
-has a slow state of its own.
+has a slow state of its own. Last, for each window length of ``--windows``, the cores delivered
+with all busy read over windows of that length: split evenly (the CPU count times the slowest
+CPU's speed in the window, as the capacity probe's all-CPU level and a window of N processes
+are limited by the last to end) and added (every CPU's speed), over one CPU's speed alone read
+the same way. Were a vCPU's slow bursts short and independent, the slowest CPU of a short window
+would often be in one and that of a long window seldom: the split figure would grow with the
+length, and a probe whose loops are much shorter than the windows it stands beside would read
+the machine at its own length, not at theirs (measured on the AVX2 EPYC VM, docs/benchmarks.md:
+it did not).
 
 A benchmark, not a test; run it with nothing else running. Usage (repository root, the project's
 venv)::
 
-    python benchmarks/host_phases.py [--seconds 8] [--chunk-ms 0.5] [--slow 1.4] [--markdown out.md]
+    python benchmarks/host_phases.py [--seconds 8] [--chunk-ms 0.5] [--slow 1.4] [--windows 5 20 200 1000]
+        [--markdown out.md]
 """
 
 from __future__ import annotations
@@ -40,6 +49,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
 
 from lab.fileio import emit, output_args_problem  # noqa: E402
 
@@ -152,15 +163,59 @@ def together(a: dict, b: dict, slow: float, fast: tuple[float, float]) -> tuple[
     return same / max(n, 1), pa * pb + (1 - pa) * (1 - pb)
 
 
+def window_rates(rec: dict, length_s: float, t0: float, t1: float) -> np.ndarray:
+    """One CPU's speed (iterations/s) over each consecutive window of ``length_s`` from ``t0`` to
+    ``t1``: the iterations done inside it, each chunk's spread evenly over its duration."""
+    starts = np.array([t for t, _ in rec["chunks"]])
+    durations = np.array([d for _, d in rec["chunks"]])
+    edges = np.arange(t0, t1 + 1e-12, length_s)
+    i = np.clip(np.searchsorted(starts, edges, side="right") - 1, 0, len(starts) - 1)
+    done = rec["n"] * (i + np.clip((edges - starts[i]) / durations[i], 0.0, 1.0))
+    return np.diff(done) / length_s
+
+
+def delivered_by_length(alone: dict[int, dict], busy: dict[int, dict], lengths_ms: list[float]) -> list[dict]:
+    """Cores delivered with all CPUs busy, read over windows of each length: ``split``, the CPU
+    count times the slowest CPU's speed in the window (work split evenly over the CPUs, as the
+    capacity probe's all-CPU level and a window of N processes are limited by the last to end),
+    and ``summed``, every CPU's speed in the window added; each over the mean of the CPUs' median
+    speeds alone over windows of that length. Median and quartiles over the windows."""
+    rows = []
+    for ms in lengths_ms:
+        length = ms / 1000
+        ref = float(np.mean([np.median(window_rates(r, length, *_span([r]))) for r in alone.values()]))
+        t0, t1 = _span(list(busy.values()))
+        rates = np.array([window_rates(r, length, t0, t1) for r in busy.values()])
+        if rates.shape[1] < 4:
+            continue
+        split = len(busy) * rates.min(axis=0) / ref
+        summed = rates.sum(axis=0) / ref
+        rows.append({"ms": ms, "windows": rates.shape[1], "split": np.percentile(split, [50, 25, 75])})
+        rows[-1]["summed"] = np.percentile(summed, [50, 25, 75])
+    return rows
+
+
+def _span(recs: list[dict]) -> tuple[float, float]:
+    """The time every record in ``recs`` covers: the latest first start to the earliest last end."""
+    t0 = max(r["chunks"][0][0] for r in recs)
+    t1 = min(r["chunks"][-1][0] + r["chunks"][-1][1] for r in recs)
+    return t0, t1
+
+
 def _fmt(v, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
 def table(
-    rows: list[tuple[str, int, dict]], pairs: list[tuple[int, int, float, float]], delivered: float | None, ncpu: int
+    rows: list[tuple[str, int, dict]],
+    pairs: list[tuple[int, int, float, float]],
+    delivered: float | None,
+    ncpu: int,
+    by_length: list[dict] = (),
 ) -> str:
-    """The markdown report: one row per mode and CPU, then the pairs' agreement and the cores
-    ``delivered`` with all busy (the sum over CPUs of each one's median speed over its own alone)."""
+    """The markdown report: one row per mode and CPU, then the pairs' agreement, the cores
+    ``delivered`` with all busy (the sum over CPUs of each one's median speed over its own alone)
+    and, per window length, :func:`delivered_by_length`'s rows."""
     lines = [
         "| mode | CPU | chunks | fast level (M it/s) | median speed / fast | time in slow chunks"
         " | slow speed / fast | slow phase, median (ms) | fast phase, median (ms) |",
@@ -182,6 +237,19 @@ def table(
             f"\nAll {ncpu} CPUs busy delivered {delivered:.2f} cores: the sum over the CPUs of each one's median"
             " speed over its own median speed alone."
         )
+    if by_length:
+        lines += [
+            "\nCores delivered with all busy, read over windows of each length (median, IQR over the windows):"
+            " work split evenly (the CPU count times the slowest CPU's speed, as the probe's all-CPU level"
+            " reads it) and every CPU's speed added, over one CPU's speed alone.\n",
+            "| window (ms) | windows | split evenly | added |",
+            "|---|---|---|---|",
+        ]
+        for r in by_length:
+            (s50, s25, s75), (a50, a25, a75) = r["split"], r["summed"]
+            lines.append(
+                f"| {r['ms']:g} | {r['windows']} | {s50:.2f} ({s25:.2f}-{s75:.2f}) | {a50:.2f} ({a25:.2f}-{a75:.2f}) |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -190,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, default=8.0, help="how long each mode runs its chunks (s)")
     p.add_argument("--chunk-ms", type=float, default=0.5, help="one chunk's length at the fast speed (ms)")
     p.add_argument("--slow", type=float, default=1.4, help="a chunk this many times the fast level's is slow")
+    p.add_argument(
+        "--windows", type=float, nargs="+", default=[5.0, 20.0, 200.0, 1000.0], help="window lengths to read (ms)"
+    )
     p.add_argument("--markdown", default=None)
     args = p.parse_args(argv)
     if problem := output_args_problem(args):
@@ -198,13 +269,19 @@ def main(argv: list[str] | None = None) -> int:
         (not args.seconds > 0, f"--seconds {args.seconds:g}: allowed: above 0"),
         (not 0.05 <= args.chunk_ms <= 100, f"--chunk-ms {args.chunk_ms:g}: allowed: 0.05-100 (ms)"),
         (not args.slow > 1, f"--slow {args.slow:g}: allowed: above 1 (times the fast level's chunk)"),
+        (
+            not all(args.chunk_ms <= w <= 1000 * args.seconds / 4 for w in args.windows),
+            f"--windows {' '.join(f'{w:g}' for w in args.windows)}: allowed: from --chunk-ms to a quarter of"
+            f" --seconds ({args.chunk_ms:g}-{250 * args.seconds:g} ms)",
+        ),
     ):
         if bad:
             p.error(what)
     cpus = sorted(os.sched_getaffinity(0))
-    alone = {c: describe(record([c], args.seconds, args.chunk_ms)[c], args.slow) for c in cpus}
+    solo = {c: record([c], args.seconds, args.chunk_ms)[c] for c in cpus}
+    alone = {c: describe(r, args.slow) for c, r in solo.items()}
     rows = [("alone", c, r) for c, r in alone.items()]
-    pairs, delivered = [], None
+    pairs, delivered, by_length = [], None, []
     if len(cpus) > 1:
         recs = record(cpus, args.seconds, args.chunk_ms)
         busy = {c: describe(recs[c], args.slow, alone[c]["fast_mips"]) for c in cpus}
@@ -212,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
         fast = {c: alone[c]["fast_mips"] for c in cpus}
         pairs = [(a, b, *together(recs[a], recs[b], args.slow, (fast[a], fast[b]))) for a, b in zip(cpus, cpus[1:])]
         delivered = sum(busy[c]["median_mips"] / alone[c]["median_mips"] for c in cpus)
-    emit(table(rows, pairs, delivered, len(cpus)), args.markdown)
+        by_length = delivered_by_length(solo, recs, args.windows)
+    emit(table(rows, pairs, delivered, len(cpus), by_length), args.markdown)
     return 0
 
 

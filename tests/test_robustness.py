@@ -395,6 +395,7 @@ def _benchmark(name: str):
         ("host_phases", ["--slow", "1"], "--slow 1: allowed: above 1"),
         ("host_phases", ["--seconds", "0"], "--seconds 0: allowed: above 0"),
         ("host_phases", ["--markdown", "{dir}"], "--markdown {dir} is a directory"),
+        ("host_phases", ["--windows", "5", "3000"], "--windows 5 3000: allowed: from --chunk-ms to a quarter"),
     ],
 )
 def test_benchmark_scripts_refuse_bad_arguments_before_measuring(tmp_path, capsys, script, args, message):
