@@ -120,8 +120,8 @@ def experiment_types(experiment: str) -> dict[str, str]:
     return types
 
 
-def _bad(path, col: str, raw: pd.Series, bad: pd.Series, message: str) -> DataError:
-    i = int(np.flatnonzero(bad.to_numpy())[0])
+def _bad(path, col: str, raw: pd.Series, bad, message: str) -> DataError:
+    i = int(np.flatnonzero(np.asarray(bad))[0])
     return DataError(path, message.format(value=raw.iloc[i]), row=i + 1, column=col)
 
 
@@ -146,7 +146,7 @@ def _numbers(raw: pd.Series, path, col: str) -> pd.Series:
     plain = _plain_floats(raw.tolist())
     if plain is not None:
         return pd.Series(plain, index=raw.index, dtype=float)
-    blank = raw.str.strip().isin(["", "nan", "NaN"])
+    blank = raw.str.strip().isin(_BLANK)
     values = pd.to_numeric(raw.where(~blank, np.nan), errors="coerce")
     bad = ~blank & values.isna()
     if bad.any():
@@ -163,7 +163,7 @@ def _convert(raw: pd.Series, kind: str, path, col: str) -> pd.Series:
         mapped = [_TRUTH.get(t) for t in text]
         bad = np.array([t != "" and v is None for t, v in zip(text, mapped)], dtype=bool)
         if bad.any():
-            raise _bad(path, col, raw, pd.Series(bad), "expected True or False, got {value!r}")
+            raise _bad(path, col, raw, bad, "expected True or False, got {value!r}")
         whole = all(v is not None for v in mapped)
         return pd.Series(mapped, index=raw.index, dtype=bool if whole else "boolean")
     values = _numbers(raw, path, col)
@@ -173,7 +173,7 @@ def _convert(raw: pd.Series, kind: str, path, col: str) -> pd.Series:
     present = ~np.isnan(v)
     bad = present & (v != np.floor(v))
     if bad.any():
-        raise _bad(path, col, raw, pd.Series(bad), f"{col} must be a whole number, got {{value!r}}")
+        raise _bad(path, col, raw, bad, f"{col} must be a whole number, got {{value!r}}")
     return values.astype("int64") if present.all() else values.astype("Int64")
 
 
