@@ -12,7 +12,8 @@ standard library only), runs the seed article's counting loop (``for i in range(
 in chunks of ``--chunk-ms`` at the CPU's fast speed for ``--seconds``, recording each chunk's
 start and duration on the shared monotonic clock (``time.perf_counter``), first each CPU alone
 (the others idle), then all at once. Per CPU and mode: the fast level (iterations/s of the 10th
-percentile chunk, the speed the vCPU reaches), the median speed over it, the share of time in
+percentile chunk, the speed the vCPU reaches; the faster of its two modes', since a vCPU can run
+slow for the whole of one), the median speed over it, the share of time in
 slow chunks (a chunk is slow when it took more than ``--slow`` times the fast level's duration),
 the slow chunks' speed over the fast level, and the median length of the slow and of the fast
 phases (runs of consecutive chunks in one state, ms; a phase shorter than a chunk reads as one
@@ -124,10 +125,15 @@ def phases(chunks: list, slow_flags: list[bool]) -> dict[bool, list[float]]:
     return runs
 
 
+def fast_level(rec: dict) -> float:
+    """One CPU's fast level in a record (M iterations/s): the speed of its 10th-percentile chunk."""
+    return rec["n"] / statistics.quantiles([d for _, d in rec["chunks"]], n=10)[0] / 1e6
+
+
 def describe(rec: dict, slow: float, fast_mips: float | None = None) -> dict:
     """One CPU's row: fast level, median speed, slow share and level, phase lengths. The fast
-    level is ``fast_mips`` (M iterations/s: the same CPU's alone, for the all-busy rows, where a
-    vCPU may run slow throughout) where given, else this record's own."""
+    level is ``fast_mips`` (M iterations/s: the faster of the CPU's two modes', since a vCPU may
+    run slow for the whole of one) where given, else this record's own."""
     chunks, n = rec["chunks"], rec["n"]
     fast, flags = states(chunks, slow, None if fast_mips is None else n / (fast_mips * 1e6))
     durations = [d for _, d in chunks]
@@ -279,14 +285,15 @@ def main(argv: list[str] | None = None) -> int:
             p.error(what)
     cpus = sorted(os.sched_getaffinity(0))
     solo = {c: record([c], args.seconds, args.chunk_ms)[c] for c in cpus}
-    alone = {c: describe(r, args.slow) for c, r in solo.items()}
+    recs = record(cpus, args.seconds, args.chunk_ms) if len(cpus) > 1 else {}
+    # each CPU's fast level: the faster of its two modes' (a vCPU can run slow for a whole mode)
+    fast = {c: max(fast_level(r) for r in (solo[c], recs.get(c)) if r) for c in cpus}
+    alone = {c: describe(solo[c], args.slow, fast[c]) for c in cpus}
     rows = [("alone", c, r) for c, r in alone.items()]
     pairs, delivered, by_length = [], None, []
-    if len(cpus) > 1:
-        recs = record(cpus, args.seconds, args.chunk_ms)
-        busy = {c: describe(recs[c], args.slow, alone[c]["fast_mips"]) for c in cpus}
+    if recs:
+        busy = {c: describe(recs[c], args.slow, fast[c]) for c in cpus}
         rows += [("all busy", c, r) for c, r in busy.items()]
-        fast = {c: alone[c]["fast_mips"] for c in cpus}
         pairs = [(a, b, *together(recs[a], recs[b], args.slow, (fast[a], fast[b]))) for a, b in zip(cpus, cpus[1:])]
         delivered = sum(busy[c]["median_mips"] / alone[c]["median_mips"] for c in cpus)
         by_length = delivered_by_length(solo, recs, args.windows)
