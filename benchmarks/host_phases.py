@@ -104,12 +104,10 @@ def record(cpus: list[int], seconds: float, chunk_ms: float) -> dict[int, dict]:
     return out
 
 
-def states(chunks: list, slow: float, fast: float | None = None) -> tuple[float, list[bool]]:
-    """The fast level (s per chunk: ``fast``, else the 10th percentile of ``chunks``) and each
-    chunk's state (True: slow)."""
-    if fast is None:
-        fast = statistics.quantiles([d for _, d in chunks], n=10)[0]
-    return fast, [d > slow * fast for _, d in chunks]
+def states(chunks: list, slow: float, fast: float) -> list[bool]:
+    """Each chunk's state (True: slow): longer than ``slow`` times ``fast`` (s, the fast level's
+    chunk)."""
+    return [d > slow * fast for _, d in chunks]
 
 
 def phases(chunks: list, slow_flags: list[bool]) -> dict[bool, list[float]]:
@@ -130,18 +128,19 @@ def fast_level(rec: dict) -> float:
     return rec["n"] / statistics.quantiles([d for _, d in rec["chunks"]], n=10)[0] / 1e6
 
 
-def describe(rec: dict, slow: float, fast_mips: float | None = None) -> dict:
-    """One CPU's row: fast level, median speed, slow share and level, phase lengths. The fast
-    level is ``fast_mips`` (M iterations/s: the faster of the CPU's two modes', since a vCPU may
-    run slow for the whole of one) where given, else this record's own."""
+def describe(rec: dict, slow: float, fast_mips: float) -> dict:
+    """One CPU's row: fast level, median speed, slow share and level, phase lengths, judged
+    against ``fast_mips`` (M iterations/s: the faster of the CPU's two modes', since a vCPU may
+    run slow for the whole of one)."""
     chunks, n = rec["chunks"], rec["n"]
-    fast, flags = states(chunks, slow, None if fast_mips is None else n / (fast_mips * 1e6))
+    fast = n / (fast_mips * 1e6)
+    flags = states(chunks, slow, fast)
     durations = [d for _, d in chunks]
     slow_d = [d for d, f in zip(durations, flags) if f]
     runs = phases(chunks, flags)
     return {
         "chunks": len(chunks),
-        "fast_mips": n / fast / 1e6,
+        "fast_mips": fast_mips,
         "median_mips": n / statistics.median(durations) / 1e6,
         "median_over_fast": fast / statistics.median(durations),
         "slow_share": sum(slow_d) / sum(durations),
@@ -153,10 +152,10 @@ def describe(rec: dict, slow: float, fast_mips: float | None = None) -> dict:
 
 def together(a: dict, b: dict, slow: float, fast: tuple[float, float]) -> tuple[float, float]:
     """``(agreement, expected)``: how often CPU ``a``'s chunk and the chunk CPU ``b`` was running
-    at its start were in the same state (judged against ``fast``, the two CPUs' fast levels alone,
+    at its start were in the same state (judged against ``fast``, the two CPUs' fast levels,
     M iterations/s), and that share were the two independent."""
-    _, fa = states(a["chunks"], slow, a["n"] / (fast[0] * 1e6))
-    _, fb = states(b["chunks"], slow, b["n"] / (fast[1] * 1e6))
+    fa = states(a["chunks"], slow, a["n"] / (fast[0] * 1e6))
+    fb = states(b["chunks"], slow, b["n"] / (fast[1] * 1e6))
     starts = [t for t, _ in b["chunks"]]
     same = n = 0
     for (t, _), s in zip(a["chunks"], fa):
