@@ -70,10 +70,18 @@ prepare_environment(workflow.basedir, ".snakemake/lab", short_dir=MEASURE_TMPDIR
 # from one checkout (e.g. under taskset) never measure at the same time on one machine, while
 # on a cluster jobs on different nodes (each node held exclusively) do not wait for each other.
 MEASURE_LOCK = f"{MEASURE_TMPDIR}/measure.lock"
+
 #: The job server (lab/server.py): locally, jobs fork from one process that has imported
 #: torch, pandas and matplotlib (2.5 s and 1.5 s a job otherwise); the rules' commands reach it
-#: through LAB_JOB_SERVER. On a cluster, or where it is not up, every job starts its own interpreter.
-JOB_SERVER = "" if CLUSTER else f"{MEASURE_TMPDIR}/jobs.sock"
+#: through LAB_JOB_SERVER. On a cluster the submit host's own jobs (the local rules: analysis,
+#: figures, reports) fork from a server that imports no torch; a job on a node (Snakemake again
+#: inside the SLURM job, in remote mode) names no server and starts its own interpreter,
+#: so a measurement never runs outside its SLURM job. Where none is up, every job starts afresh.
+JOB_SERVER = (
+    ""
+    if CLUSTER and (workflow.remote_exec or workflow.subprocess_exec)
+    else f"{MEASURE_TMPDIR}/jobs.sock"
+)
 export_job_server(JOB_SERVER)
 #: Rules whose jobs do not go through the server: each measures a fresh interpreter of its own.
 UNSERVED_RULES = ("user_env", "interpreters", "all", "compare")
@@ -86,23 +94,31 @@ def start_job_server():
     that what torch and OpenMP read when they load is what a job would read; and a variant
     server for each load-time setting the run's measurement jobs ask for (`job_env`). A run
     whose jobs all come from analysis/rules.smk and report/rules.smk gets a server that imports
-    no torch (`lab.server serve --analysis-only`)."""
-    if executor_name().rsplit("-", 1)[-1] != "local" or not JOB_SERVER:
+    no torch (`lab.server serve --analysis-only`): so does a cluster run (executor slurm), whose
+    server serves only the local rules (on this machine's CPUs); its other jobs run on nodes.
+    """
+    expected = "slurm" if CLUSTER else "local"
+    if executor_name().rsplit("-", 1)[-1] != expected or not JOB_SERVER:
         return
     jobs = list(workflow.dag.needrun_jobs())
-    served = [j for j in jobs if j.rule.name not in UNSERVED_RULES]
+    served = [
+        j
+        for j in jobs
+        if j.rule.name not in UNSERVED_RULES and (not CLUSTER or j.is_local)
+    ]
     if not served:
         return
     from lab import serverctl
 
+    cores = str(available_cpus() if CLUSTER else workflow.cores)
     env = dict(os.environ) | {"TMPDIR": MEASURE_TMPDIR}
     for var in ("OMP", "GOTO", "OPENBLAS", "MKL", "NUMEXPR"):
-        env[f"{var}_NUM_THREADS"] = str(workflow.cores)
-    env["VECLIB_MAXIMUM_THREADS"] = str(workflow.cores)
+        env[f"{var}_NUM_THREADS"] = cores
+    env["VECLIB_MAXIMUM_THREADS"] = cores
     os.makedirs(MEASURE_TMPDIR, exist_ok=True)
     wanted = [
         REGISTRY[j.wildcards.experiment].spec.env_of(point_of(j.wildcards))
-        for j in jobs
+        for j in served
         if j.rule.name == "measure"
     ]
     # a run that only analyses and reports (`snakemake compare`, a report redrawn) needs no torch

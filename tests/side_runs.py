@@ -245,9 +245,12 @@ class Cluster:
 
 def run_slurm(base: Path, cluster: Cluster) -> dict:
     """Through the SLURM executor on ``cluster`` (up), the quick config (smaller) as two host
-    labels. Returns ``cluster`` (its ``down``, ``left`` and ``conf_restored`` are set once every
-    side run has ended) and ``skipped`` (why not, with ``required``), ``up_error`` (the cluster
-    did not come up), or ``work``, ``took`` (s) and ``proc`` (exit status and output tail)."""
+    labels, then ``snakemake compare`` of both as usual (no SLURM; it measures nothing, so it
+    runs here, beside the other side runs). Returns ``cluster`` (its ``down``, ``left`` and
+    ``conf_restored`` are set once every side run has ended) and ``skipped`` (why not, with
+    ``required``), ``up_error`` (the cluster did not come up), or ``work``, ``took`` (s), ``proc``
+    (exit status and output tail), ``server_log`` (the SLURM run's job server log, "" where none
+    was written) and ``compare`` (exit status and output tail; None after a failed run)."""
     if cluster.env is None:
         return {"cluster": cluster, "skipped": cluster.why, "required": cluster.required}
     if cluster.up_error:
@@ -260,7 +263,14 @@ def run_slurm(base: Path, cluster: Cluster) -> dict:
     cmd += ["--configfile", "config.quick.yaml", "cluster.yaml"]
     t = time.perf_counter()
     proc = _run(cmd, 1500, cwd=work, env=venv_env())
-    return {"cluster": cluster, "work": work, "took": time.perf_counter() - t, "proc": proc}
+    took = time.perf_counter() - t
+    from lab.host import measurement_tmpdir
+
+    log = Path(measurement_tmpdir(str(work)), "server.log")
+    server_log = log.read_text() if log.exists() else ""
+    compare = [sys.executable, "-m", "snakemake", "--cores", "4", "compare", "--configfile", "cluster.yaml"]
+    done = _run(compare, 600, cwd=work, env=venv_env()) if proc[0] == 0 else None
+    return {"cluster": cluster, "work": work, "took": took, "proc": proc, "server_log": server_log, "compare": done}
 
 
 # --- An interrupted run, then the same command again -------------------------------------
