@@ -70,7 +70,6 @@ prepare_environment(workflow.basedir, ".snakemake/lab", short_dir=MEASURE_TMPDIR
 # from one checkout (e.g. under taskset) never measure at the same time on one machine, while
 # on a cluster jobs on different nodes (each node held exclusively) do not wait for each other.
 MEASURE_LOCK = f"{MEASURE_TMPDIR}/measure.lock"
-
 #: The job server (lab/server.py): locally, jobs fork from one process that has imported
 #: torch, pandas and matplotlib (2.5 s and 1.5 s a job otherwise); the rules' commands reach it
 #: through LAB_JOB_SERVER. On a cluster the submit host's own jobs (the local rules: analysis,

@@ -44,6 +44,7 @@ import psutil
 from conftest import IGNORE, ROOT
 from helpers import venv_env
 
+from lab.host import measurement_tmpdir
 from lab.window import SAMPLER_NAME
 
 
@@ -264,8 +265,6 @@ def run_slurm(base: Path, cluster: Cluster) -> dict:
     t = time.perf_counter()
     proc = _run(cmd, 1500, cwd=work, env=venv_env())
     took = time.perf_counter() - t
-    from lab.host import measurement_tmpdir
-
     log = Path(measurement_tmpdir(str(work)), "server.log")
     server_log = log.read_text() if log.exists() else ""
     compare = [sys.executable, "-m", "snakemake", "--cores", "4", "compare", "--configfile", "cluster.yaml"]
