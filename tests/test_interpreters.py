@@ -227,11 +227,16 @@ def test_the_physics_checks_fail_where_the_physics_is_wrong():
     with pytest.raises(AssertionError, match="kept 1.90 CPUs busy"):
         physics.check_gil_threads(pd.Series(recorded | {"cpu_util_pct": 95.0}), 2)
     # 1.3x where the machine delivered 1.35: what the machine gave
-    physics.check_parallel(pd.Series(recorded | {"cpu_util_pct": 95.0, "speedup": 1.3}), 2, 1.35, "t")
+    scaled = recorded | {"cpu_util_pct": 95.0, "speedup": 1.3, "speedup_ci_low": 1.2, "speedup_ci_high": 1.4}
+    physics.check_parallel(pd.Series(scaled), 2, 1.35, "t")
+    # a point whose workers measured in different host states: an interval that reaches 70% of 1.75x
+    wide = recorded | {"cpu_util_pct": 99.7, "speedup": 1.22, "speedup_ci_low": 1.13, "speedup_ci_high": 2.16}
+    physics.check_parallel(pd.Series(wide), 2, 1.75, "t")
     with pytest.raises(AssertionError, match="kept only 1.00 of 2 CPUs busy"):
         physics.check_parallel(row, 2, 1.35, "t")
-    with pytest.raises(AssertionError, match="under 70% of the 1.90x"):
-        physics.check_parallel(pd.Series(recorded | {"cpu_util_pct": 95.0, "speedup": 1.1}), 2, 1.9, "t")
+    short = scaled | {"speedup": 1.1, "speedup_ci_low": 1.0, "speedup_ci_high": 1.2}
+    with pytest.raises(AssertionError, match=r"1.10x \(95% CI 1.00-1.20\), wholly under 70% of the 1.90x"):
+        physics.check_parallel(pd.Series(short), 2, 1.9, "t")
     base = physics.Conditions(cpus=2, capacity=1.9, capacity_text="x", contended=0, points=10, top_other="")
     base.require()
     for cond, why in [
