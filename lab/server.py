@@ -183,8 +183,9 @@ def serve(path: str, measure_only: bool = False, analysis_only: bool = False) ->
     they need, :data:`~lab.preload.FRESH_PRELOAD` and the experiments' measurement modules, not
     pandas, scipy, matplotlib and the analysis (its start-up, at the run's start, shares the CPUs
     with the main server's). ``analysis_only`` (a run whose jobs all analyse and report, such as
-    ``snakemake compare``): only :data:`~lab.preload.ANALYSIS_PRELOAD` and the experiments'
-    analysis modules, not torch (2.5-3 s of the run's start on 2 CPUs, which every job waits for).
+    ``snakemake compare``, and a cluster run, whose jobs here are its local rules): only
+    :data:`~lab.preload.ANALYSIS_PRELOAD` and the experiments' analysis modules, not torch
+    (2.5-3 s of the run's start on 2 CPUs, which every job waits for).
 
     Raises:
         ValueError: for both ``measure_only`` and ``analysis_only``.
@@ -361,7 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     only.add_argument(
         "--analysis-only",
         action="store_true",
-        help="serve: import only what analysis and report jobs need, no torch (a run of no other jobs)",
+        help="serve: import only what analysis and report jobs need, no torch (a run of only those,"
+        " or a cluster run's local rules)",
     )
     args = p.parse_args(argv)
     if args.command == "serve":
