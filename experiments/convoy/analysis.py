@@ -38,6 +38,34 @@ def findings(ctx: Context) -> list[str]:
     return out
 
 
+def headlines(ctx: Context) -> list[dict]:
+    """How late the sleeper wakes next to a CPU-bound thread, at every switch interval, under
+    the first interpreter in ``ctx.host``'s order that ran; then under each other one, at the
+    interval of the timeline (:func:`timeline_points`). Reads ``ctx.summary`` and ``ctx.host``."""
+    ok = _ok(ctx.summary)
+    if ok.empty:
+        return []
+    rank = {e["label"]: i for i, e in enumerate(ctx.host.get("interpreters", []))}
+    order = sorted(ok["interpreter"].unique(), key=lambda x: rank.get(x, len(rank)))
+
+    def late(r, first: bool) -> str:
+        p50, p99 = r["latency_p50_ms"], r["latency_p99_ms"]
+        return f"{p50:.2f} ms{' late at the median' if first else ''} (p99 {p99:.2f} ms)"
+
+    first = ok[ok["interpreter"] == order[0]]
+    parts = [
+        f"{late(r, i == 0)} with a {r['switch_interval_ms']:g} ms switch interval"
+        for i, (_, r) in enumerate(first.iterrows())
+    ]
+    shown = {(p["interpreter"], p["switch_interval_ms"]) for p in timeline_points(ctx)}
+    for _, r in ok[ok["interpreter"].isin(order[1:])].iterrows():
+        if (r["interpreter"], r["switch_interval_ms"]) in shown:
+            gil = "GIL on" if bool(r.get("gil_enabled", True)) else "GIL off"
+            parts.append(f"under {r['interpreter']} ({gil}) {late(r, False)} with {r['switch_interval_ms']:g} ms")
+    answer = "; ".join(parts)
+    return [{"question": "How late does a sleeping thread wake next to a CPU-bound one?", "answer": answer}]
+
+
 def convoy_latency(ctx: Context) -> Figure:
     """Histograms of the sleeper's per-iteration delay (ms, log scale): one panel per
     interpreter and switch interval, next to the CPU-bound thread and alone, every sleep of
@@ -129,6 +157,7 @@ def fidelity(ctx: Context) -> list[dict]:
 
 ANALYSIS = Analysis(
     findings=findings,
+    headlines=headlines,
     figures={"convoy_latency": convoy_latency},
     timeline_points=timeline_points,
     fidelity=fidelity,

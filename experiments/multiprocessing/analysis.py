@@ -89,7 +89,7 @@ def _capped(replicates) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def capped_findings(replicates) -> list[str]:
     """One sentence naming the points whose windows reached ``max_window_s``, with the steps
-    each window got done of the ``processes x steps`` it had (from ``ctx.replicates``: the
+    those windows got done (the least and the most) of the ``processes x steps`` each had (from ``ctx.replicates``: the
     point's own ``ok`` rows; results from before the cap have no ``steps_done`` and give none)."""
     rows, capped = _capped(replicates)
     if capped.empty:
@@ -97,7 +97,7 @@ def capped_findings(replicates) -> list[str]:
     parts = []
     for (proc, thr, policy), g in capped.groupby(["processes", "threads", "omp_wait_policy"], sort=False):
         everyone = rows[(rows["processes"] == proc) & (rows["threads"] == thr) & (rows["omp_wait_policy"] == policy)]
-        done = everyone["steps_done"].astype(int)
+        done = g["steps_done"].astype(int)  # the capped windows' own: an uncapped one did it all
         which = f"all {len(g)} windows" if len(g) == len(everyone) else f"{len(g)} of its {len(everyone)} windows"
         planned = int(proc) * int(everyone["steps"].iloc[0])
         parts.append(f"{_split(everyone.iloc[0])}: {which}, {done.min()}-{done.max()} of {planned} steps done")
@@ -130,18 +130,18 @@ def _pair_text(base, other, ncpu) -> str:
     ratio = other["speedup"] / base["speedup"]
     if verdict > 0 and over:
         why = (
-            f"{ratio:.1f}x the samples/s over 1 x 1: with {p * t} threads on {plural(int(ncpu), 'CPU')}, threads that"
-            " spin while they wait held the CPUs the other threads needed"
+            f"{ratio:.1f}x the default's speedup over 1 x 1: with {p * t} threads on {plural(int(ncpu), 'CPU')},"
+            " threads that spin while they wait held the CPUs the other threads needed"
         )
     elif verdict > 0:
-        why = f"{ratio:.1f}x the samples/s over 1 x 1"
+        why = f"{ratio:.1f}x the default's speedup over 1 x 1"
     elif not over:
         why = (
-            f"{1 / ratio:.1f}x fewer samples/s over 1 x 1: every thread had a CPU, and a thread that sleeps while it"
-            " waits wakes late for every operation"
+            f"{1 / ratio:.1f}x below the default's speedup over 1 x 1: every thread had a CPU, and a thread that"
+            " sleeps while it waits wakes late for every operation"
         )
     else:
-        why = f"{1 / ratio:.1f}x fewer samples/s over 1 x 1"
+        why = f"{1 / ratio:.1f}x below the default's speedup over 1 x 1"
     return f"{head}, clearly {'faster' if verdict > 0 else 'slower'}: {why}"
 
 
