@@ -465,6 +465,9 @@ def test_compare_chart_labels_legend_and_ticks(two_hosts, tmp_path):
     same = comparison.assign(verdict="no significant difference")
     labels = [t.get_text() for t in compare_chart(same, "gil", meta_same).subfigs[1].legends[0].get_texts()]
     assert labels == ["two-cpu (2 CPUs)", "one-cpu (2 CPUs)", "one-cpu / two-cpu (no clear difference)"]
+    close = same.assign(ratio=1.0, ratio_ci_low=0.988, ratio_ci_high=1.013)  # within 2%: finer ticks
+    axis = compare_chart(close, "gil", meta_same).subfigs[0].axes[1]
+    assert [t.get_text() for t in axis.get_xticklabels() if t.get_text()] == ["0.99x", "1x", "1.01x"]
     assert short_labels(["a=1 b=2", "a=1 b=3"]) == (["b=2", "b=3"], "a=1")
     assert short_labels(["a=1", "a=1"]) == (["a=1", "a=1"], "")  # nothing would be left: keep them
     assert short_labels(["a=1 b=2"]) == (["a=1 b=2"], "")

@@ -158,6 +158,7 @@ def test_your_workload_is_searched_verified_and_answered_first(quick_run):
     assert set(summary["status"]) == {"ok"} and summary.loc["search", "n"] >= 12  # at least two comparisons
     # the search's row has no median of its own, and its table row says why instead of empty cells
     assert summary.loc["search", "reason"].startswith("no median of its own: windows of many configurations")
+    assert summary.loc["search", ["speedup", "speedup_norm", "speedup_norm_rerun_low"]].isna().all()  # nor a speedup
     (row,) = [line for line in (host / "report.md").read_text().splitlines() if line.startswith("| search |")]
     assert row.rstrip(" |").endswith("compared in the search's table"), row
     verify = summary.loc["verify"]

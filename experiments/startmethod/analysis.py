@@ -255,7 +255,7 @@ def startmethod_latency(ctx: Context) -> Figure:
         fig,
         "Medians over epochs, each with a new DataLoader; error bars: 95% CI of the median. Steady state: "
         "batches after the first num_workers x 2, under each label its own job's median (another time than"
-        "\nthe ratio's rounds). forkserver's server was started before the measured epochs.",
+        " the ratio's rounds). forkserver's server was started before the measured epochs.",
     )
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     return fig

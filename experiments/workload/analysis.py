@@ -37,7 +37,14 @@ from experiments.workload.search import geomean_ci
 from lab.contract import Analysis, Context
 
 STAT_COLUMNS = ["median", "q1", "q3", "iqr", "iqr_pct", "ci_low", "ci_high", "baseline_median"]
-SPEEDUP_COLUMNS = ["speedup_ratio_of_medians", "speedup", "speedup_ci_low", "speedup_ci_high", *stats.RERUN_COLUMNS]
+SPEEDUP_COLUMNS = [
+    "speedup_ratio_of_medians",
+    "speedup",
+    "speedup_ci_low",
+    "speedup_ci_high",
+    *stats.NORM_COLUMNS,
+    *stats.RERUN_COLUMNS,
+]
 
 
 def summarise(replicates: pd.DataFrame) -> pd.DataFrame:
