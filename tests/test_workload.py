@@ -238,6 +238,44 @@ def test_nothing_to_search_is_one_skipped_row_and_the_start_is_verified(tmp_path
     assert res.rows[0]["reason"].startswith("nothing to compare")
     assert res.outcome["winner"] == res.outcome["start"]
     assert all(not c["ratios"] for c in res.outcome["trail"])  # budget 0: nothing measured
+    assert res.outcome["stopped"] == "budget"  # single values other than the start's: a budget of 0 s tries none
+    from experiments.workload.candidates import defaults
+
+    start = {**defaults({}), "num_workers": 1}  # GOOD's current settings
+    same = {k: (start[k],) for k in _cfg()}
+    res = run(Params(entry=entry, batch_size=16, steps=2, warmup=0, **same))  # budget auto
+    assert [(r["status"], r["stage"]) for r in res.rows] == [("skipped", "search")]
+    assert res.outcome["stopped"] == "nothing to search" and not res.outcome["trail"]
+
+
+def test_a_verification_without_an_interval_and_a_search_with_nothing_to_search_say_so():
+    """Too few rounds to bound a median give a gain without a CI (``recommended.json`` keeps
+    null), said as such, never formatted as a number; a search whose knobs offer no value but the
+    start's did not run out of budget, and its answer does not ask for a larger one."""
+    from experiments.workload.analysis import _recommendation_sentence
+    from experiments.workload.recommend import _header, gain_text, incomplete_text, outcome
+
+    assert gain_text(1.05, [None, None]) == "1.05x (no 95% CI: too few rounds)"
+    assert gain_text(1.05, [0.98, 1.12]) == "1.05x (95% CI 0.98-1.12)"
+    assert gain_text(None, None) == "no gain measured"
+    d = {
+        "status": "ok",
+        "verified": False,
+        "gain": 1.02,
+        "gain_ci": [None, None],
+        "current_source": "PyTorch's defaults",
+        "current": {"threads": 1},
+        "best_found": {"threads": 1},
+        "search": {"stopped": "nothing to search", "budget_s": 0.0, "untried": []},
+    }
+    assert incomplete_text(d) == "" and outcome(d) == "searched completely"
+    said = _recommendation_sentence(d)
+    assert said.startswith("Nothing to search: the workload section offers no value of any knob other than PyTorch's")
+    assert "they gave 1.02x (no 95% CI: too few rounds)" in said and "budget" not in said
+    assert _header(d, "#") == [
+        "# Your current settings are fine here: the best found gave 1.02x (no 95% CI: too few rounds),"
+        " not clearly faster."
+    ]
 
 
 def test_a_start_that_cannot_run_is_reported_as_such(tmp_path, monkeypatch):

@@ -26,6 +26,7 @@ from experiments.workload.recommend import (
     as_python,
     describe_changes,
     environment_sentences,
+    gain_text,
     gain_windows,
     incomplete_text,
     outcome,
@@ -77,10 +78,6 @@ def data(ctx: Context) -> dict:
     return {**d, "user_environment": host.get("user_environment") or {}}
 
 
-def _x(v: float, ci) -> str:
-    return f"{v:.2f}x (95% CI {bound(ci[0])}-{bound(ci[1])})"
-
-
 def _gain(d: dict) -> str:
     """The verified gain as the first screen gives it: with its 95% CI, which decides the
     verification, and its 95% rerun interval, where a rerun of the verification is expected to
@@ -103,28 +100,34 @@ def _in_processes(d: dict) -> str:
 def _recommendation_sentence(d: dict) -> str:
     if d["status"] != "ok":
         return f"No recommendation: {d['reason']}."
+    gain = gain_text(d["gain"], d["gain_ci"])
     if d["verified"]:
         payoff = f" Its up-front cost pays off after {d['payoff_calls']:,} calls." if d.get("payoff_calls") else ""
         return (
             f"Recommendation: {describe_changes(d['changes'])}. Verified in a separate job over {d['rounds']} "
-            f"interleaved rounds{_in_processes(d)}: {_x(d['gain'], d['gain_ci'])} the samples/s of"
+            f"interleaved rounds{_in_processes(d)}: {gain} the samples/s of"
             f" {d['current_source']}.{payoff}"
         )
     missing = incomplete_text(d)
     if missing:  # an unfinished search is no answer: say what it did not try and what would
         return (
             f"No recommendation yet: {missing}. What it compared found nothing verified faster than"
-            f" {d['current_source']} ({_x(d['gain'], d['gain_ci'])} in the verification); raise workload.budget_s"
+            f" {d['current_source']} ({gain} in the verification); raise workload.budget_s"
             " (or budget_max_s) to search the rest."
+        )
+    if (d.get("search") or {}).get("stopped") == "nothing to search":
+        return (
+            f"Nothing to search: the workload section offers no value of any knob other than {d['current_source']}'."
+            f" Measured against themselves in the verification, they gave {gain}: the noise of this machine."
         )
     if d["best_found"] == d["current"]:
         return (
             f"Your current settings are fine here: the search found nothing clearly faster than {d['current_source']}. "
-            f"Measured against themselves in the verification they gave {_x(d['gain'], d['gain_ci'])}: "
+            f"Measured against themselves in the verification they gave {gain}: "
             "the noise of this machine."
         )
     return (
-        f"Your current settings are fine here: the search's best configuration gave {_x(d['gain'], d['gain_ci'])} "
+        f"Your current settings are fine here: the search's best configuration gave {gain} "
         "in the verification, not clearly faster."
     )
 
@@ -137,18 +140,19 @@ def _diagnosis_sentence(d: dict) -> str:
         return ""
     text = f"Diagnosis. {diag['sentence']}."
     order = s.get("order") or []
-    if order:
-        text += f" So the search took {', '.join(order)}, in that order"
+    parts = [f"So the search took {', '.join(order)}, in that order"] if order else []
     skipped = {k: v for k, v in (s.get("skipped_knobs") or {}).items() if v}
     if skipped:
         by_reason: dict[str, list[str]] = {}
         for knob, why in skipped.items():
             by_reason.setdefault(why, []).append(knob)
-        text += "; it skipped " + "; ".join(f"{', '.join(k)} ({why})" for why, k in by_reason.items())
+        said = "; ".join(f"{', '.join(k)} ({why})" for why, k in by_reason.items())
+        parts.append(f"it skipped {said}" if order else f"The search skipped {said}")
+    text += f" {'; '.join(parts)}." if parts else ""
     if s.get("needed_s"):
-        text += f". A complete search needed about {s['needed_s']:.0f} s at this step time"
-        text += f"; its budget was {s.get('budget_s') or 0:.0f} s" + (" (auto)" if s.get("budget_auto") else "")
-    return text + "."
+        text += f" A complete search needed about {s['needed_s']:.0f} s at this step time"
+        text += f"; its budget was {s.get('budget_s') or 0:.0f} s" + (" (auto)." if s.get("budget_auto") else ".")
+    return text
 
 
 def _contention_sentence(d: dict) -> str:
@@ -365,7 +369,7 @@ def compare_tables(hosts: list) -> list[dict]:
         values = {d["recommended"][knob] for d in data_of.values() if d.get("status") == "ok"}
         rows.append([knob, *cells, "yes" if len(values) > 1 else ""])
     gains = [
-        _x(d["gain"], d["gain_ci"]) + (" verified" if d["verified"] else ", not clearly faster")
+        gain_text(d["gain"], d["gain_ci"]) + (" verified" if d["verified"] else ", not clearly faster")
         if d.get("status") == "ok"
         else f"{d.get('status', 'n/a')}"
         for d in data_of.values()

@@ -260,7 +260,7 @@ def plan_search(diag: Diagnosis, space: dict, skipped: dict, start: dict, params
     budget = min(most, params.budget_max_s) if auto else float(params.budget_s)
     plan = {
         "diagnosis": dataclasses.asdict(diag) | {"sentence": diag.sentence()},
-        "order": [k for k in searched if len(searched[k]) > 1],
+        "order": [k for k in searched if any(v != start[k] for v in searched[k])],  # a candidate to compare
         "needed_s": needed,
         "planned_comparisons": comparisons,
         "budget_s": budget,

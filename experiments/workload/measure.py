@@ -212,7 +212,10 @@ def search(params: Params, host_files: dict | None, max_oversubscription: float 
             t0 = time.monotonic()
             auto = params.budget_s == "auto"
             plan = {"budget_s": 0.0 if auto else float(params.budget_s), "steps": params.steps}
-            if any(len(v) > 1 for v in space.values()) and (auto or plan["budget_s"] > 0):  # something to decide
+            # something to decide: a value of some knob other than the start's (a knob of one
+            # value that differs from the start is a candidate too)
+            to_decide = any(v != start[k] for k, values in space.items() for v in values)
+            if to_decide and (auto or plan["budget_s"] > 0):
                 diag = diagnose(rec, workload, start, params, meter.ncpu)
                 space, plan = plan_search(diag, space, skipped, start, params)
             adjust = fit_threads(meter.ncpu, space)
@@ -226,13 +229,15 @@ def search(params: Params, host_files: dict | None, max_oversubscription: float 
         finally:
             bench.close()
     if not rec.result.rows:  # nothing was compared: one row that says why, so the point is not empty
-        why = "nothing to compare: every knob has one value, or no candidate could be measured (see the trail)"
+        why = (
+            "nothing to compare: every knob's values are the start's, or no candidate could be measured (see the trail)"
+        )
         rec.result.rows.append({"repeat": 0, "role": "point", "status": "skipped", "reason": why, "stage": "search"})
     rec.result.outcome = {
         "start": start,
         "current_source": "your current settings" if workload.current else "PyTorch's defaults",
         "winner": winner,
-        "stopped": s.stopped,
+        "stopped": s.stopped if to_decide else "nothing to search",  # every knob's values are the start's
         "spent_s": time.monotonic() - t_search,
         "diagnosis_s": t_search - t0,
         "skipped_knobs": skipped,

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.capacity import cpus_text, pooled_contended
-from analysis.findings import bound
+from analysis.findings import fmt_x
 from analysis.stats import median_ci
 from experiments.workload import KNOB_TYPES, KNOBS
 
@@ -243,10 +243,27 @@ def _finite(obj):
     return None if isinstance(obj, float) and not math.isfinite(obj) else obj
 
 
+def gain_text(gain: float, ci) -> str:
+    """``1.09x (95% CI 1.03-1.15)``: the verified gain with its CI as ``recommended.json`` keeps
+    it (``[low, high]``, null where the rounds gave none: too few to bound a median), without
+    the interval where it is missing."""
+    if gain is None or not math.isfinite(gain):
+        return "no gain measured"
+    lo, hi = ci or (None, None)
+    return fmt_x({"speedup": gain, "speedup_ci_low": lo, "speedup_ci_high": hi}) + (
+        "" if ci_known(ci) else " (no 95% CI: too few rounds)"
+    )
+
+
+def ci_known(ci) -> bool:
+    """Whether ``ci`` (``[low, high]``) has two finite bounds."""
+    return ci is not None and all(v is not None and math.isfinite(v) for v in ci)
+
+
 def _header(data: dict, comment: str) -> list[str]:
     if data.get("status") != "ok":
         return [f"{comment} No recommendation: {data.get('reason')}"]
-    gain = f"{data['gain']:.2f}x (95% CI {bound(data['gain_ci'][0])}-{bound(data['gain_ci'][1])})"
+    gain = gain_text(data["gain"], data["gain_ci"])
     if data["verified"]:
         return [
             f"{comment} Measured here: {gain} the throughput of the current settings"
