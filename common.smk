@@ -496,6 +496,21 @@ def config_json():
     return shlex.quote(json.dumps(config, sort_keys=False))
 
 
+def rerun_args(wildcards):
+    """This run's own ``--configfile`` files (relative where under the working directory) and
+    ``--config`` overrides, the host label included: the arguments with which a failed point's
+    advice (analysis status) measures it again under the same settings, as one shell word.
+    """
+    files = [
+        os.path.relpath(p) if not os.path.relpath(p).startswith("..") else str(p)
+        for p in workflow.overwrite_configfiles
+    ]
+    overrides = dict(workflow.config_settings.config) | {"host": wildcards.host}
+    words = ["--configfile", *files] if files else []
+    words += ["--config", *(f"{k}={json.dumps(v)}" for k, v in overrides.items())]
+    return shlex.quote(shlex.join(words))
+
+
 # ---- host comparison (target compare) never measures, it only reads host directories
 def compare_host_dirs():
     """Host directories to compare: config compare.hosts under results/ (default: every

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -85,8 +86,10 @@ def cmd_trace(args) -> int:
 INPUT_ERROR = r"(?:^|\()config key "
 
 
-def _advice(bad: pd.DataFrame, host: str) -> str:
-    """What to do about the failed points ``bad`` (rows of status.csv)."""
+def _advice(bad: pd.DataFrame, host: str, rerun_args: str | None = None) -> str:
+    """What to do about the failed points ``bad`` (rows of status.csv): the command that measures
+    them again, with ``rerun_args`` (the run's ``--configfile`` and ``--config`` arguments, which
+    name the host label) where given."""
     of_input = bad["reason"].fillna("").str.contains(INPUT_ERROR)
     text = "The report lists them."
     if of_input.any():
@@ -94,10 +97,12 @@ def _advice(bad: pd.DataFrame, host: str) -> str:
             " Those whose reason names a config key failed on their input: fix that key; the next run measures again."
         )
     if (~of_input).any():
-        text += (
-            " Measure the others again with (add the --configfile you ran with): "
-            f"snakemake --cores 4 --forcerun {' '.join(bad[~of_input]['metrics'])} --config host={host}"
-        )
+        points = " ".join(shlex.quote(m) for m in bad[~of_input]["metrics"])
+        if rerun_args is None:
+            text += " Measure the others again with (add the --configfile you ran with): "
+            text += f"snakemake --cores 4 --forcerun {points} --config host={shlex.quote(host)}"
+        else:
+            text += f" Measure the others again with: snakemake --cores 4 {rerun_args} --forcerun {points}"
     return text
 
 
@@ -134,7 +139,7 @@ def cmd_status(args) -> int:
     if len(bad):
         for _, r in bad.iterrows():
             print(f"  {r['status']}: {r['experiment']} {r['point']}: {r['reason']}", file=sys.stderr)
-        print(_advice(bad, Path(args.summaries[0]).parent.parent.name), file=sys.stderr)
+        print(_advice(bad, Path(args.summaries[0]).parent.parent.name, args.rerun_args), file=sys.stderr)
         return 1
     return 0
 
@@ -320,6 +325,11 @@ def _parser() -> argparse.ArgumentParser:
     _runinfo_parser(sub)
     st = sub.add_parser("status", help="every point's status (status.csv); exit 1 if any failed or timed out")
     st.add_argument("--out", required=True)
+    st.add_argument(
+        "--rerun-args",
+        help="the run's own --configfile and --config arguments (a shell string): the command printed for a failed"
+        " point uses them; without it the command asks to add them",
+    )
     st.add_argument("summaries", nargs="+", help="summary.csv of every experiment")
     cfg = sub.add_parser("config", help="write the run's configuration (JSON) as YAML")
     cfg.add_argument("--json", required=True, help="the configuration as a JSON object")

@@ -40,9 +40,12 @@ rule point_status:
         "logs/{host}/point_status.log",
     conda:
         "../environment.yml"
+    params:
+        # the command it prints for a failed point measures it again under this run's settings
+        rerun=rerun_args,
     shell:
         "python -m lab.server run --"
-        " analysis status --out {output:q} {input.summaries:q} > {log:q} 2>&1"
+        " analysis status --rerun-args {params.rerun} --out {output:q} {input.summaries:q} > {log:q} 2>&1"
 
 
 rule run_config:

@@ -4,6 +4,7 @@ what the analysis, the report and the status check make of them."""
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -132,7 +133,14 @@ def test_crash_is_recorded_as_failed_with_the_log(tmp_path, capsys):
     st = pd.read_csv(tmp_path / "status.csv")
     assert st.loc[0, "metrics"].endswith("gil/interpreter~default/workload~cpu/mode~threads/workers~2/metrics.csv")
     err = capsys.readouterr().err
-    assert f"--forcerun {st.loc[0, 'metrics']} --config host=h" in err and "fix that key" not in err
+    point = shlex.quote(st.loc[0, "metrics"])  # a path with ~ (or a space) quoted for the shell
+    assert f"--forcerun {point} --config host=h" in err and "fix that key" not in err
+    # run by the workflow, the command carries the run's own config files and overrides
+    rerun = "--configfile config.quick.yaml 'my run.yaml' --config 'host=\"h\"' job_timeout_s=4"
+    args = ["status", "--rerun-args", rerun, "--out", str(tmp_path / "status.csv"), str(summary_dir / "summary.csv")]
+    assert analysis_main(args) == 1
+    err = capsys.readouterr().err
+    assert f"Measure the others again with: snakemake --cores 4 {rerun} --forcerun {point}" in err
 
 
 def test_timeout_kills_the_whole_tree(tmp_path):
