@@ -550,6 +550,20 @@ def compare_dirs_checked(wildcards=None):
             f" ({found}): measure another host (--config host=NAME), or list directories copied"
             " from other machines under config compare.dirs"
         )
+    names = [Path(d).name for d in dirs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        same = ", ".join(d for d in dirs if Path(d).name in twice)
+        raise WorkflowError(
+            f"snakemake compare: a host is named by its directory, and {', '.join(twice)} names more"
+            f" than one ({same}): copy one to a directory of another name"
+        )
+    baseline = (config.get("compare") or {}).get("baseline")
+    if baseline and baseline not in names:
+        raise WorkflowError(
+            f"config key compare.baseline: {baseline!r} is not among the hosts compared ({', '.join(names)}):"
+            " name one of them, or leave it out (this run's host label where it is compared, else the first)"
+        )
     return dirs
 
 

@@ -178,7 +178,8 @@ def test_a_run_without_a_host_label_says_which_one_it_took(root, tmp_path):
 def test_compare_with_one_host_stops_before_any_job_starts(root, tmp_path):
     """`snakemake compare` with fewer than 2 host directories is refused while its jobs are
     built, naming what it found and what to do, rather than in a job after the run started; so
-    is a listed host that was never measured. (Run in an empty directory, so that no results/ of
+    are a listed host that was never measured, two directories of one name and a baseline that
+    is not among the hosts. (Run in an empty directory, so that no results/ of
     this checkout's own counts; the target is the comparison's table, which reads no template.)"""
     one = tmp_path / "one"
     one.mkdir()
@@ -196,3 +197,14 @@ def test_compare_with_one_host_stops_before_any_job_starts(root, tmp_path):
     assert f"snakemake compare needs at least 2 host directories with a host.json, found 1 ({one})" in said()
     cfg.write_text("compare: {hosts: [neverhere]}\n")
     assert "snakemake compare: results/neverhere has no host.json (not measured here?)" in said()
+    # two directories of one name would be one host twice; a baseline that is not compared
+    other = tmp_path / "elsewhere" / "one"
+    other.mkdir(parents=True)
+    (other / "host.json").write_text("{}")
+    cfg.write_text(f"compare: {{hosts: [], dirs: [{one}, {other}]}}\n")
+    assert f"a host is named by its directory, and one names more than one ({one}, {other})" in said()
+    two = tmp_path / "two"
+    two.mkdir()
+    (two / "host.json").write_text("{}")
+    cfg.write_text(f"compare: {{hosts: [], dirs: [{one}, {two}], baseline: nope}}\n")
+    assert "config key compare.baseline: 'nope' is not among the hosts compared (one, two)" in said()
