@@ -37,6 +37,7 @@ requirements-dev.txt, which pins pyperf)::
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 import os
 import statistics
@@ -279,6 +280,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(problem)
     if args.passes < 1:
         p.error(f"--passes must be >= 1, got {args.passes}")
+    if importlib.util.find_spec("pyperf") is None:
+        p.error("pyperf is not installed here: pip install -r requirements-dev.txt (it pins pyperf)")
     passes = []
     with tempfile.TemporaryDirectory(prefix="peers-") as tmp:
         for i in range(args.passes):

@@ -418,6 +418,20 @@ def test_benchmark_scripts_refuse_bad_arguments_before_measuring(tmp_path, capsy
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]  # nothing written, nothing measured
 
 
+def test_the_peers_script_without_pyperf_says_how_to_install_it(tmp_path, capsys, monkeypatch):
+    """pyperf comes with requirements-dev.txt only: without it the peers' script stops at once
+    with what to install, before anything is measured."""
+    import importlib.util
+
+    find = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "pyperf" else find(name, *a))
+    with pytest.raises(SystemExit) as exit_:
+        _benchmark("peers").main(["--passes", "1", "--json", str(tmp_path / "p.json")])
+    assert exit_.value.code == 2
+    assert "pyperf is not installed here: pip install -r requirements-dev.txt" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
 def test_snakemakes_scheduler_keeps_one_reevaluation_timer():
     """Snakemake 9.27.1 starts a 1 s re-evaluation timer after every scheduling pass, and every
     finished job starts a chain of its own: late in a run its main process took 0.12-0.23 CPU
