@@ -50,10 +50,13 @@ if not config.get("host") and not CLUSTER:
         " (--config host=NAME sets another)",
         file=sys.stderr,
     )
-if "compare" in HOSTS:
-    raise ValueError(
-        "host label 'compare' is reserved for results/compare/; set another with --config host=NAME"
-    )
+# "compare" is refused by the schema; any other case too: one directory where case does not count
+for h in HOSTS:
+    if h.lower() == "compare":
+        sys.exit(
+            f"Invalid configuration: host label {h!r} would be results/compare/, the comparison's"
+            " directory, where case does not count: set another with --config host=NAME"
+        )
 EXPERIMENTS = list(config["experiments"])
 #: Experiments that record work spans: each gets a timeline, a heatmap and a Chrome trace.
 TIMELINES = [name for name, e in REGISTRY.items() if e.spec.timeline]

@@ -232,6 +232,9 @@ def test_bad_config_stops_snakemake_before_any_job(root, tmp_path):
         "workload:\n  entry: 'examples.textcls.bench:buidl'\n": "config key workload.entry: "
         f"'examples.textcls.bench:buidl': examples.textcls.bench ({work}/examples/textcls/bench.py) defines no"
         " buidl (did you mean build?)",
+        # the schema refuses "compare"; in another case it is the same directory where case does not count
+        "host: Compare\n": "host label 'Compare' would be results/compare/, the comparison's directory, where case"
+        " does not count: set another with --config host=NAME",
     }
     for text, line in bad.items():
         (work / "bad.yaml").write_text(text)
