@@ -31,6 +31,7 @@ def _first(path, mask: pd.Series, column: str, message: str, values: pd.Series |
     if mask.any():
         i = int(np.flatnonzero(mask.to_numpy())[0])
         shown = (values if values is not None else mask).iloc[i]
+        shown = shown.item() if isinstance(shown, np.generic) else shown  # -5.0, not np.float64(-5.0)
         raise DataError(path, message.format(value=shown), row=i + 1, column=column)
 
 

@@ -444,7 +444,7 @@ def test_paired_speedup_survives_drift(tmp_path):
     "row, expected",
     [
         ("h,gil,cpu,threads,2,0,ok,1,50,0", "column 'tasks_per_s': must be > 0"),
-        ("h,gil,cpu,threads,2,0,ok,1,50,-2", "column 'tasks_per_s': must be > 0"),
+        ("h,gil,cpu,threads,2,0,ok,1,50,-2", r"column 'tasks_per_s': must be > 0, got -2\.0$"),  # not np.float64(-2.0)
         ("h,gil,cpu,threads,2,0,ok,1,250,2", "column 'cpu_util_pct': must be between 0 and 100"),
         ("h,gil,cpu,threads,2,x,ok,1,50,2", "column 'repeat': repeat must be a whole number"),
         ("h,jit,cpu,threads,2,0,ok,1,50,2", "column 'experiment'"),
