@@ -102,16 +102,22 @@ def load_experiment(paths: list[str | Path], experiment: str) -> pd.DataFrame:
         (the name of the point's throughput column) and ``value`` (its value).
 
     Raises:
-        DataError: for any invalid file, or duplicated replicate keys (swept keys + repeat).
+        DataError: for any invalid file, duplicated replicate keys (swept keys + repeat), or
+            rows of more than one host.
         ValueError: if ``paths`` is empty or ``experiment`` is unknown.
     """
     spec = registry.get(experiment).spec
     if not paths:
         raise ValueError(f"no metrics files given for experiment {experiment!r}")
-    frames, seen = [], {}
+    frames, seen, host = [], {}, None
     cols = [*spec.keys, "repeat", "role"]
     for path in paths:
         df = _check_roles(path, read_metrics(path, experiment))
+        for i, h in enumerate(df["host"] if "host" in df else []):
+            host = host or (h, str(path))
+            if h != host[0]:  # one summary is one host's: another's points would pool with its rounds
+                where = f"host {h!r}, where {host[1]} is host {host[0]!r}: summarise each host's points apart"
+                raise DataError(path, where, row=i + 1, column="host")
         for i, key in enumerate(df[cols].itertuples(index=False)):
             # a baseline measured inside a job belongs to that job only
             ident = (*key, str(path)) if key[-1] == "baseline" else tuple(key)

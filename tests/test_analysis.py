@@ -459,6 +459,16 @@ def test_implausible_values_are_refused(tmp_path, row, expected):
         load_experiment([path], "gil")
 
 
+def test_points_of_two_hosts_are_not_summarised_together(tmp_path):
+    head = "host,experiment,workload,mode,workers,repeat,status,wall_s,cpu_util_pct,tasks_per_s\n"
+    one, two = tmp_path / "a.csv", tmp_path / "b.csv"
+    one.write_text(head + "h1,gil,cpu,threads,2,0,ok,1,50,2\n")
+    two.write_text(head + "h2,gil,cpu,threads,4,0,ok,1,50,2\n")
+    with pytest.raises(DataError, match=f"host 'h2', where {one} is host 'h1': summarise each host's points apart"):
+        load_experiment([one, two], "gil")
+    assert len(load_experiment([one], "gil")) == 1
+
+
 def test_fidelity_explains_a_capacity_shortfall_from_utilisation():
     from analysis.hooks import checks
 
