@@ -113,11 +113,11 @@ def load_experiment(paths: list[str | Path], experiment: str) -> pd.DataFrame:
     cols = [*spec.keys, "repeat", "role"]
     for path in paths:
         df = _check_roles(path, read_metrics(path, experiment))
-        for i, h in enumerate(df["host"] if "host" in df else []):
-            host = host or (h, str(path))
-            if h != host[0]:  # one summary is one host's: another's points would pool with its rounds
-                where = f"host {h!r}, where {host[1]} is host {host[0]!r}: summarise each host's points apart"
-                raise DataError(path, where, row=i + 1, column="host")
+        if "host" in df and len(df):  # one summary is one host's: another's points would pool with its rounds
+            host = host or (df["host"].iloc[0], str(path))
+            said = f"where {host[1]} is host {host[0]!r}: summarise each host's points apart"
+            said = said.replace("{", "{{").replace("}", "}}")  # literal for _first's format
+            _first(path, df["host"] != host[0], "host", "host {value!r}, " + said, df["host"])
         for i, key in enumerate(df[cols].itertuples(index=False)):
             # a baseline measured inside a job belongs to that job only
             ident = (*key, str(path)) if key[-1] == "baseline" else tuple(key)

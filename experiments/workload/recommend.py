@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.capacity import cpus_text, pooled_contended
-from analysis.findings import fmt_x
+from analysis.findings import fmt_x, interval
 from analysis.stats import median_ci
 from experiments.workload import KNOB_TYPES, KNOBS
 
@@ -250,14 +250,8 @@ def gain_text(gain: float, ci) -> str:
     if gain is None or not math.isfinite(gain):
         return "no gain measured"
     lo, hi = ci or (None, None)
-    return fmt_x({"speedup": gain, "speedup_ci_low": lo, "speedup_ci_high": hi}) + (
-        "" if ci_known(ci) else " (no 95% CI: too few rounds)"
-    )
-
-
-def ci_known(ci) -> bool:
-    """Whether ``ci`` (``[low, high]``) has two finite bounds."""
-    return ci is not None and all(v is not None and math.isfinite(v) for v in ci)
+    row = {"speedup": gain, "speedup_ci_low": lo, "speedup_ci_high": hi}
+    return fmt_x(row) + ("" if interval(row) else " (no 95% CI: too few rounds)")
 
 
 def _header(data: dict, comment: str) -> list[str]:
