@@ -139,6 +139,11 @@ def build():
             "dataset[0] raised IndexError: no such file",
         ),
         ("wl_loss", GOOD.replace("torch.nn.CrossEntropyLoss()", "None"), "task train needs a loss"),
+        (
+            "wl_nan",
+            GOOD.replace("torch.randn(8), i % 2", "torch.full((8,), float('nan')), i % 2"),
+            "the loss on the first batch is nan, not a finite number",
+        ),
         ("wl_nolen", GOOD.replace("def __len__(self)", "def size(self)"), "the dataset (Data) has no __len__; allowed"),
         (
             "wl_current",

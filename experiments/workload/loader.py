@@ -14,8 +14,8 @@ recommendation with them (PyTorch's defaults when absent).
 
 :func:`load` raises :class:`WorkloadError`, one line naming the config key and the cause, for an
 entry that does not import, one that returns the wrong things, a dataset whose ``__getitem__``
-raises, a model whose forward fails on a batch, a loss that fails or is not a scalar, and
-current settings with an unknown knob or value.
+raises, a model whose forward fails on a batch, a loss that fails, is not a scalar or is not
+finite (NaN, inf), and current settings with an unknown knob or value.
 """
 
 from __future__ import annotations
@@ -301,6 +301,11 @@ def _check_forward(model, loss, batch, task: str, where: str) -> int:
             raise WorkloadError(f"{where}: the loss failed on the model's output ({cause})") from None
         if not (isinstance(value, torch.Tensor) and value.numel() == 1):
             raise WorkloadError(f"{where}: the loss must return a scalar tensor, got {type(value).__name__}")
+        if not torch.isfinite(value.detach()).all():  # NaN or inf: every later step trains on it
+            raise WorkloadError(
+                f"{where}: the loss on the first batch is {value.item()}, not a finite number: a training step on it"
+                " is not the step a real run takes (check the data and the loss for NaN, inf or log(0))"
+            )
         _check_backward(model, loss, x, y, where)
     return x.dim() if isinstance(x, torch.Tensor) else 0
 
