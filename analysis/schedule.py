@@ -157,7 +157,9 @@ def run_capacity(capacity: pd.DataFrame, host: dict, run: dict | None = None) ->
     top.set_ylim(0, single.max() * 1.15)
     cpus = int(capacity["available_cpus"].max())
     bottom.axhline(cpus, color="#555555", lw=0.8, ls=":")
-    bottom.text(0, cpus, f" {cpus} available", va="bottom", fontsize=8, color="#555555")
+    # beside the axes, right of the line, where no job's point can fall under it
+    where = bottom.get_yaxis_transform()
+    bottom.text(1.005, cpus, f"{cpus}\navailable", transform=where, va="center", fontsize=8, color="#555555")
     bottom.set_ylim(0, max(cpus, capacity["delivered_cpus"].max()) * 1.15)
     bottom.set_ylabel("CPUs delivered,\nall busy")
     bottom.set_xlabel("time since the first measured window (min)")
