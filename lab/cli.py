@@ -79,15 +79,13 @@ def _rounds_options(p: argparse.ArgumentParser) -> None:
         help="measure rounds until the speedup's 95%% CI half-width is below PCT %% of it (0: --repeats) [>= 0]",
     )
     g.add_argument("--rounds-budget-s", type=float, default=0.0, metavar="S", help="s the rounds may take [>= 0]")
+    for what, unit in (("target-ci-pct", "PCT"), ("budget-s", "S")):  # lab.rounds.Rounds.goal
+        lead = f"the --rounds-{what} while the point beats its baseline (median speedup > 1); default: the same"
+        g.add_argument(f"--rounds-lead-{what}", type=float, default=None, metavar=unit, help=lead + " [>= 0]")
     g.add_argument("--rounds-max", type=int, default=0, metavar="N", help="at most N rounds (0: --repeats)")
     g.add_argument("--rounds-workers", type=int, default=1, metavar="W", help="split the rounds over W processes [1-8]")
-    g.add_argument(
-        "--rounds-probe-ms",
-        type=float,
-        default=0.0,
-        metavar="MS",
-        help="before each round, measure the delivered capacity with a loop of MS ms (lab/probe.py); 0: none [>= 0]",
-    )
+    probe = "before each round, measure the delivered capacity with a loop of MS ms (lab/probe.py); 0: none [>= 0]"
+    g.add_argument("--rounds-probe-ms", type=float, default=0.0, metavar="MS", help=probe)
 
 
 def _help(decl) -> str:
@@ -214,9 +212,10 @@ def job_record(experiment: str, host: str, params, baseline, times: dict, result
 
 def rounds_policy(args, experiment: str, params, parser: argparse.ArgumentParser) -> Rounds:
     """The job's :class:`~lab.rounds.Rounds` from ``--repeats`` (the minimum),
-    ``--rounds-target-ci-pct``, ``--rounds-budget-s``, ``--rounds-max`` and
-    ``--rounds-workers``; the metric that decides is the experiment's for this point (the
-    registry's declaration). Bad values exit with status 2 and a message naming the option."""
+    ``--rounds-target-ci-pct``, ``--rounds-budget-s``, their ``--rounds-lead-...`` forms,
+    ``--rounds-max`` and ``--rounds-workers``; the metric that decides is the experiment's for
+    this point (the registry's declaration). Bad values exit with status 2 and a message naming
+    the option."""
     from lab import registry
 
     try:
@@ -239,6 +238,8 @@ def rounds_policy(args, experiment: str, params, parser: argparse.ArgumentParser
             *(params.repeats, target, args.rounds_budget_s, max_rounds, metric, args.rounds_workers),
             probe_ms=getattr(args, "rounds_probe_ms", 0.0),
             setup_alone=spec.times_setup,
+            lead_target_ci_pct=getattr(args, "rounds_lead_target_ci_pct", None),
+            lead_budget_s=getattr(args, "rounds_lead_budget_s", None),
         )
     except (ValueError, KeyError) as exc:
         parser.error(as_option(str(exc)))

@@ -304,13 +304,14 @@ def check_rounds(config: dict, users: list[str]) -> None:
         ConfigError: naming the key, the value and what is allowed.
     """
     rounds = config.get("rounds") or {}
-    target, budget = rounds.get("target_ci_pct", 0), rounds.get("budget_s", 0)
+    target, budget, lead = rounds.get("target_ci_pct", 0), rounds.get("budget_s", 0), rounds.get("lead_budget_s")
     workers, most = rounds.get("workers", 1), rounds.get("max_rounds", 1)
-    if target > 0 and budget <= 0:
-        raise ConfigError(
-            f"config key rounds.budget_s: {budget!r} is not allowed (rounds.target_ci_pct {target} needs time to"
-            " reach it); allowed: number > 0, or rounds.target_ci_pct: 0 for exactly `repeats` rounds"
-        )
+    for key, value in (("budget_s", budget), ("lead_budget_s", budget if lead is None else lead)):
+        if target > 0 and value <= 0:
+            raise ConfigError(
+                f"config key rounds.{key}: {value!r} is not allowed (rounds.target_ci_pct {target} needs time to"
+                " reach it); allowed: number > 0, or rounds.target_ci_pct: 0 for exactly `repeats` rounds"
+            )
     for name in users:
         if name not in config.get("experiments", []):
             continue

@@ -11,6 +11,11 @@ median instead. This is the idea of ``torch.utils.benchmark.Timer.adaptive_autor
 measures until the interquartile range is small relative to the median or a time limit is hit,
 applied to the ratio the lab reports.
 
+A point whose median speedup so far is above 1 (it beats its baseline: a candidate for the
+first screen's best of its group, :func:`analysis.stats.summarise`) may have its own, tighter
+target and larger budget (``lead_target_ci_pct``, ``lead_budget_s``): the figures a reader sees
+first get the rounds, the points that lose get the minimum.
+
 Stopping when an interval is narrow enough makes the interval a little optimistic (the rule
 looks at the data), the price of adaptive designs in general; ``min_rounds`` of at least
 :data:`lab.intervals.MIN_N` keeps the first look from being a lucky few rounds. The
@@ -46,6 +51,8 @@ OPTIONS = {
     "repeats": "--repeats",
     "target_ci_pct": "--rounds-target-ci-pct",
     "budget_s": "--rounds-budget-s",
+    "lead_target_ci_pct": "--rounds-lead-target-ci-pct",
+    "lead_budget_s": "--rounds-lead-budget-s",
     "max_rounds": "--rounds-max",
     "workers": "--rounds-workers",
     "probe_ms": "--rounds-probe-ms",
@@ -89,6 +96,8 @@ class Rounds:
         probe_ms: before each round, the capacity probe (:mod:`lab.probe`) runs its
             loop this long (ms) on one CPU, on the round's own number of CPUs and on all of
             them; 0: no probe.
+        lead_target_ci_pct, lead_budget_s: the target and budget of a point whose median
+            speedup so far is above 1 (:meth:`decide`); None: ``target_ci_pct`` and ``budget_s``.
         setup_alone: the workers set up one at a time, not together (an experiment that times
             its set-up, :attr:`lab.declare.Experiment.times_setup`; :mod:`lab.turns`).
 
@@ -106,6 +115,8 @@ class Rounds:
     prior_baseline: tuple[float, ...] = ()
     probe_ms: float = 0.0
     setup_alone: bool = False
+    lead_target_ci_pct: float | None = None
+    lead_budget_s: float | None = None
 
     def __post_init__(self) -> None:
         check_min("repeats", self.min_rounds, 1)
@@ -113,6 +124,10 @@ class Rounds:
         check_min("workers", self.workers, 1)
         check_min("target_ci_pct", self.target_ci_pct, 0)
         check_min("budget_s", self.budget_s, 0)
+        if self.lead_target_ci_pct is not None:
+            check_min("lead_target_ci_pct", self.lead_target_ci_pct, 0)
+        if self.lead_budget_s is not None:
+            check_min("lead_budget_s", self.lead_budget_s, 0)
         if self.adaptive:
             check_min("max_rounds", self.max_rounds, self.min_rounds)
             if not self.metric:
@@ -144,14 +159,31 @@ class Rounds:
             self,
             min_rounds=share,
             budget_s=max(0.0, self.budget_s - elapsed_s),
+            lead_budget_s=None if self.lead_budget_s is None else max(0.0, self.lead_budget_s - elapsed_s),
             max_rounds=max(share, self.max_rounds - done),
             workers=1,
             prior_point=tuple(point),
             prior_baseline=tuple(baseline),
         )
 
+    def leads(self, point: list[float], baseline: list[float]) -> bool:
+        """Whether the point beats its baseline so far: a baseline exists and the median of the
+        per-round ratios point / baseline (earlier workers' included) is above 1."""
+        values = self.judged(point, baseline)
+        return bool(baseline or self.prior_baseline) and bool(median(values) > 1.0)
+
+    def goal(self, point: list[float], baseline: list[float]) -> tuple[float, float]:
+        """The target (%) and budget (s) that apply now: the lead ones (where set) while the
+        point beats its baseline (:meth:`leads`), else ``target_ci_pct`` and ``budget_s``."""
+        if self.leads(point, baseline):
+            target = self.target_ci_pct if self.lead_target_ci_pct is None else self.lead_target_ci_pct
+            return target, self.budget_s if self.lead_budget_s is None else self.lead_budget_s
+        return self.target_ci_pct, self.budget_s
+
     def decide(self, done: int, elapsed_s: float, point: list[float], baseline: list[float]) -> str | None:
         """Why to stop after ``done`` rounds that took ``elapsed_s``, or None to measure one more.
+        The target and budget are those of :meth:`goal`: a point that beats its baseline so far
+        may go on longer, and one that falls back stops on the usual ones.
 
         Args:
             point, baseline: the metric of the point's and the baseline's windows so far, one
@@ -161,13 +193,14 @@ class Rounds:
             return None
         if not self.adaptive:
             return "fixed"
+        target, budget = self.goal(point, baseline)
         values = self.judged(point, baseline)
         width = half_width_pct(values, median(values))
-        if math.isfinite(width) and width <= self.target_ci_pct:
+        if math.isfinite(width) and width <= target:
             return "target"
         if done >= self.max_rounds:
             return "max_rounds"
-        if elapsed_s / done * (done + 1) > self.budget_s:
+        if elapsed_s / done * (done + 1) > budget:
             return "budget"
         return None
 
@@ -179,6 +212,7 @@ class Rounds:
         return {
             "done": done,
             "stopped": stopped,
+            "lead": bool(self.adaptive and self.leads(point, baseline)),
             "elapsed_s": round(elapsed_s, 3),
             "ci_half_width_pct": round(width, 3) if math.isfinite(width) else None,
             **{k: v for k, v in dataclasses.asdict(self).items() if not k.startswith("prior_")},

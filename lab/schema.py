@@ -118,6 +118,7 @@ def section_schema(exp) -> dict:
 RESERVED = frozenset(
     {"out", "host", "lock", "max_oversubscription", "baseline", "host_file", "after", "help"}
     | {"rounds_target_ci_pct", "rounds_budget_s", "rounds_max", "rounds_workers", "rounds_probe_ms"}
+    | {"rounds_lead_target_ci_pct", "rounds_lead_budget_s"}
     | set(COMMON_COLUMNS)
 )
 

@@ -361,6 +361,32 @@ def test_rounds_decide():
         Rounds(6, target_ci_pct=5, max_rounds=3, metric="m")
 
 
+def test_a_point_that_beats_its_baseline_goes_by_the_lead_target_and_budget():
+    """The first screen's candidates (median speedup above 1) get the lead target and budget;
+    a point that loses, and the baseline's own job, keep the usual ones; a later worker keeps
+    what is left of the lead budget."""
+    rng = np.random.default_rng(2)
+    ratios = list(rng.lognormal(0, 0.04, 8))  # a half-width of a few % after 8 rounds
+    policy = Rounds(6, 10.0, 4.0, 30, "m", lead_target_ci_pct=1.0, lead_budget_s=6.0)
+    winning, losing = [1.5 * r for r in ratios], [0.5 * r for r in ratios]
+    half = policy.record(8, "x", 0, winning, [1.0] * 8)["ci_half_width_pct"]
+    assert 1.0 < half <= 10.0, half  # the usual target is met, the lead one is not
+    assert policy.decide(8, 2.0, losing, [1.0] * 8) == "target"
+    assert policy.decide(8, 2.0, winning, [1.0] * 8) is None
+    assert policy.decide(8, 4.0, winning, [1.0] * 8) is None  # a 9th round ends at 4.5 s: inside 6 s
+    assert policy.decide(8, 5.5, winning, [1.0] * 8) == "budget"
+    assert Rounds(6, 10.0, 4.0, 30, "m").decide(8, 2.0, winning, [1.0] * 8) == "target"  # no lead values
+    assert policy.record(8, "budget", 5.5, winning, [1.0] * 8)["lead"] is True
+    assert policy.record(8, "target", 2.0, losing, [1.0] * 8)["lead"] is False
+    # the baseline's own job (no baseline): judged on its metric, never a lead
+    assert not policy.leads([5.0] * 8, []) and policy.goal([5.0] * 8, []) == (10.0, 4.0)
+    last = policy.for_worker(2, 6, 2.5, winning[:6], [1.0] * 6)
+    assert last.lead_budget_s == pytest.approx(3.5) and last.budget_s == pytest.approx(1.5)
+    assert last.leads(winning[6:], [1.0] * 2)  # the earlier workers' rounds count
+    with pytest.raises(ValueError, match="lead_budget_s"):
+        Rounds(6, 5, 4, 30, "m", lead_budget_s=-1)
+
+
 def test_adaptive_rounds_stop_on_target_and_on_budget():
     from experiments.gil import measure as gil
 

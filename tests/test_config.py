@@ -172,6 +172,11 @@ def test_bad_config_is_refused(root, default_config, patch, key):
             " allowed: at most 2",
         ),
         ({"rounds": {"budget_s": 0}}, "config key rounds.budget_s: 0 is not allowed (rounds.target_ci_pct 5 needs"),
+        (
+            {"rounds": {"lead_budget_s": 0}},
+            "config key rounds.lead_budget_s: 0 is not allowed (rounds.target_ci_pct 5 needs time to reach it)",
+        ),
+        ({"rounds": {"lead_target_ci_pct": "tight"}}, "config key rounds.lead_target_ci_pct: 'tight' is not"),
         ({"cluster": {"hosts": {"big": {"partition": "amd"}}}}, "config key cluster.hosts.big: "),
         (
             {"rounds": {"budget_s": float("inf")}},

@@ -352,6 +352,8 @@ def test_json_inputs_of_the_wrong_shape_and_unwritable_outputs_are_named_in_one_
         (["--rounds-probe-ms", "-1"], "--rounds-probe-ms=-1.0 is out of range; it must be >= 0"),
         (["--rounds-budget-s", "-5"], "--rounds-budget-s=-5.0 is out of range; it must be >= 0"),
         (["--rounds-target-ci-pct", "-3"], "--rounds-target-ci-pct=-3.0 is out of range; it must be >= 0"),
+        (["--rounds-lead-budget-s", "-1"], "--rounds-lead-budget-s=-1.0 is out of range; it must be >= 0"),
+        (["--rounds-lead-target-ci-pct", "-2"], "--rounds-lead-target-ci-pct=-2.0 is out of range; it must be >= 0"),
     ],
 )
 def test_out_of_range_job_options_are_named_before_measuring(tmp_path, option, said):
