@@ -130,6 +130,15 @@ def test_an_experiment_is_one_folder_and_a_config_section(quick_run):
         assert set(m["worker"]) == set(range(workers))
         assert set(m["role"]) == ({"point"} if n == 1 else {"point", "baseline"})  # interleaved baseline
         assert (pd.read_csv(host / "nap" / f"sleepers~{n}" / "samples.csv")["series"] == "tree").any()
+    # job.json says the point beat its baseline (and so would go by rounds.lead_* where set: the
+    # quick config leaves them null) and the baseline's own job, with nothing to beat, did not
+    quick = yaml.safe_load((ROOT / "config.quick.yaml").read_text())["rounds"]
+    rounds = {n: json.loads((host / "nap" / f"sleepers~{n}" / "job.json").read_text())["rounds"] for n in (1, 2)}
+    assert rounds[2]["lead"] and not rounds[1]["lead"], rounds
+    assert [rounds[2][k] for k in ("lead_target_ci_pct", "lead_budget_s")] == [
+        quick.get("lead_target_ci_pct"),
+        quick.get("lead_budget_s"),
+    ]
     summary = pd.read_csv(host / "nap" / "summary.csv").set_index("sleepers")
     assert summary.loc[2, "speedup_source"] == "interleaved"
     ideal = 2  # two sleepers overlap whatever the CPUs deliver: sleeping takes none
