@@ -289,7 +289,8 @@ def point_args(wildcards):
     args["rounds_max"] = rounds["max_rounds"]
     args["rounds_workers"] = rounds["workers"]
     args["rounds_probe_ms"] = rounds["probe_ms"]
-    for key in ("lead_target_ci_pct", "lead_budget_s"):  # optional: absent, the two above
+    # optional: null or absent, a point that beats its baseline goes by the two above
+    for key in ("lead_target_ci_pct", "lead_budget_s"):
         if rounds.get(key) is not None:
             args[f"rounds_{key}"] = rounds[key]
     text = " ".join(
