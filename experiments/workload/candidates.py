@@ -62,6 +62,13 @@ def knob_space(params, workload) -> tuple[dict, dict]:
     return space, skipped
 
 
+def to_compare(space: dict, start: dict) -> list[str]:
+    """The knobs of ``space`` (knob -> values) with a value other than ``start``'s: those the
+    search has a candidate to compare for (a knob of one value that differs from the start is
+    one too), in ``space``'s order."""
+    return [k for k, values in space.items() if any(v != start[k] for v in values)]
+
+
 def invalid_reason(cfg: dict, params, workload, skipped: dict, limit: float) -> str:
     """Why ``cfg`` is not measured, or "" (see the module docstring)."""
     for knob, reason in skipped.items():

@@ -35,6 +35,7 @@ import math
 import time
 
 from experiments.workload import KNOBS
+from experiments.workload.candidates import to_compare
 
 #: The loop waited for data less than this share of an epoch (%): more workers cannot help.
 STALL_MIN_PCT = 5.0
@@ -260,7 +261,7 @@ def plan_search(diag: Diagnosis, space: dict, skipped: dict, start: dict, params
     budget = min(most, params.budget_max_s) if auto else float(params.budget_s)
     plan = {
         "diagnosis": dataclasses.asdict(diag) | {"sentence": diag.sentence()},
-        "order": [k for k in searched if any(v != start[k] for v in searched[k])],  # a candidate to compare
+        "order": to_compare(searched, start),
         "needed_s": needed,
         "planned_comparisons": comparisons,
         "budget_s": budget,

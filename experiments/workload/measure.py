@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from experiments.workload import KNOBS
-from experiments.workload.candidates import defaults, fit_threads, invalid_reason, knob_space
+from experiments.workload.candidates import defaults, fit_threads, invalid_reason, knob_space, to_compare
 from experiments.workload.loader import WorkloadError
 from experiments.workload.record import Recorder, user_failure, where
 from experiments.workload.search import MIN_ROUNDS
@@ -212,9 +212,7 @@ def search(params: Params, host_files: dict | None, max_oversubscription: float 
             t0 = time.monotonic()
             auto = params.budget_s == "auto"
             plan = {"budget_s": 0.0 if auto else float(params.budget_s), "steps": params.steps}
-            # something to decide: a value of some knob other than the start's (a knob of one
-            # value that differs from the start is a candidate too)
-            to_decide = any(v != start[k] for k, values in space.items() for v in values)
+            to_decide = bool(to_compare(space, start))  # a value of some knob other than the start's
             if to_decide and (auto or plan["budget_s"] > 0):
                 diag = diagnose(rec, workload, start, params, meter.ncpu)
                 space, plan = plan_search(diag, space, skipped, start, params)
