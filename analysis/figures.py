@@ -23,7 +23,7 @@ from analysis.runinfo import RUN_FIGURES
 from analysis.tables import read_table
 from lab import registry
 from lab.contract import Context
-from lab.fileio import read_json_object
+from lab.fileio import read_findings, read_json_object
 from lab.host import Host
 from lab.registry import RegistryError
 
@@ -112,7 +112,7 @@ def draw_figure(name: str, host_dir: Path) -> Figure:
 
     def load(what: str):
         if what == "findings":
-            return read_json_object(host_dir / experiment / "findings.json")
+            return read_findings(host_dir / experiment / "findings.json")
         if what == "jobs":
             return None
         return read_table(host_dir / experiment / f"{what}.csv", experiment)

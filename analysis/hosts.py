@@ -17,6 +17,7 @@ import pandas as pd
 from analysis.tables import DataError, read_table
 from lab import registry
 from lab.declare import point_label
+from lab.fileio import read_findings
 from lab.host import Host
 
 
@@ -96,7 +97,8 @@ def load_host(path: str | Path, experiments: list[str]) -> HostResults:
     Raises:
         DataError: naming the file: host.json missing or not JSON (or without
             ``available_cpus``), a CSV that is empty, corrupt or lacks the experiment's key
-            columns, ``metric`` or ``value``, or one of the pair missing.
+            columns, ``metric`` or ``value``, or one of the pair missing; a findings.json that is
+            not JSON or not of its schema (:func:`lab.fileio.read_findings`).
     """
     path = Path(path)
     res = HostResults(name=path.name, path=path, host=_read_host_json(path))
@@ -119,9 +121,9 @@ def load_host(path: str | Path, experiments: list[str]) -> HostResults:
         found = path / exp / "findings.json"
         if found.exists():
             try:
-                res.findings[exp] = json.loads(found.read_text())
-            except json.JSONDecodeError as exc:
-                raise DataError(found, f"not valid JSON ({exc})") from None
+                res.findings[exp] = read_findings(found)
+            except ValueError as exc:
+                raise DataError(found, str(exc).removeprefix(f"{found}: ")) from None
     return res
 
 

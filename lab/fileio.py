@@ -153,6 +153,41 @@ def read_json_object(path: str | Path) -> dict:
     return data
 
 
+FINDINGS_SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "findings.schema.yaml"
+
+
+def read_findings(path: str | Path) -> dict:
+    """An experiment's ``findings.json`` (docs/csv-schema.md, section 3.4), checked against
+    ``schemas/findings.schema.yaml`` before anything reads a key of it.
+
+    Raises:
+        OSError: if it cannot be read, as :func:`read_json_object`.
+        ValueError: naming the file, the key path of the first violation and what belongs there
+            (jsonschema's ``best_match``), for a file the analysis did not write that way (edited by
+            hand, or written by an older lab): one line instead of a template's TypeError.
+    """
+    import yaml
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import best_match
+
+    data = read_json_object(path)
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    schema = yaml.load(FINDINGS_SCHEMA.read_text(encoding="utf-8"), Loader=loader)
+    err = best_match(Draft202012Validator(schema).iter_errors(data))
+    if err is None:
+        return data
+    where = ".".join(str(p) for p in err.absolute_path) or "(top level)"
+    title = err.schema.get("title") if isinstance(err.schema, dict) else None
+    value = repr(err.instance)
+    value = value if len(value) <= 60 else value[:57] + "..."
+    allowed = f"; allowed: {title}" if title else ""
+    raise ValueError(
+        f"{path}: {where} = {value} is not valid ({err.message}){allowed}."
+        " Redo the analysis, which writes it again: snakemake --cores 4 --rerun-triggers mtime --forcerun analyse"
+        " (README, 'After updating the lab's code')"
+    )
+
+
 def output_dir_problem(path: str) -> str | None:
     """Why ``path`` cannot be the directory a job writes its files into, or None if it can: it
     is empty, it or one of its parents is a file, or the nearest existing ancestor refuses a

@@ -24,7 +24,7 @@ from analysis.findings import INTERVALS, bound, interval
 from analysis.tables import read_table
 from lab import registry
 from lab.declare import point_label
-from lab.fileio import read_json_object
+from lab.fileio import read_findings, read_json_object
 from lab.host import Host
 from lab.interpreters import describe
 from report.format import fmt as _fmt
@@ -221,7 +221,7 @@ def experiment_context(host_dir: Path, name: str) -> dict:
     """One experiment's section: its prose, findings, extra tables, figures, trace and table."""
     exp = registry.get(name)
     summary = read_table(host_dir / name / "summary.csv", name)
-    found = read_json_object(host_dir / name / "findings.json")
+    found = read_findings(host_dir / name / "findings.json")
     problems = [
         {"point": point_label({k: r[k] for k in exp.spec.keys}), "status": str(r["status"]), "reason": r["reason"]}
         for _, r in summary.iterrows()

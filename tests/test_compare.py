@@ -153,6 +153,11 @@ def test_significance_needs_enough_replicates():
             "replicates.csv: the last line is cut off",
         ),
         (lambda d: (d / "gil" / "summary.csv").unlink(), "summary.csv: missing while its sibling exists"),
+        (lambda d: (d / "gil" / "findings.json").write_text("{not json"), "findings.json: not a JSON file"),
+        (
+            lambda d: (d / "gil" / "findings.json").write_text('{"experiment": "gil", "findings": "x"}'),
+            r"findings.json: findings = 'x' is not valid",
+        ),
         (
             lambda d: (d / "gil" / "summary.csv").write_text("workload,mode\ncpu,threads\n"),
             "summary.csv, column 'workers': missing column",

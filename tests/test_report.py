@@ -272,6 +272,32 @@ def test_findings_with_code_spans_render_as_code_in_html(host_dir):
     assert "Raise <code>max_window_s</code> to &lt;b&gt;2&lt;/b&gt;" in page and "`max_window_s`" not in page
 
 
+@pytest.mark.parametrize(
+    ("edit", "said"),
+    [
+        (lambda d: d.update(findings="oops"), "findings = 'oops' is not valid ('oops' is not of type 'array')"),
+        (lambda d: d.update(headlines=[{"q": 1}]), "headlines.0 = {'q': 1} is not valid ('question' is a required"),
+        (lambda d: d.update(findings=["ok", 2]), "findings.1 = 2 is not valid (2 is not of type 'string'); allowed: a"),
+        (lambda d: d.update(tables=[{"rows": 1}]), "tables.0 = {'rows': 1} is not valid ('caption' is a required"),
+        (lambda d: d.pop("findings"), "(top level) = {"),
+    ],
+)
+def test_a_findings_file_of_the_wrong_shape_is_named_in_one_line(host_dir, capsys, edit, said):
+    """A hand-edited findings.json stopped the report with a template's TypeError or KeyError;
+    it is checked against schemas/findings.schema.yaml and named, with the key and what belongs
+    there, before anything renders, and the report's outputs are left as they were."""
+    findings = host_dir / "jit" / "findings.json"
+    items = json.loads(findings.read_text())
+    edit(items)
+    findings.write_text(json.dumps(items))
+    html, md = host_dir / "r.html", host_dir / "r.md"
+    with pytest.raises(SystemExit) as stop:
+        report_main(["--host-dir", str(host_dir), "--experiments", "jit", "--html", str(html), "--md", str(md)])
+    err = capsys.readouterr().err
+    assert stop.value.code == 1 and f"error: {findings}: {said}" in err and "--forcerun analyse" in err
+    assert not html.exists() and not md.exists()
+
+
 def test_one_available_cpu_reads_in_the_singular(host_dir):
     host = json.loads((host_dir / "host.json").read_text()) | {"available_cpus": 1}
     (host_dir / "host.json").write_text(json.dumps(host))

@@ -19,6 +19,7 @@ from side_runs import INTERRUPT_TARGETS
 from analysis.figures import draw_figure
 from analysis.trace import validate_trace
 from lab import registry
+from lab.fileio import read_findings
 
 SPECS = {name: e.spec for name, e in registry.experiments().items()}
 #: The experiments the end-to-end run runs (its config's list, the fixture nap left out: it is
@@ -52,6 +53,7 @@ def test_every_output_exists(quick_run):
     for exp, spec in RAN.items():
         for name in ("replicates.csv", "summary.csv", "findings.json"):
             assert (host / exp / name).stat().st_size > 0, (exp, name)
+        assert read_findings(host / exp / "findings.json")["experiment"] == exp  # the schema holds
         summary = pd.read_csv(host / exp / "summary.csv")
         measured = summary["status"] == "ok"
         assert measured.sum() >= 2 and (summary.loc[measured, "n"] >= 3).all(), exp
