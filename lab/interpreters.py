@@ -128,13 +128,14 @@ def probe(entry: Mapping, timeout_s: float = 60) -> dict:
 
 def _run_probe(cmd: list[str], env: dict, timeout_s: float) -> subprocess.CompletedProcess:
     """Run the probe in a session of its own; past ``timeout_s`` its whole process group is
-    killed (a wrapper script's children too), then TimeoutExpired is raised."""
+    killed (a wrapper script's children too), then TimeoutExpired is raised; on Ctrl-C
+    (KeyboardInterrupt) too, which its own session does not receive."""
     proc = subprocess.Popen(
         cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
     try:
         stdout, stderr = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         raise
@@ -313,4 +314,8 @@ def main(argv_: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except KeyboardInterrupt:  # Ctrl-C in Snakemake reaches every job: one line, not a traceback
+        print("[interpreters] interrupted by SIGINT: nothing recorded", file=sys.stderr)
+        raise SystemExit(130) from None

@@ -98,4 +98,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except KeyboardInterrupt:  # Ctrl-C in Snakemake reaches every job: one line, not a traceback
+        print("[user_env] interrupted by SIGINT: nothing recorded", file=sys.stderr)
+        raise SystemExit(130) from None

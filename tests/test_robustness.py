@@ -463,3 +463,33 @@ def test_snakemakes_scheduler_keeps_one_reevaluation_timer():
     sched._schedule_reevalutation(10)
     sched._schedule_reevalutation(0.05)
     assert sched._open_jobs.acquire(timeout=2)
+
+
+@pytest.mark.parametrize(
+    ("module", "config", "name"),
+    [
+        ("lab.userenv", ["--env", "{}"], "user_env"),
+        ("lab.interpreters", ["--config", '[{"label": "slow", "command": "SLOW"}]'], "interpreters"),
+    ],
+)
+def test_ctrl_c_in_a_job_outside_the_job_server_says_so_in_one_line(tmp_path, module, config, name):
+    """Ctrl-C in Snakemake reaches every job, and the profile shows a failed job's log: the two
+    jobs that run outside the job server (each waits on a child interpreter it started) printed a
+    KeyboardInterrupt traceback there. Each says it was interrupted in one line, exits 128 + 2 as
+    the measurement jobs do, writes nothing and leaves no child behind."""
+    out, slow = tmp_path / "out.json", tmp_path / "slow-python"
+    slow.write_text(f'#!/bin/sh\nsleep 30\nexec {sys.executable} "$@"\n')  # an interpreter slow to start
+    slow.chmod(0o755)
+    config = [c.replace("SLOW", str(slow)) for c in config]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", module, *config, "--out", str(out)], stderr=subprocess.PIPE, text=True
+    )
+    deadline, children = time.monotonic() + 30, []
+    while time.monotonic() < deadline and not children and proc.poll() is None:
+        children = psutil.Process(proc.pid).children()  # its child interpreter has started
+        time.sleep(0.05)
+    assert children, "the job ended before it started its child interpreter"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGINT and err == f"[{name}] interrupted by SIGINT: nothing recorded\n"
+    assert not out.exists() and _gone([c.pid for c in children])
