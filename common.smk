@@ -503,17 +503,39 @@ def config_json():
     return shlex.quote(json.dumps(config, sort_keys=False))
 
 
+def run_profile():
+    """The ``--profile`` of the snakemake command line that reads this Snakefile (else
+    ``$SNAKEMAKE_PROFILE``), as given, or None: Snakemake keeps no record of it in the workflow
+    object. The workflow's own profile (profiles/default) applies again by itself."""
+    argv = sys.argv[1:]
+    for i, word in enumerate(argv):
+        if word == "--profile" and i + 1 < len(argv):
+            return argv[i + 1]
+        if word.startswith("--profile="):
+            return word.split("=", 1)[1]
+    return os.environ.get("SNAKEMAKE_PROFILE") or None
+
+
 def rerun_args(wildcards):
-    """This run's own ``--configfile`` files (relative where under the working directory) and
+    """This run's own ``--profile`` (:func:`run_profile`; without one, a cluster run's
+    ``--executor``), ``--configfile`` files (relative where under the working directory) and
     ``--config`` overrides, the host label included: the arguments with which a failed point's
-    advice (analysis status) measures it again under the same settings, as one shell word.
+    advice (analysis status) measures it again under the same settings and on the same
+    executor, as one shell word.
     """
     files = [
         os.path.relpath(p) if not os.path.relpath(p).startswith("..") else str(p)
         for p in workflow.overwrite_configfiles
     ]
     overrides = dict(workflow.config_settings.config) | {"host": wildcards.host}
-    words = ["--configfile", *files] if files else []
+    executor = getattr(workflow.executor_plugin, "name", None)
+    if run_profile():
+        words = ["--profile", run_profile()]
+    elif executor not in (None, "local", "dryrun", "touch"):
+        words = ["--executor", executor]
+    else:
+        words = []
+    words += ["--configfile", *files] if files else []
     words += ["--config", *(f"{k}={json.dumps(v)}" for k, v in overrides.items())]
     return shlex.quote(shlex.join(words))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import sys
 
@@ -208,3 +209,33 @@ def test_compare_with_one_host_stops_before_any_job_starts(root, tmp_path):
     (two / "host.json").write_text("{}")
     cfg.write_text(f"compare: {{hosts: [], dirs: [{one}, {two}], baseline: nope}}\n")
     assert "config key compare.baseline: 'nope' is not among the hosts compared (one, two)" in said()
+
+
+def test_a_failed_points_command_keeps_the_runs_profile(root, tmp_path):
+    """A failed point's advice (``analysis status``) measures it again with the run's own
+    ``--profile`` (a cluster run's, which names the executor and its account) as well as its
+    config files and overrides: it was ``snakemake --cores 4`` with the config alone, which
+    would have measured on the login node. Read from a dry run's point_status command."""
+    profile = tmp_path / "my profile"
+    profile.mkdir()
+    (profile / "config.yaml").write_text("cores: 2\n")
+    cmd = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-n",
+        "-p",
+        "--profile",
+        str(profile),
+        "--configfile",
+        "config.quick.yaml",
+    ]
+    cmd += ["--config", "host=cl", "experiments=[gil]"]
+    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=300, env=venv_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    status = [j["text"] for j in _jobs(proc.stdout) if j["rule"] == "point_status"]
+    assert len(status) == 1, proc.stdout[-3000:]
+    rerun = re.search(r"--rerun-args ('(?:[^']|'\"'\"')*')", status[0]).group(1)
+    words = shlex.split(shlex.split(rerun)[0])  # one shell word holding the arguments
+    assert words[:4] == ["--profile", str(profile), "--configfile", "config.quick.yaml"], words
+    assert words[4:] == ["--config", 'host="cl"', 'experiments=["gil"]'], words
