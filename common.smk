@@ -564,7 +564,8 @@ def compare_host_dirs():
 
 def compare_dirs_checked(wildcards=None):
     """compare_host_dirs(), refused where fewer than 2 are found: `snakemake compare` then stops
-    while it builds its jobs, before any runs (the rule's params call this)."""
+    as the Snakefile is read (compare_requested), or else while it builds its jobs (the rule's
+    params call this), before any runs."""
     dirs = compare_host_dirs()
     missing = [d for d in dirs if not Path(d, "host.json").is_file()]
     if missing:
@@ -624,3 +625,19 @@ def compare_stamp():
                 st = f.stat()
                 h.update(f"{f}:{st.st_size}:{st.st_mtime_ns};".encode())
     return h.hexdigest()[:16]
+
+
+def compare_requested():
+    """Whether the snakemake command line that reads this Snakefile asks for the comparison (the
+    target ``compare`` or a file under results/compare/): Snakemake keeps its targets out of
+    the workflow object until the DAG is built."""
+    return any(w == "compare" or w.startswith("results/compare/") for w in sys.argv[1:])
+
+
+if compare_requested():
+    # refused here, in one line, rather than inside Snakemake's InputFunctionException block
+    # from the rule's params (which still refuse where the command line is not Snakemake's)
+    try:
+        compare_dirs_checked()
+    except WorkflowError as exc:
+        sys.exit(str(exc))

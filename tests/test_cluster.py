@@ -177,8 +177,8 @@ def test_a_run_without_a_host_label_says_which_one_it_took(root, tmp_path):
 
 
 def test_compare_with_one_host_stops_before_any_job_starts(root, tmp_path):
-    """`snakemake compare` with fewer than 2 host directories is refused while its jobs are
-    built, naming what it found and what to do, rather than in a job after the run started; so
+    """`snakemake compare` with fewer than 2 host directories is refused, in one line, as the
+    Snakefile is read, naming what it found and what to do, rather than in a job after the run started; so
     are a listed host that was never measured, two directories of one name and a baseline that
     is not among the hosts. (Run in an empty directory, so that no results/ of
     this checkout's own counts; the target is the comparison's table, which reads no template.)"""
@@ -193,7 +193,9 @@ def test_compare_with_one_host_stops_before_any_job_starts(root, tmp_path):
     def said() -> str:
         proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=300, env=venv_env())
         assert proc.returncode != 0
-        return proc.stdout + proc.stderr
+        out = proc.stdout + proc.stderr  # one line, not Snakemake's InputFunctionException block
+        assert "InputFunctionException" not in out and "Traceback" not in out, out[-2000:]
+        return out
 
     assert f"snakemake compare needs at least 2 host directories with a host.json, found 1 ({one})" in said()
     cfg.write_text("compare: {hosts: [neverhere]}\n")
