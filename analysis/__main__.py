@@ -87,22 +87,29 @@ INPUT_ERROR = r"(?:^|\()config key "
 
 
 def _advice(bad: pd.DataFrame, host: str, rerun_args: str | None = None) -> str:
-    """What to do about the failed points ``bad`` (rows of status.csv): the command that measures
-    them again, with ``rerun_args`` (the run's ``--configfile`` and ``--config`` arguments, which
-    name the host label) where given."""
+    """What to do about the failed points ``bad`` (rows of status.csv): the key to fix where a
+    reason names one, and the commands that measure them again, with ``rerun_args`` (the run's
+    ``--profile``, ``--configfile`` and ``--config`` arguments, which name the host label) where
+    given. A changed key reruns its points by itself (Snakemake's ``params`` trigger); a user's
+    module edited since, or a failure of the run, does not."""
     of_input = bad["reason"].fillna("").str.contains(INPUT_ERROR)
+    if rerun_args is None:
+        command = "(add the --configfile you ran with): snakemake --cores 4 --forcerun {} --config host=" + shlex.quote(
+            host
+        )
+    else:
+        command = f": snakemake --cores 4 {rerun_args} --forcerun {{}}"
     text = "The report lists them."
     if of_input.any():
+        points = " ".join(shlex.quote(m) for m in bad[of_input]["metrics"])
         text += (
-            " Those whose reason names a config key failed on their input: fix that key; the next run measures again."
+            " Those whose reason names a config key failed on their input: fix that key, and the next run"
+            " measures them again; where the fault was in the code the key names, measure them again once it is"
+            " fixed with" + command.format(points) + "."
         )
     if (~of_input).any():
         points = " ".join(shlex.quote(m) for m in bad[~of_input]["metrics"])
-        if rerun_args is None:
-            text += " Measure the others again with (add the --configfile you ran with): "
-            text += f"snakemake --cores 4 --forcerun {points} --config host={shlex.quote(host)}"
-        else:
-            text += f" Measure the others again with: snakemake --cores 4 {rerun_args} --forcerun {points}"
+        text += " Measure the others again with" + command.format(points)
     return text
 
 

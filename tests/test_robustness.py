@@ -493,3 +493,27 @@ def test_ctrl_c_in_a_job_outside_the_job_server_says_so_in_one_line(tmp_path, mo
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 128 + signal.SIGINT and err == f"[{name}] interrupted by SIGINT: nothing recorded\n"
     assert not out.exists() and _gone([c.pid for c in children])
+
+
+def test_a_point_that_failed_on_its_input_gets_the_key_and_the_command_for_fixed_code():
+    """A point whose reason names a config key failed on its input: fixing the key reruns it
+    (Snakemake's params trigger), but fixing the code the key names does not (a user's module is
+    no input of the rule), and the advice said "the next run measures again" for both. It now
+    gives the --forcerun command for that case, with the run's own arguments."""
+    from analysis.__main__ import _advice
+
+    bad = pd.DataFrame(
+        {
+            "reason": ["config key workload.entry: 'm:build': task train needs a loss", "exit status 1"],
+            "metrics": ["results/h/workload/stage~search/metrics.csv", "results/h/gil/mode~x/metrics.csv"],
+        }
+    )
+    text = _advice(bad, "h", "--profile p --config host=h")
+    assert "fix that key, and the next run measures them again" in text
+    fixed = "once it is fixed with: snakemake --cores 4 --profile p --config host=h --forcerun"
+    assert f"{fixed} 'results/h/workload/stage~search/metrics.csv'." in text
+    assert "Measure the others again with: snakemake --cores 4 --profile p --config host=h --forcerun" in text
+    assert text.endswith(" --forcerun 'results/h/gil/mode~x/metrics.csv'")
+    assert _advice(bad.iloc[:1], "h").endswith(
+        "--forcerun 'results/h/workload/stage~search/metrics.csv' --config host=h."
+    )

@@ -582,8 +582,8 @@ def test_a_broken_workload_fails_alone_and_the_report_says_why(side_runs):
     """A workload whose entry exists but does not import (a typo is refused before any job,
     tests/test_config.py; tests/side_runs.py's ``run_broken``, beside the other side runs): its
     jobs record the reason, the other experiments (here the fixture's) still run, and the report
-    lists the workload as failed; the run's last job then fails, naming the key to fix rather
-    than a command that would measure the same input again."""
+    lists the workload as failed; the run's last job then fails, naming the key to fix, and the
+    command that measures the points again once the code the key names is fixed."""
     run = side_runs["broken"].value()
     code, stderr = run["proc"]
     assert code == 1 and "Error in rule point_status" in stderr, stderr[-3000:]
@@ -592,7 +592,10 @@ def test_a_broken_workload_fails_alone_and_the_report_says_why(side_runs):
     log = (run["work"] / "logs" / "e2e-broken" / "point_status.log").read_text()
     assert "failed: workload stage~search: config key workload.entry: 'mylab.missing:build'" in log
     assert "failed: workload stage~verify: the search did not finish (config key workload.entry:" in log
-    assert "fix that key" in log and "--forcerun" not in log  # measuring the same input again would fail again
+    # a fixed key reruns by itself; a fixed module does not, and gets the command that measures again
+    assert "fix that key, and the next run measures them again" in log
+    assert "where the fault was in the code the key names, measure them again once it is fixed with: snakemake" in log
+    assert "--forcerun results/e2e-broken/workload/stage~search/metrics.csv" in log.replace("'", "")
     host = run["host"]
     summary = pd.read_csv(host / "workload" / "summary.csv").set_index("stage")
     assert set(summary["status"]) == {"failed"}
