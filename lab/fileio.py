@@ -181,10 +181,28 @@ def read_findings(path: str | Path) -> dict:
     value = repr(err.instance)
     value = value if len(value) <= 60 else value[:57] + "..."
     allowed = f"; allowed: {title}" if title else ""
-    raise ValueError(
-        f"{path}: {where} = {value} is not valid ({err.message}){allowed}."
-        " Redo the analysis, which writes it again: snakemake --cores 4 --rerun-triggers mtime --forcerun analyse"
-        " (README, 'After updating the lab's code')"
+    raise ValueError(f"{path}: {where} = {value} is not valid ({err.message}){allowed}. {redo_analysis(path)}")
+
+
+def redo_analysis(path: str | Path) -> str:
+    """How to write an experiment's analysis outputs at ``path`` (results/<host>/<experiment>/...)
+    again without measuring: with the run's own configuration (results/<host>/config.yaml, which
+    names its host label) where the host directory holds it, since a plain command would run
+    the default configuration under this machine's label; measurements are kept by
+    ``--rerun-triggers mtime`` (README, "After updating the lab's code")."""
+    import shlex
+
+    host_dir = Path(path).parent.parent
+    config = host_dir / "config.yaml"
+    redo = "--rerun-triggers mtime --forcerun analyse"
+    if config.is_file():
+        return (
+            f"Redo the analysis, which writes it again, from the checkout whose results/ holds {host_dir.name}:"
+            f" snakemake --cores 4 --configfile {shlex.quote(str(config))} {redo}"
+        )
+    return (
+        f"Redo the analysis, which writes it again: snakemake --cores 4 {redo}, with the --configfile and"
+        f" --config host={shlex.quote(host_dir.name)} it was measured with"
     )
 
 

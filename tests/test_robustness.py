@@ -517,3 +517,17 @@ def test_a_point_that_failed_on_its_input_gets_the_key_and_the_command_for_fixed
     assert _advice(bad.iloc[:1], "h").endswith(
         "--forcerun 'results/h/workload/stage~search/metrics.csv' --config host=h."
     )
+
+
+def test_the_command_that_redoes_an_analysis_uses_the_runs_own_configuration(tmp_path):
+    """The repair for an analysis output of the wrong shape ran the default configuration under
+    this machine's label (a full measurement run); it names the run's own config.yaml, which
+    holds its host label, where the host directory has one."""
+    from lab.fileio import redo_analysis
+
+    found = tmp_path / "my host" / "gil" / "findings.json"
+    found.parent.mkdir(parents=True)
+    assert "--config host='my host' it was measured with" in redo_analysis(found)
+    (found.parent.parent / "config.yaml").write_text("host: my host\n")
+    said = redo_analysis(found)
+    assert f"--configfile '{tmp_path}/my host/config.yaml' --rerun-triggers mtime --forcerun analyse" in said
