@@ -22,6 +22,7 @@ from lab.server import export as export_job_server
 from lab.schedfix import one_timer_at_a_time
 from lab.threads import env_command
 from lab.interpreters import labels as interpreter_labels
+from lab.hostinfo import other_machine
 from lab.host import (
     available_cpus,
     host_label,
@@ -632,6 +633,16 @@ def compare_requested():
     target ``compare`` or a file under results/compare/): Snakemake keeps its targets out of
     the workflow object until the DAG is built."""
     return any(w == "compare" or w.startswith("results/compare/") for w in sys.argv[1:])
+
+
+if not CLUSTER and not compare_requested():
+    # a host directory copied from another machine, or one this label measured on another VM
+    if problem := other_machine(f"results/{HOST}/host.json"):
+        sys.exit(
+            f"Invalid host label {HOST!r}: {problem}. Measure this machine under another label"
+            " (--config host=NAME), or move that directory away (compare it from anywhere:"
+            " config compare.dirs)"
+        )
 
 
 if compare_requested():

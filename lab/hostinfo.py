@@ -61,6 +61,29 @@ def node() -> dict:
     }
 
 
+def other_machine(host_json: str | Path) -> str | None:
+    """Why the host directory of ``host_json`` (results/<label>/host.json) belongs to another
+    machine than this one, or None where it does not, or there is none, or it does not say:
+    the CPU model or the count of logical CPUs differ (the test by which the analysis sets a
+    point measured on another node aside, :func:`analysis.load.mark_other_nodes`). A local run
+    under that label would measure every point, then set each aside; the Snakefile refuses it
+    before. A file that cannot be read is left to the analysis, which names it."""
+    from lab.fileio import read_json_object
+
+    try:
+        host = read_json_object(host_json)
+    except (OSError, ValueError):
+        return None
+    want, here = (host.get("cpu_model"), host.get("logical_cpus")), node()
+    if want == (None, None) or want == (here["cpu_model"], here["logical_cpus"]):
+        return None
+    return (
+        f"{host_json} describes another machine ({host.get('hostname')}, {want[0]}, {want[1]} CPUs),"
+        f" not this one ({here['hostname']}, {here['cpu_model']}, {here['logical_cpus']} CPUs): every point"
+        " measured under its label would be set aside as measured on another node"
+    )
+
+
 def parse_parallel_info(text: str) -> dict:
     """Parse ``torch.__config__.parallel_info()`` into fields.
 
