@@ -23,6 +23,7 @@ from lab.schedfix import one_timer_at_a_time
 from lab.threads import env_command
 from lab.interpreters import labels as interpreter_labels
 from lab.hostinfo import other_machine
+from lab.fileio import output_dir_problem
 from lab.host import (
     available_cpus,
     host_label,
@@ -633,6 +634,12 @@ def compare_requested():
     target ``compare`` or a file under results/compare/): Snakemake keeps its targets out of
     the workflow object until the DAG is built."""
     return any(w == "compare" or w.startswith("results/compare/") for w in sys.argv[1:])
+
+
+for d in [f"{top}/{h}" for top in ("results", "logs") for h in HOSTS] + [".snakemake"]:
+    # a file where a directory belongs, or one that refuses a new file: one line, before any job
+    if problem := output_dir_problem(d):
+        sys.exit(f"Cannot write {d}/: it {problem}")
 
 
 if not CLUSTER and not compare_requested():

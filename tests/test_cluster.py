@@ -271,3 +271,21 @@ def test_a_label_whose_directory_holds_another_machine_is_refused_before_measuri
     cmd.append("results/zz/user_env.json")  # a target that needs none of the checkout's templates
     proc = run()
     assert proc.returncode == 0 and "user_env" in proc.stdout, (proc.stdout + proc.stderr)[-2000:]
+
+
+def test_a_file_where_a_run_writes_a_directory_is_named_in_one_line(root, tmp_path):
+    """results/<label> or logs/<label> a file (or a directory that refuses new files): the run
+    stopped in a 30-line traceback of Snakemake's (NotADirectoryError). It stops as the Snakefile
+    is read, in one line naming the path and why."""
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "F").write_text("hi")
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "G").write_text("hi")
+    for label, said in (("F", "Cannot write results/F/: it cannot be a directory:"), ("G", "Cannot write logs/G/")):
+        cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "4", "--configfile", str(root / "config.quick.yaml")]
+        cmd += ["--config", f"host={label}"]
+        cmd += ["--directory", str(tmp_path), "--snakefile", str(root / "Snakefile")]
+        proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=300, env=venv_env())
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0 and "Traceback" not in out and said in out, out[-2000:]
+        assert f"{tmp_path / ('results' if label == 'F' else 'logs') / label} is a file" in out
