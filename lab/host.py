@@ -234,9 +234,13 @@ class Host(Mapping):
 
         Raises:
             FileNotFoundError: for a file given that does not exist.
-            ValueError: naming the file, for one that is not JSON or holds no JSON object.
+            ValueError: naming the file, for one that is not JSON or holds no JSON object, and
+                for a host.json whose ``available_cpus`` is not a count (an integer >= 1).
         """
         facts = read_json_object(Path(host_json)) if host_json else {}
+        cpus = facts.get("available_cpus")
+        if cpus is not None and (isinstance(cpus, bool) or not isinstance(cpus, int) or cpus < 1):
+            raise ValueError(f"{host_json}: 'available_cpus' is {cpus!r}: a count of CPUs (integer >= 1) was expected")
         if user_env:
             facts["user_environment"] = read_json_object(Path(user_env))
         if interpreters:

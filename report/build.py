@@ -272,12 +272,14 @@ def build_context(host_dir: str | Path, experiments: list[str]) -> dict:
         figure or None) and ``trace`` (``traces/jobs.json`` or None).
 
     Raises:
-        FileNotFoundError: naming the missing analysis output.
-        ValueError: for an experiment that is not registered.
+        FileNotFoundError: naming the missing analysis output or host.json.
+        ValueError: for an experiment that is not registered, or a host.json whose
+            ``available_cpus`` is no count (:meth:`lab.host.Host.from_files`).
     """
     host_dir = Path(host_dir)
-    host = Host.load(host_dir)  # host.json, user_env.json, interpreters.json
     exps = [experiment_context(host_dir, name) for name in experiments]
+    read_json_object(host_dir / "host.json")  # the machine's facts are no option: missing is an error
+    host = Host.load(host_dir)  # host.json, user_env.json, interpreters.json
     fidelity = read_table(host_dir / "fidelity.csv")
     run = read_json_object(host_dir / "run.json") | {"available_cpus": host.get("available_cpus")}
     now = dt.datetime.now(dt.UTC)

@@ -417,3 +417,22 @@ def test_the_job_schedule_names_a_job_without_a_window():
     fig = job_schedule(jobs, {"host": "h"})
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
     assert labels == ["intraop threads=1", "bf16 threads=1 (no window: skipped or failed)"]
+
+
+def test_a_missing_host_json_or_one_without_a_count_of_cpus_is_named(host_dir, capsys):
+    """Without host.json the report rendered "unknown CPU, ? CPUs available" and exited 0 (a
+    missing run.json was an error); with ``available_cpus: "two"`` it stopped in a TypeError.
+    Both are named in one line, and nothing is written."""
+    html, md = host_dir / "r.html", host_dir / "r.md"
+    args = ["--host-dir", str(host_dir), "--experiments", "jit", "--html", str(html), "--md", str(md)]
+    facts = json.loads((host_dir / "host.json").read_text())
+    (host_dir / "host.json").unlink()
+    for said in (
+        f"error: cannot read {host_dir / 'host.json'}: No such file or directory",
+        f"error: {host_dir / 'host.json'}: 'available_cpus' is 'two': a count of CPUs (integer >= 1) was expected",
+    ):
+        with pytest.raises(SystemExit) as stop:
+            report_main(args)
+        assert stop.value.code == 1 and said in capsys.readouterr().err
+        assert not html.exists() and not md.exists()
+        (host_dir / "host.json").write_text(json.dumps(facts | {"available_cpus": "two"}))
