@@ -83,13 +83,25 @@ def checks(
 
     Returns:
         One row per check with columns :data:`COLUMNS`.
+
+    Raises:
+        ValueError: naming the experiment and the column, for a summary without a column its
+            checks read.
     """
     rows = []
     facts = {**(host or {}), "available_cpus": ncpu}
     for name, exp in registry.experiments().items():
         check = exp.hooks().fidelity
-        if check is not None:
+        if check is None:
+            continue
+        try:
             rows += check(Context(facts, summary=summaries.get(name)))
+        except KeyError as exc:  # a column its checks read is missing: one line, not a traceback
+            raise ValueError(
+                f"{name}'s summary has no column {exc.args[0]!r}, which its checks read: not a summary.csv"
+                f" of {name} as this lab's analysis writes it (a replicates.csv, an older lab's, or edited by"
+                " hand); redo the analysis, which writes it again"
+            ) from None
     rows += sampler_checks(selfcheck, ncpu, sample_hz, host)
     return pd.DataFrame(rows, columns=COLUMNS)
 

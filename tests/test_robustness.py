@@ -531,3 +531,19 @@ def test_the_command_that_redoes_an_analysis_uses_the_runs_own_configuration(tmp
     (found.parent.parent / "config.yaml").write_text("host: my host\n")
     said = redo_analysis(found)
     assert f"--configfile '{tmp_path}/my host/config.yaml' --rerun-triggers mtime --forcerun analyse" in said
+
+
+def test_a_summary_without_a_column_its_checks_read_is_named_by_the_fidelity_command(tmp_path, capsys):
+    """``python -m analysis fidelity`` given a replicates.csv or a summary of an older lab
+    stopped in a 45-line KeyError traceback; it names the experiment and the column."""
+    gil = tmp_path / "gil"
+    gil.mkdir()
+    (gil / "summary.csv").write_text(
+        "experiment,interpreter,workload,mode,workers,metric,status\ngil,default,cpu,processes,2,tasks_per_s,ok\n"
+    )
+    (tmp_path / "host.json").write_text('{"available_cpus": 2}')
+    args = ["fidelity", "--host-json", str(tmp_path / "host.json"), "--sample-hz", "40"]
+    assert analysis_main([*args, "--out", str(tmp_path / "f.csv"), str(gil / "summary.csv")]) == 1
+    err = capsys.readouterr().err
+    assert "error: gil's summary has no column " in err and "which its checks read" in err, err
+    assert not (tmp_path / "f.csv").exists()
