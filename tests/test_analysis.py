@@ -346,6 +346,18 @@ def test_fidelity_verdicts(tmp_path):
     assert t.loc["sampler: one busy-looping process", "verdict"] == "pass"
     assert t.loc["sampler's own cost at 10 Hz", "verdict"] == "pass"
     assert "ms per sample" not in t.loc["sampler's own cost at 10 Hz", "reason"]  # no floor measured: no clause
+    # at 0.1 Hz the 0.5 s windows hold no sample: the busy-loop check says so, and the cost of the
+    # reads at the windows' edges (0.02%) is judged against 0.1% of a CPU, not 0.01%
+    slow = sc.assign(sampler_tree_pct=[np.nan] * 6, sampler_cpu_pct=[3.0] * 3 + [0.0225] * 3)
+    t = checks({}, slow, ncpu=2, sample_hz=0.1).set_index("check")
+    assert t.loc["sampler: one busy-looping process", "verdict"] == "n/a"
+    assert (
+        "took no sample in the self-check's windows at 0.1 Hz: raise sample_hz or selfcheck.duration_s"
+        in (t.loc["sampler: one busy-looping process", "reason"])
+    )
+    row = t.loc["sampler's own cost at 0.1 Hz"]
+    assert row["verdict"] == "pass" and row["expected"] == "< 0.1% of one CPU (1 ms per sample, and 0.1% at the least)"
+    assert checks({}, slow.assign(sampler_cpu_pct=0.3), ncpu=2, sample_hz=0.1).iloc[-1]["verdict"] == "warn"
     # 4% of a CPU at 10 Hz is 4 ms per sample: over the goal, and given beside the machine's floor
     floor = sc.assign(sampler_cpu_pct=[3.0] * 3 + [4.0] * 3, wake_read_ms=[np.nan] * 3 + [1.2, 1.5, 1.3])
     row = checks({}, floor, ncpu=2, sample_hz=10).set_index("check").loc["sampler's own cost at 10 Hz"]
