@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -271,9 +272,12 @@ def main(argv: list[str] | None = None) -> int:
     if problem := output_args_problem(args):
         p.error(problem)
     for bad, what in (
-        (not args.seconds > 0, f"--seconds {args.seconds:g}: allowed: above 0"),
+        (not 0 < args.seconds < math.inf, f"--seconds {args.seconds:g}: allowed: above 0, finite"),
         (not 0.05 <= args.chunk_ms <= 100, f"--chunk-ms {args.chunk_ms:g}: allowed: 0.05-100 (ms)"),
-        (not args.slow > 1, f"--slow {args.slow:g}: allowed: above 1 (times the fast level's chunk)"),
+        (
+            not 1 < args.slow < math.inf,
+            f"--slow {args.slow:g}: allowed: above 1, finite (times the fast level's chunk)",
+        ),
         (
             not all(args.chunk_ms <= w <= 1000 * args.seconds / 4 for w in args.windows),
             f"--windows {' '.join(f'{w:g}' for w in args.windows)}: allowed: from --chunk-ms to a quarter of"

@@ -56,6 +56,6 @@ BENCHMARKS = {
     "io_threads": (threads, sleep_loop, IO),
 }
 runner = pyperf.Runner(add_cmdline_args=lambda cmd, args: cmd.append(args.which))
-runner.argparser.add_argument("which")
+runner.argparser.add_argument("which", choices=sorted(BENCHMARKS), help="the point to run")
 name = runner.parse_args().which
 runner.bench_func(name, *BENCHMARKS[name])

@@ -24,6 +24,7 @@ A benchmark, not a test. Usage (repository root, the project's venv)::
 from __future__ import annotations
 
 import argparse
+import math
 import subprocess
 import sys
 import tempfile
@@ -119,8 +120,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if problem := output_args_problem(args):
         p.error(problem)
-    if min(args.lengths) <= 0 or args.rounds < 2 or args.probe_ms < 0:
-        p.error("--lengths must be > 0 s, --rounds >= 2 and --probe-ms >= 0")
+    finite = all(math.isfinite(v) for v in (*args.lengths, args.probe_ms, *args.targets))
+    if not finite or min(args.lengths) <= 0 or args.rounds < 2 or args.probe_ms < 0 or min(args.targets) <= 0:
+        p.error(
+            "--lengths must be finite and > 0 s, --rounds >= 2, --probe-ms finite and >= 0,"
+            " --targets finite and > 0 (%)"
+        )
     rows = []
     with tempfile.TemporaryDirectory(prefix="windows-") as tmp:
         for kind in ("gil processes / sequential", "intraop matmul 2 threads / 1"):
