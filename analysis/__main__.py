@@ -199,6 +199,13 @@ def cmd_compare(args) -> int:
             else f"is not among the hosts ({', '.join(names + [b['name'] for b in broken])})"
         )
         print(f"not comparable: baseline host {args.baseline} {why}; {baseline} is the baseline", file=sys.stderr)
+    if len(hosts) < 2 and broken:  # too few left: the cause is the unreadable ones, not a missing machine
+        unread = ", ".join(b["name"] for b in broken)
+        raise ValueError(
+            f"need at least 2 hosts to compare; {len(hosts)} could be read ({', '.join(names) or 'none'}), and"
+            f" {unread} could not (the 'not comparable' lines say why): mend those directories, or measure"
+            " them again (an incomplete one: snakemake with its --config host=NAME)"
+        )
     tables = compare_hosts(hosts, baseline, args.experiments)
     out = Path(args.out_dir)
     for name, df in tables.items():

@@ -82,8 +82,9 @@ rule compare_tables:
         "python -m lab.server run --"
         " analysis compare --baseline {params.baseline:q} --experiments {params.experiments:q}"
         " --out-dir results/compare {params.dirs:q} > {log:q} 2>&1"
-        # an error (such as an unreadable host) on the console, not only in the log
-        " || {{ grep -h '^error:' {log:q} >&2; exit 1; }};"
+        # an error on the console, not only in the log, after the hosts left out and why (a
+        # host directory that cannot be read can leave too few to compare)
+        " || {{ grep -h '^not comparable:' {log:q} >&2; grep -h '^error:' {log:q} >&2; exit 1; }};"
         # a host that could not be read is left out with its reason: say so on the console too
         " grep -h '^not comparable:' {log:q} >&2 || true"
 

@@ -440,6 +440,20 @@ def test_fewer_than_two_hosts_is_one_line_saying_what_to_do(tmp_path, capsys):
     assert not (tmp_path / "c").exists()
 
 
+def test_too_few_hosts_because_one_is_unreadable_says_so(two_hosts, tmp_path, capsys):
+    """One of two host directories incomplete (its summary.csv deleted): the error blamed a
+    missing machine ("run the pipeline on another machine") while the cause stood only in the
+    line above; it names the directory that could not be read."""
+    a, b = two_hosts
+    (a / "gil" / "summary.csv").unlink()
+    args = ["compare", "--baseline", b.name, "--experiments", "gil", "--out-dir", str(tmp_path / "c"), str(a), str(b)]
+    assert analysis_main(args) == 1
+    err = capsys.readouterr().err
+    assert f"not comparable: {a.name}: {a / 'gil' / 'summary.csv'}: missing while its sibling exists" in err
+    assert f"error: need at least 2 hosts to compare; 1 could be read ({b.name}), and {a.name} could not" in err
+    assert "run the pipeline on another machine" not in err and not (tmp_path / "c").exists()
+
+
 def test_compare_chart_labels_legend_and_ticks(two_hosts, tmp_path):
     from analysis.figures import compare_chart, short_labels
 
