@@ -93,12 +93,9 @@ def _advice(bad: pd.DataFrame, host: str, rerun_args: str | None = None) -> str:
     given. A changed key reruns its points by itself (Snakemake's ``params`` trigger); a user's
     module edited since, or a failure of the run, does not."""
     of_input = bad["reason"].fillna("").str.contains(INPUT_ERROR)
-    if rerun_args is None:
-        command = "(add the --configfile you ran with): snakemake --cores 4 --forcerun {} --config host=" + shlex.quote(
-            host
-        )
-    else:
-        command = f": snakemake --cores 4 {rerun_args} --forcerun {{}}"
+    add = " (add the --configfile you ran with)"  # the run's own arguments unknown
+    run = f": snakemake --cores 4 {rerun_args}" if rerun_args else f"{add}: snakemake --cores 4"
+    command = run + " --forcerun {}" + ("" if rerun_args else f" --config host={shlex.quote(host)}")
     text = "The report lists them."
     if of_input.any():
         points = " ".join(shlex.quote(m) for m in bad[of_input]["metrics"])
