@@ -22,6 +22,7 @@ from lab.server import export as export_job_server
 from lab.schedfix import one_timer_at_a_time
 from lab.threads import env_command
 from lab.interpreters import labels as interpreter_labels
+from lab.interpreters import found as interpreters_found
 from lab.hostinfo import other_machine
 from lab.fileio import output_dir_problem
 from lab.host import (

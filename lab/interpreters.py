@@ -62,6 +62,14 @@ def labels(entries: Sequence[Mapping] | None) -> list[str]:
     return [str(e["label"]) for e in (entries or DEFAULT)]
 
 
+def found(entries: Sequence[Mapping] | None) -> dict[str, str]:
+    """Where each configured interpreter's command is found now (``shutil.which``; ``""`` where
+    it is not), by label: a parameter of the ``interpreters`` rule, so that an interpreter
+    installed after a run that skipped its points (or one moved or removed) probes them again,
+    and the points that read interpreters.json are measured again with it."""
+    return {str(e["label"]): shutil.which(argv(e)[0]) or "" for e in (entries or DEFAULT)}
+
+
 def python_gil(entry: Mapping) -> str:
     """The entry's ``python_gil`` as text: ``"0"``, ``"1"`` or ``""`` (the build's default)."""
     value = entry.get("python_gil")

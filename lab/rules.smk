@@ -58,6 +58,8 @@ rule interpreters:
         **MEASURE_RESOURCES,
     params:
         interpreters=json.dumps(config["interpreters"]),
+        # where each command is found now: one installed since the last run is probed again
+        found=json.dumps(interpreters_found(config["interpreters"]), sort_keys=True),
     shell:
         'mkdir -p "$TMPDIR" && '
         "python -m lab.interpreters --config {params.interpreters:q} --out {output:q} > {log:q} 2>&1"

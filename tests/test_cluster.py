@@ -4,6 +4,7 @@ config's checks, and points measured on a node unlike the host's."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import subprocess
@@ -289,3 +290,34 @@ def test_a_file_where_a_run_writes_a_directory_is_named_in_one_line(root, tmp_pa
         out = proc.stdout + proc.stderr
         assert proc.returncode != 0 and "Traceback" not in out and said in out, out[-2000:]
         assert f"{tmp_path / ('results' if label == 'F' else 'logs') / label} is a file" in out
+
+
+def test_an_interpreter_installed_after_a_run_is_probed_again(root, tmp_path):
+    """An interpreter missing at the first run gives skipped points; installed afterwards (the
+    README's own order: run, then scripts/build-free-threaded-python.sh), a plain run said
+    "Nothing to be done" and kept them skipped. Where each command is found is a parameter of
+    the interpreters rule, so the next run probes again (and measures the points that read it)."""
+    late = tmp_path / "late-python"
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "1", "--configfile", str(root / "config.quick.yaml")]
+    cmd += [
+        "--config",
+        "host=ip",
+        "experiments=[convoy]",
+        f"interpreters=[{{label: default}}, {{label: late, command: {late}}}]",
+    ]
+    cmd += ["--directory", str(tmp_path), "--snakefile", str(root / "Snakefile"), "results/ip/interpreters.json"]
+    env = venv_env({**os.environ, "PYTHONPATH": str(root)})  # the job's python -m lab.interpreters, from here
+
+    def run(*extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*cmd, *extra], cwd=root, capture_output=True, text=True, timeout=300, env=env)
+
+    first = run()
+    assert first.returncode == 0, (first.stdout + first.stderr)[-3000:]
+    probed = json.loads((tmp_path / "results" / "ip" / "interpreters.json").read_text())["interpreters"]
+    assert [e["ok"] for e in probed] == [True, False] and "not found" in probed[1]["reason"]
+    same = run("-n")
+    assert "Nothing to be done" in same.stdout + same.stderr  # nothing changed: nothing runs
+    late.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    late.chmod(0o755)
+    again = run("-n")
+    assert "rule interpreters" in again.stdout and "Params have changed" in again.stdout, again.stdout[-3000:]
