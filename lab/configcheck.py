@@ -198,7 +198,7 @@ def _text_hint(message: str, value) -> str:
     if isinstance(value, (int, float)) and "is not of type 'string'" in message:
         return (
             f"{message} (--config reads KEY=VALUE as a number or a boolean where it can, quotes or not: for"
-            " text such as 007 or true, put it in quotes in a YAML file passed with --configfile)"
+            " text such as 007 or True, put it in quotes in a YAML file passed with --configfile)"
         )
     return message
 

@@ -167,7 +167,7 @@ def _clear_outputs(out: Path) -> None:
 def _timed_out(proc, out: Path, host: str, experiment: str, timeout_s: float, log: Path | None) -> int:
     """Kill the tree of a job past its timeout and record the point as ``timeout``."""
     killed = kill_tree(proc)
-    reason = f"exceeded the job timeout of {timeout_s:g} s; process tree killed"
+    reason = f"exceeded the job timeout of {timeout_s:g} s (config job_timeout_s); process tree killed"
     if killed:
         reason += f" ({len(killed)} process{'es' if len(killed) > 1 else ''} needed SIGKILL)"
     if log is not None:
