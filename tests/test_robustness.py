@@ -485,7 +485,11 @@ def test_ctrl_c_in_a_job_outside_the_job_server_says_so_in_one_line(tmp_path, mo
     slow.chmod(0o755)
     config = [c.replace("SLOW", str(slow)) for c in config]
     proc = subprocess.Popen(
-        [sys.executable, "-m", module, *config, "--out", str(out)], stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", module, *config, "--out", str(out)],
+        stderr=subprocess.PIPE,
+        text=True,
+        # as a terminal's Ctrl-C finds it: a job started in the background inherits SIGINT ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline, children = time.monotonic() + 30, []
     while time.monotonic() < deadline and not children and proc.poll() is None:
