@@ -82,6 +82,7 @@ localrules:
 
 
 onstart:
+    refuse_another_machine()
     start_job_server()
 
 

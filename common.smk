@@ -93,6 +93,28 @@ UNSERVED_RULES = ("user_env", "interpreters", "all", "compare")
 _SERVER = {}
 
 
+def refuse_another_machine():
+    """Snakemake's onstart, first: a local run that would measure under a label whose host.json
+    describes another machine (a directory copied from elsewhere, or this label's results from a
+    VM of another CPU model) stops before its first job, naming both machines; every point would
+    be set aside as measured on another node. A run that only analyses such a directory (its
+    report redone with newer code) goes on."""
+    if CLUSTER:  # a label's host.json describes its nodes, not this submit host
+        return
+    measured = {
+        j.wildcards.host
+        for j in workflow.dag.needrun_jobs()
+        if j.rule.name in ("measure", "selfcheck")
+    }
+    for host in sorted(measured):
+        if problem := other_machine(f"results/{host}/host.json"):
+            sys.exit(
+                f"Invalid host label {host!r}: {problem}. Measure this machine under another label"
+                " (--config host=NAME), or move that directory away (compare it from anywhere:"
+                " config compare.dirs)"
+            )
+
+
 def start_job_server():
     """Snakemake's onstart: start the job server if this run has jobs for it, with the
     environment Snakemake gives a measurement job (thread variables = all cores, its TMPDIR), so
@@ -641,16 +663,6 @@ for d in [f"{top}/{h}" for top in ("results", "logs") for h in HOSTS] + [".snake
     # a file where a directory belongs, or one that refuses a new file: one line, before any job
     if problem := output_dir_problem(d):
         sys.exit(f"Cannot write {d}/: it {problem}")
-
-
-if not CLUSTER and not compare_requested():
-    # a host directory copied from another machine, or one this label measured on another VM
-    if problem := other_machine(f"results/{HOST}/host.json"):
-        sys.exit(
-            f"Invalid host label {HOST!r}: {problem}. Measure this machine under another label"
-            " (--config host=NAME), or move that directory away (compare it from anywhere:"
-            " config compare.dirs)"
-        )
 
 
 if compare_requested():

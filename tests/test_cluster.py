@@ -247,31 +247,31 @@ def test_a_failed_points_command_keeps_the_runs_profile(root, tmp_path):
 def test_a_label_whose_directory_holds_another_machine_is_refused_before_measuring(root, tmp_path):
     """results/<label>/host.json copied from another machine (or left by this label on a VM of
     another CPU model): a local run measured every point, then set each aside as measured on
-    another node, exited 0 and reported under the other machine's name. It is refused as the
-    Snakefile is read, naming both machines; this machine's own host.json passes."""
+    another node, exited 0 and reported under the other machine's name. A run that would
+    measure is refused before its first job, naming both machines; one that measures nothing
+    there (here the user's environment; a copied directory's report redone) goes on."""
     from lab.hostinfo import node
 
     here = node()
     host = tmp_path / "results" / "zz" / "host.json"
     host.parent.mkdir(parents=True)
     host.write_text(json.dumps({"hostname": "laptop", "cpu_model": "Apple M2", "logical_cpus": 8}))
-    cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "4", "--configfile", str(root / "config.quick.yaml")]
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "1", "--configfile", str(root / "config.quick.yaml")]
     cmd += ["--config", "host=zz", "experiments=[gil]", "--directory", str(tmp_path)]
     cmd += ["--snakefile", str(root / "Snakefile")]
+    env = venv_env({**os.environ, "PYTHONPATH": str(root)})  # the jobs' python -m lab..., from here
 
-    def run() -> subprocess.CompletedProcess:
-        return subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=300, env=venv_env())
+    def run(target: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*cmd, target], cwd=root, capture_output=True, text=True, timeout=300, env=env)
 
-    proc = run()
+    proc = run("results/zz/selfcheck/metrics.csv")
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and "Traceback" not in out, out[-2000:]
     assert "Invalid host label 'zz': results/zz/host.json describes another machine (laptop, Apple M2, 8 CPUs)" in out
     assert f"not this one ({here['hostname']}, {here['cpu_model']}, {here['logical_cpus']} CPUs)" in out
-    assert "--config host=NAME" in out
-    host.write_text(json.dumps({k: here[k] for k in ("hostname", "cpu_model", "logical_cpus")}))
-    cmd.append("results/zz/user_env.json")  # a target that needs none of the checkout's templates
-    proc = run()
-    assert proc.returncode == 0 and "user_env" in proc.stdout, (proc.stdout + proc.stderr)[-2000:]
+    assert "--config host=NAME" in out and not (tmp_path / "results" / "zz" / "selfcheck").exists()
+    proc = run("results/zz/user_env.json")  # measures nothing under the label's host.json
+    assert proc.returncode == 0 and (tmp_path / "results" / "zz" / "user_env.json").exists(), proc.stderr[-2000:]
 
 
 def test_a_file_where_a_run_writes_a_directory_is_named_in_one_line(root, tmp_path):
