@@ -553,9 +553,9 @@ def rerun_args(wildcards):
         for p in workflow.overwrite_configfiles
     ]
     overrides = dict(workflow.config_settings.config) | {"host": wildcards.host}
-    executor = getattr(workflow.executor_plugin, "name", None)
-    if run_profile():
-        words = ["--profile", run_profile()]
+    executor, profile = getattr(workflow.executor_plugin, "name", None), run_profile()
+    if profile:
+        words = ["--profile", profile]
     elif executor not in (None, "local", "dryrun", "touch"):
         words = ["--executor", executor]
     else:

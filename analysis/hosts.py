@@ -18,7 +18,7 @@ from analysis.tables import DataError, read_table
 from lab import registry
 from lab.declare import point_label
 from lab.fileio import read_findings
-from lab.host import Host
+from lab.host import Host, cpu_count_problem
 
 
 @dataclass
@@ -64,9 +64,8 @@ def _read_host_json(path: Path) -> Host:
         raise DataError(hj, f"not valid JSON ({exc})") from None
     if not isinstance(host, dict) or "available_cpus" not in host:
         raise DataError(hj, "no 'available_cpus' field: not a host fingerprint written by lab.hostinfo")
-    cpus = host["available_cpus"]
-    if not isinstance(cpus, int) or isinstance(cpus, bool) or cpus < 1:
-        raise DataError(hj, f"'available_cpus' is {cpus!r}: a count of CPUs (integer >= 1) was expected")
+    if problem := cpu_count_problem(host["available_cpus"]):
+        raise DataError(hj, problem)
     try:  # the host as every other reader sees it (lab.host.Host), labelled by its directory
         return Host(path.name, host)
     except ValueError as exc:

@@ -166,14 +166,13 @@ def read_findings(path: str | Path) -> dict:
             (jsonschema's ``best_match``), for a file the analysis did not write that way (edited by
             hand, or written by an older lab): one line instead of a template's TypeError.
     """
-    import yaml
     from jsonschema import Draft202012Validator
     from jsonschema.exceptions import best_match
 
+    from lab.configcheck import read_schema
+
     data = read_json_object(path)
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    schema = yaml.load(FINDINGS_SCHEMA.read_text(encoding="utf-8"), Loader=loader)
-    err = best_match(Draft202012Validator(schema).iter_errors(data))
+    err = best_match(Draft202012Validator(read_schema(FINDINGS_SCHEMA)).iter_errors(data))
     if err is None:
         return data
     where = ".".join(str(p) for p in err.absolute_path) or "(top level)"

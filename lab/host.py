@@ -194,6 +194,14 @@ def host_label(name: str | None) -> str:
     return sanitise_host(name) if name else default_host()
 
 
+def cpu_count_problem(value) -> str | None:
+    """Why host.json's ``available_cpus`` ``value`` is no count of CPUs (an integer >= 1), as a
+    clause, or None where it is one."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        return f"'available_cpus' is {value!r}: a count of CPUs (integer >= 1) was expected"
+    return None
+
+
 class Host(Mapping):
     """One machine of the lab: its label and its facts, built once and passed down.
 
@@ -238,9 +246,8 @@ class Host(Mapping):
                 for a host.json whose ``available_cpus`` is not a count (an integer >= 1).
         """
         facts = read_json_object(Path(host_json)) if host_json else {}
-        cpus = facts.get("available_cpus")
-        if cpus is not None and (isinstance(cpus, bool) or not isinstance(cpus, int) or cpus < 1):
-            raise ValueError(f"{host_json}: 'available_cpus' is {cpus!r}: a count of CPUs (integer >= 1) was expected")
+        if "available_cpus" in facts and (problem := cpu_count_problem(facts["available_cpus"])):
+            raise ValueError(f"{host_json}: {problem}")
         if user_env:
             facts["user_environment"] = read_json_object(Path(user_env))
         if interpreters:
