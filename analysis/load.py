@@ -19,6 +19,7 @@ import pandas as pd
 from analysis.tables import DataError, read_table
 from lab import registry
 from lab.fileio import read_json_object
+from lab.host import node_kind
 
 __all__ = ["DataError", "STATUSES", "load_experiment", "load_sidecars", "mark_other_nodes", "read_metrics"]
 
@@ -176,7 +177,7 @@ def mark_other_nodes(reps: pd.DataFrame, host: dict, allow: bool = False) -> pd.
     """
     out = reps.copy()
     out["node"], out["other_node"] = "", False
-    want = (host.get("cpu_model"), host.get("logical_cpus"))
+    want = node_kind(host)
     for source in out["source"].unique() if "source" in out else []:
         job = Path(source).with_name("job.json")
         try:
@@ -187,7 +188,7 @@ def mark_other_nodes(reps: pd.DataFrame, host: dict, allow: bool = False) -> pd.
             continue
         mine = out["source"] == source
         out.loc[mine, "node"] = str(node.get("hostname") or "")
-        got = (node.get("cpu_model"), node.get("logical_cpus"))
+        got = node_kind(node)
         if got == want:
             continue
         out.loc[mine, "other_node"] = True

@@ -17,6 +17,7 @@ matplotlib: measurement jobs use it too.
 from __future__ import annotations
 
 import csv
+import functools
 import json
 import math
 import os
@@ -166,13 +167,10 @@ def read_findings(path: str | Path) -> dict:
             (jsonschema's ``best_match``), for a file the analysis did not write that way (edited by
             hand, or written by an older lab): one line instead of a template's TypeError.
     """
-    from jsonschema import Draft202012Validator
     from jsonschema.exceptions import best_match
 
-    from lab.configcheck import read_schema
-
     data = read_json_object(path)
-    err = best_match(Draft202012Validator(read_schema(FINDINGS_SCHEMA)).iter_errors(data))
+    err = best_match(_findings_validator().iter_errors(data))
     if err is None:
         return data
     where = ".".join(str(p) for p in err.absolute_path) or "(top level)"
@@ -181,6 +179,17 @@ def read_findings(path: str | Path) -> dict:
     value = value if len(value) <= 60 else value[:57] + "..."
     allowed = f"; allowed: {title}" if title else ""
     raise ValueError(f"{path}: {where} = {value} is not valid ({err.message}){allowed}. {redo_analysis(path)}")
+
+
+@functools.cache
+def _findings_validator():
+    """The validator of :data:`FINDINGS_SCHEMA`, read once per process (a report reads every
+    experiment's findings.json)."""
+    from jsonschema import Draft202012Validator
+
+    from lab.configcheck import read_schema
+
+    return Draft202012Validator(read_schema(FINDINGS_SCHEMA))
 
 
 def redo_analysis(path: str | Path) -> str:

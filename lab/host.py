@@ -194,6 +194,15 @@ def host_label(name: str | None) -> str:
     return sanitise_host(name) if name else default_host()
 
 
+def node_kind(facts: Mapping) -> tuple:
+    """``(cpu_model, logical_cpus)`` of a host.json or a job.json's ``node``: two machines of one
+    kind have the same (``(None, None)``: not recorded). The analysis sets aside a point measured
+    on a node of another kind (:func:`analysis.load.mark_other_nodes`), and a run refuses to
+    measure under a label whose host.json is of another kind than this machine
+    (:func:`lab.hostinfo.other_machine`)."""
+    return facts.get("cpu_model"), facts.get("logical_cpus")
+
+
 def cpu_count_problem(value) -> str | None:
     """Why host.json's ``available_cpus`` ``value`` is no count of CPUs (an integer >= 1), as a
     clause, or None where it is one."""
@@ -218,16 +227,18 @@ class Host(Mapping):
         self._facts = dict(facts or {})
 
     @classmethod
-    def load(cls, host_dir: str | Path) -> Host:
+    def load(cls, host_dir: str | Path, need_host_json: bool = False) -> Host:
         """The host of ``results/<label>/``: its host.json, user_env.json and interpreters.json
-        (a missing file is left out).
+        (a missing file is left out, host.json too unless ``need_host_json``).
 
         Raises:
+            FileNotFoundError: for a missing host.json where ``need_host_json``.
             ValueError: naming the file, for one that is not JSON or holds no JSON object.
         """
         host_dir = Path(host_dir)
-        found = [host_dir / n for n in ("host.json", "user_env.json", "interpreters.json")]
-        return cls.from_files(host_dir.name, *(p if p.exists() else None for p in found))
+        host_json, *others = [host_dir / n for n in ("host.json", "user_env.json", "interpreters.json")]
+        host_json = host_json if need_host_json or host_json.exists() else None
+        return cls.from_files(host_dir.name, host_json, *(p if p.exists() else None for p in others))
 
     @classmethod
     def from_files(

@@ -25,7 +25,7 @@ import psutil
 
 from lab import SCHEMA_VERSION, capacity
 from lab.fileio import write_json
-from lab.host import affinity, available_cpus, host_label
+from lab.host import affinity, available_cpus, host_label, node_kind
 
 #: ISA flags that decide which PyTorch CPU kernels run (oneDNN, FBGEMM, inductor).
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
@@ -74,8 +74,8 @@ def other_machine(host_json: str | Path) -> str | None:
         host = read_json_object(host_json)
     except (OSError, ValueError):
         return None
-    want, here = (host.get("cpu_model"), host.get("logical_cpus")), node()
-    if want == (None, None) or want == (here["cpu_model"], here["logical_cpus"]):
+    want, here = node_kind(host), node()
+    if want == (None, None) or want == node_kind(here):
         return None
     return (
         f"{host_json} describes another machine ({host.get('hostname')}, {want[0]}, {want[1]} CPUs),"

@@ -278,8 +278,7 @@ def build_context(host_dir: str | Path, experiments: list[str]) -> dict:
     """
     host_dir = Path(host_dir)
     exps = [experiment_context(host_dir, name) for name in experiments]
-    read_json_object(host_dir / "host.json")  # the machine's facts are no option: missing is an error
-    host = Host.load(host_dir)  # host.json, user_env.json, interpreters.json
+    host = Host.load(host_dir, need_host_json=True)  # host.json (missing: an error), user_env, interpreters
     fidelity = read_table(host_dir / "fidelity.csv")
     run = read_json_object(host_dir / "run.json") | {"available_cpus": host.get("available_cpus")}
     now = dt.datetime.now(dt.UTC)
