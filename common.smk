@@ -16,6 +16,7 @@ from snakemake.utils import Paramspace
 sys.path.insert(0, workflow.basedir)
 
 from analysis.runinfo import RUN_FIGURES
+from analysis.hosts import compare_dirs, compare_dirs_problem
 from lab import registry
 from lab.userenv import capture as capture_user_env
 from lab.server import export as export_job_server
@@ -567,58 +568,20 @@ def rerun_args(wildcards):
 
 # ---- host comparison (target compare) never measures, it only reads host directories
 def compare_host_dirs():
-    """Host directories to compare: config compare.hosts under results/ (default: every
-    results/<host>/ with a host.json), plus compare.dirs; each directory once."""
+    """Host directories to compare (analysis.hosts.compare_dirs of config compare.hosts and
+    compare.dirs)."""
     cc = config.get("compare") or {}
-    if cc.get("hosts"):
-        dirs = [f"results/{h}" for h in cc["hosts"]]
-    else:
-        dirs = sorted(
-            str(p.parent)
-            for p in Path("results").glob("*/host.json")
-            if p.parent.name != "compare"
-        )
-    # a directory listed under dirs that is also found under results/ counts once
-    seen, unique = set(), []
-    for d in dirs + [os.path.normpath(d) for d in cc.get("dirs") or []]:
-        if os.path.realpath(d) not in seen:
-            seen.add(os.path.realpath(d))
-            unique.append(d)
-    return unique
+    return compare_dirs(cc.get("hosts"), cc.get("dirs"))
 
 
 def compare_dirs_checked(wildcards=None):
-    """compare_host_dirs(), refused where fewer than 2 are found: `snakemake compare` then stops
-    as the Snakefile is read (compare_requested), or else while it builds its jobs (the rule's
-    params call this), before any runs."""
+    """compare_host_dirs(), refused where they cannot be compared (analysis.hosts.compare_dirs_problem):
+    `snakemake compare` then stops as the Snakefile is read (compare_requested), or else while it
+    builds its jobs (the rule's params call this), before any runs."""
     dirs = compare_host_dirs()
-    missing = [d for d in dirs if not Path(d, "host.json").is_file()]
-    if missing:
-        raise WorkflowError(
-            f"snakemake compare: {', '.join(missing)} has no host.json (not measured here?): measure it"
-            " (--config host=NAME) or take it out of config compare.hosts / compare.dirs"
-        )
-    if len(dirs) < 2:
-        found = ", ".join(dirs) or "none"
-        raise WorkflowError(
-            f"snakemake compare needs at least 2 host directories with a host.json, found {len(dirs)}"
-            f" ({found}): measure another host (--config host=NAME), or list directories copied"
-            " from other machines under config compare.dirs"
-        )
-    names = [Path(d).name for d in dirs]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        same = ", ".join(d for d in dirs if Path(d).name in twice)
-        raise WorkflowError(
-            f"snakemake compare: a host is named by its directory, and {', '.join(twice)} names more"
-            f" than one ({same}): copy one to a directory of another name"
-        )
     baseline = (config.get("compare") or {}).get("baseline")
-    if baseline and baseline not in names:
-        raise WorkflowError(
-            f"config key compare.baseline: {baseline!r} is not among the hosts compared ({', '.join(names)}):"
-            " name one of them, or leave it out (this run's host label where it is compared, else the first)"
-        )
+    if problem := compare_dirs_problem(dirs, baseline):
+        raise WorkflowError(problem)
     return dirs
 
 

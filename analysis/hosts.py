@@ -9,6 +9,7 @@ side and :func:`best_table` each host's best configuration per group.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +48,56 @@ class HostResults:
     def cpus(self) -> int:
         """Available CPUs of the host (1 where host.json does not say)."""
         return int(self.host.get("available_cpus") or 1)
+
+
+def compare_dirs(hosts: list[str] | None, dirs: list[str] | None, results: str = "results") -> list[str]:
+    """The host directories ``snakemake compare`` reads (config ``compare``): ``results/<h>`` for
+    each of ``hosts``, or, where none is listed, every ``results/<host>/`` with a host.json (the
+    comparison's own ``results/compare`` left out); then each of ``dirs`` (copied from other
+    machines). A directory reached twice (a listed one that is also under results/, by its real
+    path) counts once. Paths as given, relative to the working directory."""
+    if hosts:
+        found = [f"{results}/{h}" for h in hosts]
+    else:
+        found = sorted(str(p.parent) for p in Path(results).glob("*/host.json") if p.parent.name != "compare")
+    seen, unique = set(), []
+    for d in found + [os.path.normpath(d) for d in dirs or []]:
+        if os.path.realpath(d) not in seen:
+            seen.add(os.path.realpath(d))
+            unique.append(d)
+    return unique
+
+
+def compare_dirs_problem(dirs: list[str], baseline: str | None = None) -> str | None:
+    """Why ``dirs`` (:func:`compare_dirs`) cannot be compared, in one line naming what was found
+    and what to do, or None: a directory without a host.json, fewer than 2 directories, two of
+    one name (a host is named by its directory) or a ``baseline`` that is not among them."""
+    missing = [d for d in dirs if not Path(d, "host.json").is_file()]
+    if missing:
+        return (
+            f"snakemake compare: {', '.join(missing)} has no host.json (not measured here?): measure it"
+            " (--config host=NAME) or take it out of config compare.hosts / compare.dirs"
+        )
+    if len(dirs) < 2:
+        return (
+            f"snakemake compare needs at least 2 host directories with a host.json, found {len(dirs)}"
+            f" ({', '.join(dirs) or 'none'}): measure another host (--config host=NAME), or list"
+            " directories copied from other machines under config compare.dirs"
+        )
+    names = [Path(d).name for d in dirs]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        same = ", ".join(d for d in dirs if Path(d).name in twice)
+        return (
+            f"snakemake compare: a host is named by its directory, and {', '.join(twice)} names more"
+            f" than one ({same}): copy one to a directory of another name"
+        )
+    if baseline and baseline not in names:
+        return (
+            f"config key compare.baseline: {baseline!r} is not among the hosts compared ({', '.join(names)}):"
+            " name one of them, or leave it out (this run's host label where it is compared, else the first)"
+        )
+    return None
 
 
 def point_key(values) -> tuple:

@@ -9,6 +9,7 @@ import re
 import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -179,10 +180,11 @@ def test_a_run_without_a_host_label_says_which_one_it_took(root, tmp_path):
 
 def test_compare_with_one_host_stops_before_any_job_starts(root, tmp_path):
     """`snakemake compare` with fewer than 2 host directories is refused, in one line, as the
-    Snakefile is read, naming what it found and what to do, rather than in a job after the run started; so
-    are a listed host that was never measured, two directories of one name and a baseline that
-    is not among the hosts. (Run in an empty directory, so that no results/ of
-    this checkout's own counts; the target is the comparison's table, which reads no template.)"""
+    Snakefile is read, naming what it found and what to do, rather than in a job after the run
+    started, or inside Snakemake's InputFunctionException block. (Run in an empty directory, so
+    that no results/ of this checkout's own counts; the target is the comparison's table, which
+    reads no template.) The other refusals come from the same check
+    (analysis.hosts.compare_dirs_problem): test_compare_refuses_what_it_cannot_compare."""
     one = tmp_path / "one"
     one.mkdir()
     (one / "host.json").write_text("{}")
@@ -190,28 +192,37 @@ def test_compare_with_one_host_stops_before_any_job_starts(root, tmp_path):
     cfg.write_text(f"compare: {{hosts: [], dirs: [{one}]}}\n")
     cmd = [sys.executable, "-m", "snakemake", "-n", "--cores", "4", "results/compare/comparison.csv"]
     cmd += ["--configfile", str(cfg), "--directory", str(tmp_path), "--snakefile", str(root / "Snakefile")]
+    proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=300, env=venv_env())
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "InputFunctionException" not in out and "Traceback" not in out, out[-2000:]
+    assert f"snakemake compare needs at least 2 host directories with a host.json, found 1 ({one})" in out
 
-    def said() -> str:
-        proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=300, env=venv_env())
-        assert proc.returncode != 0
-        out = proc.stdout + proc.stderr  # one line, not Snakemake's InputFunctionException block
-        assert "InputFunctionException" not in out and "Traceback" not in out, out[-2000:]
-        return out
 
-    assert f"snakemake compare needs at least 2 host directories with a host.json, found 1 ({one})" in said()
-    cfg.write_text("compare: {hosts: [neverhere]}\n")
-    assert "snakemake compare: results/neverhere has no host.json (not measured here?)" in said()
-    # two directories of one name would be one host twice; a baseline that is not compared
-    other = tmp_path / "elsewhere" / "one"
-    other.mkdir(parents=True)
-    (other / "host.json").write_text("{}")
-    cfg.write_text(f"compare: {{hosts: [], dirs: [{one}, {other}]}}\n")
-    assert f"a host is named by its directory, and one names more than one ({one}, {other})" in said()
-    two = tmp_path / "two"
-    two.mkdir()
-    (two / "host.json").write_text("{}")
-    cfg.write_text(f"compare: {{hosts: [], dirs: [{one}, {two}], baseline: nope}}\n")
-    assert "config key compare.baseline: 'nope' is not among the hosts compared (one, two)" in said()
+def test_compare_refuses_what_it_cannot_compare(tmp_path, monkeypatch):
+    """The host directories compare reads (analysis.hosts.compare_dirs) and why they cannot be
+    compared: a listed host never measured, two directories of one name (a host is named by its
+    directory), a baseline that is not among the hosts; one directory reached twice counts once."""
+    from analysis.hosts import compare_dirs, compare_dirs_problem
+
+    monkeypatch.chdir(tmp_path)
+    for d in ("results/here", "results/compare", "elsewhere/here", "two"):
+        Path(d).mkdir(parents=True)
+        Path(d, "host.json").write_text("{}")
+    assert compare_dirs(None, None) == ["results/here"]  # the comparison's own directory left out
+    assert compare_dirs([], [str(tmp_path / "results" / "here"), "two/"]) == ["results/here", "two"]
+    said = compare_dirs_problem(compare_dirs(["neverhere"], None))
+    assert said.startswith("snakemake compare: results/neverhere has no host.json (not measured here?)")
+    both = compare_dirs(None, ["elsewhere/here"])
+    assert compare_dirs_problem(both) == (
+        "snakemake compare: a host is named by its directory, and here names more than one"
+        " (results/here, elsewhere/here): copy one to a directory of another name"
+    )
+    pair = compare_dirs(None, ["two"])
+    assert compare_dirs_problem(pair) is None and compare_dirs_problem(pair, "two") is None
+    assert compare_dirs_problem(pair, "nope").startswith(
+        "config key compare.baseline: 'nope' is not among the hosts compared (here, two)"
+    )
+    assert "found 0 (none)" in compare_dirs_problem([])
 
 
 def test_a_failed_points_command_keeps_the_runs_profile(root, tmp_path):
