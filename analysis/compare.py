@@ -24,7 +24,9 @@ Per configuration point present on both hosts with the same parameters:
   of one machine whose speed moved between them (the history of one host under two labels)
   then compare as the machine, not as its two moments; for different machines it says how they
   differ beyond the speed of one core and the cores they delivered. Not for a point whose work
-  kept under half a CPU busy (:data:`MIN_BUSY_CPUS`): a sleep does not follow a core's speed.
+  kept under half a CPU busy (:data:`MIN_BUSY_CPUS`), nor for an experiment whose metric does not
+  follow a core's speed (``follows_core_speed``: the convoy's sleeping thread, set by the switch
+  interval beside a CPU-bound thread): a sleep does not follow a core's speed.
   Each host's own ``speedup_norm`` and its interval come along.
 
 Points that cannot be compared are kept with the reason, never silently joined or dropped: a
@@ -171,6 +173,7 @@ class _Experiment:
     def __init__(self, exp: str, hosts: list[HostResults], baseline: HostResults) -> None:
         self.exp, self.baseline = exp, baseline
         self.keys = list(registry.get(exp).spec.keys)
+        self.core_speed = registry.get(exp).spec.follows_core_speed
         self.present = [h for h in hosts if exp in h.summaries]
         self.params = {h.name: _params(h.replicates[exp], exp) for h in self.present}
         self.values = {h.name: _ok_values(h.replicates[exp], self.keys) for h in self.present}
@@ -225,7 +228,8 @@ class _Experiment:
             return {**row, "status": "not comparable", "reason": reason}
         cmp = compare_values(base_v, mine_v)
         cmp["ratio_per_cpu"] = cmp["ratio"] * self.baseline.cpus / h.cpus
-        cmp["ratio_norm"] = cmp["ratio"] * _capacity_factor(self.base_idx[k], s, self.baseline.cpus, h.cpus)
+        factor = _capacity_factor(self.base_idx[k], s, self.baseline.cpus, h.cpus) if self.core_speed else np.nan
+        cmp["ratio_norm"] = cmp["ratio"] * factor
         return {**row, "status": "compared", **cmp}
 
     def baseline_only(self, h: HostResults) -> list[dict]:

@@ -12,9 +12,8 @@ prose in its ``report.yaml``; its config schema is generated from its ``Params``
 Speedup always compares a higher-is-better throughput metric with the baseline of the point's
 group, measured interleaved in the point's own job (:mod:`analysis.stats`). Parallel efficiency
 is ``speedup / p`` (Amdahl's and Gustafson's textbook definition, e.g. Hennessy and Patterson,
-*Computer Architecture*), with ``p`` from :attr:`Experiment.parallel_units`; it is left empty
-where ``p`` has no meaning (DataLoader workers feed one training loop; JIT modes are not
-parallelism).
+*Computer Architecture*), ``p`` from :attr:`Experiment.parallel_units`; empty where ``p`` has no
+meaning (DataLoader workers feed one training loop; JIT modes are not parallelism).
 """
 
 from __future__ import annotations
@@ -35,8 +34,8 @@ FREE_PARAMS = frozenset({"repeats", "sample_hz"})
 
 @dataclass(frozen=True)
 class Column:
-    """An experiment-specific metrics column summarised per point: its median and 95%
-    CI become summary columns ``<name>``, ``<name>_ci_low``, ``<name>_ci_high``.
+    """An experiment-specific metrics column summarised per point: its median and 95% CI become
+    summary columns ``<name>``, ``<name>_ci_low``, ``<name>_ci_high``.
 
     Attributes:
         name: the metrics column (its unit in the name, e.g. ``latency_ms``).
@@ -123,9 +122,8 @@ def one_thread(point: Mapping[str, Any]) -> int:
 @dataclass(frozen=True)
 class Timeline:
     """The experiment records work spans: it gets a Gantt timeline, a per-core heatmap and a
-    Chrome trace (figures ``<name>_timeline``, ``<name>_cores``; ``traces/<name>.json``). Which
-    points the timeline shows is chosen by the ``timeline_points`` hook in the package's
-    ``analysis.py``.
+    Chrome trace (figures ``<name>_timeline``, ``<name>_cores``; ``traces/<name>.json``), of the
+    points its ``analysis.py`` hook ``timeline_points`` chooses.
 
     Attributes:
         title: the timeline figure's title.
@@ -154,8 +152,7 @@ class Experiment:
     Attributes:
         name: the package, config section, path component and ``experiment`` column.
         keys: swept parameters, in path order; together they identify a point.
-        metrics: throughput column(s), higher is better, and the unit of each, e.g.
-            ``{"samples_per_s": "samples/s"}``.
+        metrics: throughput column(s), higher is better, and the unit of each (``{"samples_per_s": "samples/s"}``).
         group: keys whose points share a baseline (speedups are computed within a group).
         baseline: ``{key: value}`` picking the baseline point inside each group; ``{}``: no
             baseline point (each job measures what its points are compared with).
@@ -206,6 +203,8 @@ class Experiment:
             beyond what its JSON Schema can say, before any job runs (the workload's entry
             point must exist); raises ValueError with one line naming the key.
         order: position in the report (lower first; ties by name).
+        follows_core_speed: False where a sleep or a switch interval sets its metric (the convoy's
+            sleeping thread): :mod:`analysis.compare` then puts no host at equal one-CPU speed.
     """
 
     name: str
@@ -234,6 +233,7 @@ class Experiment:
     later_keys: frozenset[str] = frozenset()
     include: Callable[[Mapping[str, Any]], bool] | None = None
     order: int = 100
+    follows_core_speed: bool = True
 
     def __post_init__(self) -> None:
         if not self.keys:

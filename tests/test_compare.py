@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -255,11 +256,17 @@ def test_two_runs_of_one_machine_compare_at_equal_core_speed(tmp_path):
     assert r["ratio"] == pytest.approx(0.5) and r["ratio_norm"] == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize(("util_pct", "norm"), [(45.0, 1.0), (3.0, None)])
-def test_work_that_keeps_no_cpu_busy_is_not_put_at_equal_core_speed(tmp_path, util_pct, norm):
+@pytest.mark.parametrize(("util_pct", "norm", "follows"), [(45.0, 1.0, True), (3.0, None, True), (45.0, None, False)])
+def test_work_that_keeps_no_cpu_busy_is_not_put_at_equal_core_speed(tmp_path, monkeypatch, util_pct, norm, follows):
     """As above, but the windows say how busy the work kept the CPUs: a CPU-bound loop (0.9 of
     2 CPUs) is put at equal core speed; a sleep loop (0.06 CPUs), whose time does not follow a
-    core's speed, is not (NaN, where the correction would have read 2x)."""
+    core's speed, is not (NaN, where the correction would have read 2x); nor is a metric its
+    experiment declares not to follow a core's speed however busy the CPUs were (the convoy's
+    sleeping thread beside a CPU-bound one: a tester read 0.98x put at 1.73x)."""
+    if not follows:
+        real = registry.get("gil")
+        spec = dataclasses.replace(real.spec, follows_core_speed=False)
+        monkeypatch.setitem(registry.experiments(), "gil", dataclasses.replace(real, spec=spec))
     dirs = []
     for name, speed in (("run1", 4e7), ("run2", 2e7)):
         d = tmp_path / name
@@ -490,3 +497,10 @@ def test_compare_chart_labels_legend_and_ticks(two_hosts, tmp_path):
     assert short_labels(["a=1 b=2", "a=1 b=3"]) == (["b=2", "b=3"], "a=1")
     assert short_labels(["a=1", "a=1"]) == (["a=1", "a=1"], "")  # nothing would be left: keep them
     assert short_labels(["a=1 b=2"]) == (["a=1 b=2"], "")
+
+
+def test_which_experiments_follow_a_cores_speed():
+    """Every experiment's metric follows a core's speed but the convoy's: its sleeping thread's
+    iterations are set by the sleep and the switch interval (lab.declare.Experiment)."""
+    slow = {name for name, e in registry.experiments().items() if not e.spec.follows_core_speed}
+    assert slow == {"convoy"}
