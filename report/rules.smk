@@ -84,7 +84,11 @@ rule compare_tables:
         " --out-dir results/compare {params.dirs:q} > {log:q} 2>&1"
         # an error on the console, not only in the log, after the hosts left out and why (a
         # host directory that cannot be read can leave too few to compare)
-        " || {{ grep -h '^not comparable:' {log:q} >&2; grep -h '^error:' {log:q} >&2; exit 1; }};"
+        " || {{ grep -h '^not comparable:' {log:q} >&2; grep -h '^error:' {log:q} >&2;"
+        # the last comparison's report no longer stands for what was asked: kept, under another name
+        " for f in results/compare/report.html results/compare/report.md; do [ -e $f ] || continue;"
+        " mv -f $f ${{f%.*}}.previous.${{f##*.}} && echo \"$f is the previous comparison's: moved to"
+        ' ${{f%.*}}.previous.${{f##*.}}" >&2; done; exit 1; }};'
         # a host that could not be read is left out with its reason: say so on the console too
         " grep -h '^not comparable:' {log:q} >&2 || true"
 

@@ -458,6 +458,20 @@ def test_compare_with_a_one_cpu_host(quick_run, side_runs, tmp_path):
     meta = json.loads((quick_run / "results" / "compare" / "hosts.json").read_text())
     assert [h["name"] for h in meta["hosts"]] == ["e2e", "laptop"] and meta["baseline"] == "laptop"
     assert meta["hosts"][1]["path"] == str(elsewhere)
+    # a comparison that fails (a host.json that is no fingerprint) leaves no report that looks like
+    # its own: the last one's is kept under another name, and the console says so
+    broken = tmp_path / "broken" / "nohost"
+    broken.mkdir(parents=True)
+    (broken / "host.json").write_text("{}")
+    cfg.write_text(f"compare:\n  hosts: [e2e]\n  dirs: ['{broken}']\n")
+    proc = snakemake_in(quick_run, "--cores", "4", "compare", "--configfile", "config.yaml", str(cfg))
+    out = quick_run / "results" / "compare"
+    assert proc.returncode != 0 and "1 could be read (e2e), and nohost could not" in proc.stderr, proc.stderr[-3000:]
+    for ext in ("html", "md"):
+        moved = f"results/compare/report.previous.{ext}"
+        said = f"results/compare/report.{ext} is the previous comparison's: moved to {moved}"
+        assert said in proc.stderr and not (out / f"report.{ext}").exists()
+        assert "laptop" in (out / f"report.previous.{ext}").read_text()
 
 
 @pytest.mark.slow
