@@ -101,7 +101,7 @@ def fmt_transfer(row, kind: str = "rerun") -> str:
     if case == "overshoots":
         return (
             f"{fmt_x(row, kind)}, measured while {int(asked)} CPUs delivered {got:.2f}: not corrected, since the"
-            f" correction would give more than the {int(asked)}x {int(asked)} CPUs allow"
+            f" correction would give more than the {int(asked)}x that {int(asked)} whole cores allow"
             " (the probe's loop is not this work)"
         )
     text += "; " if text else ""

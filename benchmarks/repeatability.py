@@ -364,7 +364,8 @@ def main(argv: list[str] | None = None) -> int:
         absent = [str(results / h / "host.json") for h in (a, b) if not (results / h / "host.json").is_file()]
         if absent:
             p.error(
-                f"--no-run compares existing runs, and {' and '.join(absent)} is missing:"
+                f"--no-run compares existing runs, and {' and '.join(absent)}"
+                f" {'are' if len(absent) > 1 else 'is'} missing:"
                 " run them first, or pass --label"
             )
     seconds = []

@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if problem := output_args_problem(args):
         p.error(problem)
-    results, pairs = Path(args.results), [s for s in args.pairs.split(",") if s]
+    results, pairs = Path(args.results), [s.strip() for s in args.pairs.split(",") if s.strip()]
     absent = [str(results / f"{q}-{i}" / "host.json") for q in pairs for i in (1, 2)]
     absent = [a for a in absent if not Path(a).is_file()]
     if not pairs or absent:

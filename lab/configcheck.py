@@ -192,7 +192,7 @@ def _text_hint(message: str, value) -> str:
     not) where text is asked for. (A nested ``--config`` value that arrives as text is read as
     YAML before this: :func:`read_text_values`.)"""
     if not isinstance(value, (list, dict)) and "is not of type 'array'" in message:
-        return f"{message} (a swept parameter takes a list, even of one value: [{value}])"
+        return f"{message} (a list, even of one value: [{value}])"
     if value == "null" and "(a reserved name)" in message:
         return f"{message} (--config KEY=null arrives as the text null: leave the key out for its default)"
     if isinstance(value, (int, float)) and "is not of type 'string'" in message:

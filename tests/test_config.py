@@ -138,7 +138,7 @@ def test_bad_config_is_refused(root, default_config, patch, key):
         ({"host": "null"}, "'null' is not allowed (a reserved name); allowed: string or null (a label of 1 to 64"),
         (
             {"dataloader": {"num_workers": 2}},
-            "items: integer >= 0 (a swept parameter takes a list, even of one value: [2])",
+            "items: integer >= 0 (a list, even of one value: [2])",
         ),
         (
             {"compare": {"hosts": ["a", "b"], "dirs": ["/x/c"], "baseline": "B"}},

@@ -231,7 +231,7 @@ def test_the_headline_gives_the_figure_on_whole_cores_unless_its_interval_cannot
     over = row | {"speedup": 1.67, "cpus_delivered": 1.40, "speedup_norm": 2.36}
     assert fmt_transfer(over) == (
         "1.67x (95% CI 1.25-1.40), measured while 2 CPUs delivered 1.40: not corrected, since the correction"
-        " would give more than the 2x 2 CPUs allow (the probe's loop is not this work)"
+        " would give more than the 2x that 2 whole cores allow (the probe's loop is not this work)"
     )
     assert "2.36" not in fmt_transfer(over)  # no figure the same line calls wrong
     # the probe read more CPUs than there are (its noise): no correction, the measured figure alone
