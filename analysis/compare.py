@@ -203,10 +203,10 @@ class _Experiment:
             diff.append("parameter recorded on one host only: " + ", ".join(only))
         return ("other parameters differ: " + "; ".join(diff)) if diff else ""
 
-    def row(self, h: HostResults, s: pd.Series) -> dict:
-        """The comparison row of one summary row of host ``h``."""
-        k = point_key(s[self.keys])
-        row = {
+    def own(self, h: HostResults, s: pd.Series) -> dict:
+        """What one summary row of host ``h`` says of itself, against no other host: the point,
+        its median, interval and unit, its own speedup (and on whole cores), its capacity."""
+        return {
             "experiment": self.exp,
             "point": self.label(s[self.keys]),
             "host": h.name,
@@ -218,6 +218,11 @@ class _Experiment:
             **{c: s.get(c) for c in ("speedup_norm", "speedup_norm_ci_low", "speedup_norm_ci_high")},
             **{c: s.get(c) for c in ("capacity_1cpu_per_s", "cpus_delivered")},
         }
+
+    def row(self, h: HostResults, s: pd.Series) -> dict:
+        """The comparison row of one summary row of host ``h``."""
+        k = point_key(s[self.keys])
+        row = self.own(h, s)
         if h is self.baseline:
             return {**row, "status": "baseline", "reason": ""}
         reason = self.incomparable(h, k, s)
@@ -271,10 +276,7 @@ def compare_experiment(exp: str, hosts: list[HostResults], baseline: HostResults
         for _, s in h.summaries[exp].iterrows():
             if baseline not in c.present:
                 why = f"{exp} missing on the baseline host {baseline.name}"
-                rows.append(
-                    {"experiment": exp, "point": c.label(s[c.keys]), "host": h.name, "status": "not comparable"}
-                )
-                rows[-1].update(reason=why, median=s["median"], n=s.get("n"))
+                rows.append({**c.own(h, s), "status": "not comparable", "reason": why})
             else:
                 rows.append(c.row(h, s))
         if h is not baseline and baseline in c.present:

@@ -504,3 +504,20 @@ def test_which_experiments_follow_a_cores_speed():
     iterations are set by the sleep and the switch interval (lab.declare.Experiment)."""
     slow = {name for name, e in registry.experiments().items() if not e.spec.follows_core_speed}
     assert slow == {"convoy"}
+
+
+def test_a_baseline_host_without_the_experiment_keeps_each_hosts_own_figures(two_hosts, tmp_path):
+    """The baseline host did not run gil: no ratio can be formed, but each other host's row keeps
+    what it says of itself (median, interval, unit, its own speedup): a tester found them blank."""
+    a, _ = two_hosts
+    empty = tmp_path / "no-gil"
+    empty.mkdir()
+    (empty / "host.json").write_text(json.dumps({"host": "no-gil", "available_cpus": 2, "schema_version": 1}))
+    t = compare_hosts([load_host(a, ["gil"]), load_host(empty, ["gil"])], "no-gil", ["gil"])
+    c = t["comparison"].set_index(["host", "point"])
+    proc = c.loc[("two-cpu", "interpreter=default workload=cpu mode=processes workers=2")]
+    assert proc["status"] == "not comparable" and proc["reason"] == "gil missing on the baseline host no-gil"
+    assert proc["speedup"] == pytest.approx(2.0) and proc["metric"] == "tasks_per_s"
+    assert proc["median"] == pytest.approx(2 * np.median(SEQ))
+    assert proc["median_per_cpu"] == pytest.approx(np.median(SEQ))
+    assert np.isnan(proc["ratio"])
