@@ -12,6 +12,9 @@ For every configuration point measured in both runs it reports
 * the median width of the speedup CIs (full width, % of the speedup), and the points whose
   rounds stopped on the time budget (config ``rounds``).
 
+It also says what makes the two runs other than two runs of one thing (:func:`runs_differ`):
+an experiment with a summary in one run only, two commits of the lab, two configurations.
+
 A point whose job chose what it measured (``job.json`` ``outcome``: the workload's verification
 measures the configuration its search chose) and chose differently in the two runs measured two
 different things: it is listed, and left out of the coverage.
@@ -47,9 +50,11 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from runpair import machine_between, runs_differ  # noqa: E402
 
 from analysis.findings import transfer_case  # noqa: E402
-from analysis.runinfo import vm_events  # noqa: E402
 from analysis.tables import read_table  # noqa: E402
 from lab import registry  # noqa: E402
 from lab.declare import point_label  # noqa: E402
@@ -238,47 +243,6 @@ def _yes(v) -> str:
     return "" if v != v else ("yes" if v else "NO")
 
 
-def machine_between(results: Path, a: str, b: str) -> str:
-    """What the machine did across the two runs: each run's median single-CPU speed over its
-    jobs (run.json ``capacity``, the capacity probe) and every VM restore or clone the kernel
-    logged from run ``a``'s start to run ``b``'s end (:func:`analysis.runinfo.vm_events` over
-    both runs' job.json files); "" without both run.json files."""
-    paths = [results / h / "run.json" for h in (a, b)]
-    if not all(p.is_file() for p in paths):
-        return ""
-    runs = [json.loads(p.read_text()) for p in paths]
-    start, end = runs[0]["start_unix"], runs[1]["end_unix"]
-    speeds = [(r.get("capacity") or {}).get("single_median") for r in runs]
-    text = ""
-    if all(speeds):
-        text = (
-            f"One CPU ran {speeds[0] / 1e6:.1f} M loop iterations/s in run 1 and {speeds[1] / 1e6:.1f} M/s in run 2"
-            f" (the medians over their jobs of the capacity probe; {100 * (speeds[1] / speeds[0] - 1):+.0f}%). "
-        )
-    jobs = [json.loads(p.read_text()) for h in (a, b) for p in (results / h).rglob("job.json")]
-    vm = vm_events(jobs, pd.DataFrame(), start, end)
-    if vm["unreadable"]:
-        return text + f"No job of either run read the kernel log for VM restores or clones: {vm['unreadable']}."
-    if not vm["events"]:
-        return text + "The kernel logged no VM restore or clone between run 1's start and run 2's end."
-
-    def when(t: float) -> str:
-        return (
-            "during run 1"
-            if t <= runs[0]["end_unix"]
-            else "during run 2"
-            if t >= runs[1]["start_unix"]
-            else "between the runs"
-        )
-
-    said = [
-        f"a {e['event']} at {time.strftime('%H:%M:%S', time.gmtime(e['unix']))} UTC"
-        f" ({when(e['unix'])}, {e['at_s'] / 60:.1f} min after run 1 began)"
-        for e in vm["events"]
-    ]
-    return text + f"The kernel logged {' and '.join(said)}."
-
-
 def markdown(df: pd.DataFrame, host: dict, seconds: list[float], between: str = "") -> str:
     """The benchmark's report: machine, durations, what the machine did across the runs
     (:func:`machine_between`), coverage, agreement, one row per point."""
@@ -375,7 +339,9 @@ def main(argv: list[str] | None = None) -> int:
         seconds.append(run(b, args.cores))
     df = compare(a, b, results)
     host = json.loads((results / a / "host.json").read_text())
-    text = markdown(df, host, seconds, machine_between(results, a, b))
+    text = markdown(
+        df, host, seconds, " ".join(s for s in (machine_between(results, a, b), runs_differ(results, a, b)) if s)
+    )
     emit(text, args.markdown)
     if args.json:
         figures = {

@@ -295,6 +295,27 @@ def test_coverage_of_two_fixture_runs(tmp_path):
     assert "| measured, every point | rerun interval | 2 | 2/2 / 1/2 / 75% |" in text
 
 
+def test_the_coverage_report_says_what_differs_between_the_runs_besides_the_machine(tmp_path):
+    """Runs from two commits, with another rounds config, one of which lacks an experiment's
+    summary: the coverage silently counted fewer points and compared different things; each is
+    said (the host label, which always differs, is not)."""
+    rep = _coverage_module()
+    for host, commit, budget in (("r-1", "aaaaaaa111", 10), ("r-2", "bbbbbbb222", 20)):
+        (tmp_path / host / "gil").mkdir(parents=True)
+        (tmp_path / host / "host.json").write_text(json.dumps({"git_commit": commit}))
+        (tmp_path / host / "config.yaml").write_text(f"host: {host}\nrounds: {{budget_s: {budget}}}\ngil: {{}}\n")
+    (tmp_path / "r-1" / "gil" / "summary.csv").write_text("experiment\n")
+    said = rep.runs_differ(tmp_path, "r-1", "r-2")
+    assert said == (
+        "gil has a summary in run 1 only: left out. The runs came from different commits of the lab"
+        " (aaaaaaa, bbbbbbb). Their configurations differ (results/<host>/config.yaml: rounds)."
+    )
+    (tmp_path / "r-2" / "gil" / "summary.csv").write_text("experiment\n")
+    (tmp_path / "r-2" / "host.json").write_text(json.dumps({"git_commit": "aaaaaaa111"}))
+    (tmp_path / "r-2" / "config.yaml").write_text("host: r-2\nrounds: {budget_s: 10}\ngil: {}\n")
+    assert rep.runs_differ(tmp_path, "r-1", "r-2") == ""
+
+
 def test_the_coverage_report_says_what_the_machine_did_between_the_runs(tmp_path):
     """Each run's median single-CPU speed and the VM forks the kernel logged from run 1's start
     to run 2's end, read from their jobs (one record seen by several jobs is one event); a run
