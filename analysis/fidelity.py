@@ -157,7 +157,7 @@ def sampler_checks(selfcheck: pd.DataFrame | None, ncpu: int, sample_hz: float, 
     short = f"; {got}: the host did not deliver a whole CPU ({why})"
     row = check_row(
         "sampler: one busy-looping process",
-        f"{kernel:.1f}% +- 10 points (kernel CPU time; ideal {ideal:.1f}%)",
+        f"{kernel:.1f}% +- 10 points (kernel CPU time; ideal {ideal:.1f}%)" if has else "no self-check in this run",
         m,
         m is not None and abs(m - kernel) <= 10,
         "the sampler agrees with the kernel's CPU time" + (short if kernel < 0.9 * ideal else f"; {got}"),

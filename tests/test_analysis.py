@@ -627,10 +627,10 @@ def test_windows_that_reached_the_cap_are_named_with_the_steps_they_got_done():
     (line,) = capped_findings(reps)
     assert line == (
         "Windows that reached the 2 s cap (`max_window_s`) ended there with their work unfinished, and"
-        " samples/s counts the steps done: 2 x 2: 5 of its 6 windows, 52-233 of 300 steps done."
+        " samples/s counts the steps done: 2 x 2: 5 of its 6 windows, 52-233 of 300 steps (2 processes x 150) done."
     )
     every = capped_findings(reps[reps["steps_done"] < 300])  # every window of 2 x 2 reached the cap
-    assert every[0].endswith("2 x 2: all 5 windows, 52-233 of 300 steps done.")
+    assert every[0].endswith("2 x 2: all 5 windows, 52-233 of 300 steps (2 processes x 150) done.")
     assert capped_findings(reps[reps["processes"] == 1]) == []
     assert capped_findings(reps.drop(columns=["steps_done"])) == []
     assert capped_findings(None) == []
@@ -836,3 +836,13 @@ def test_the_typed_loaders_python_cells_read_as_pandas_reads_them(cells):
     else:
         kind = tables.FLOAT if (pd.to_numeric(cells_.mask(nan), errors="coerce").notna() | nan).all() else tables.STR
     assert tables.infer(raw) == kind
+
+
+def test_the_sampler_checks_without_a_self_check_say_so():
+    """No self-check in the run (``python -m analysis fidelity`` without one): both sampler rows
+    are n/a, and the expected text says why instead of printing "nan% +- 10 points"."""
+    from analysis.fidelity import sampler_checks
+
+    rows = sampler_checks(None, 2, 40.0)
+    assert [r["verdict"] for r in rows] == ["n/a", "n/a"]
+    assert rows[0]["expected"] == "no self-check in this run" and rows[0]["reason"] == "not measured in this run"

@@ -99,8 +99,9 @@ def capped_findings(replicates) -> list[str]:
         everyone = rows[(rows["processes"] == proc) & (rows["threads"] == thr) & (rows["omp_wait_policy"] == policy)]
         done = g["steps_done"].astype(int)  # the capped windows' own: an uncapped one did it all
         which = f"all {len(g)} windows" if len(g) == len(everyone) else f"{len(g)} of its {len(everyone)} windows"
-        planned = int(proc) * int(everyone["steps"].iloc[0])
-        parts.append(f"{_split(everyone.iloc[0])}: {which}, {done.min()}-{done.max()} of {planned} steps done")
+        steps = int(everyone["steps"].iloc[0])
+        planned = f"{int(proc) * steps} steps" + (f" ({int(proc)} processes x {steps})" if int(proc) > 1 else "")
+        parts.append(f"{_split(everyone.iloc[0])}: {which}, {done.min()}-{done.max()} of {planned} done")
     cap = float(capped["max_window_s"].iloc[0])
     return [
         f"Windows that reached the {num(cap, 's')} cap (`max_window_s`) ended there with their work unfinished,"
