@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import time
 import typing
 from collections.abc import Callable
@@ -200,17 +201,45 @@ def interleave(
                 probe.close()
 
 
+#: How long (s) the lab waits, after a window whose work ran OpenMP teams (:func:`may_spin`),
+#: before it measures anything else: libgomp's threads that wait between parallel regions spin
+#: 300,000 times before they sleep where ``OMP_WAIT_POLICY`` is unset (libgomp manual,
+#: ``GOMP_SPINCOUNT``), milliseconds of two busy CPUs that the next window or probe reading would
+#: share. Measured on the 2-vCPU AMD EPYC VM (docs/benchmarks.md, 2026-12-06 night): the probe's
+#: delivered CPUs read right after 0.05-0.1 s of a 2-thread training loop were 1.40-1.70 or 3.41
+#: (medians of 20-25 readings) where they read 2.0-2.1 after 2-50 ms of rest, and 2.0 with
+#: ``OMP_WAIT_POLICY=PASSIVE`` either way.
+SPIN_SETTLE_S = 0.01
+
+
+def may_spin(params) -> bool:
+    """Whether work with these Params leaves libgomp threads spinning after a window: more than
+    one intra-op thread (an int ``threads``) and an ``OMP_WAIT_POLICY`` other than PASSIVE in
+    this job's environment (which its worker processes inherit: :data:`SPIN_SETTLE_S`)."""
+    threads = getattr(params, "threads", 1)
+    passive = os.environ.get("OMP_WAIT_POLICY", "").strip().upper() == "PASSIVE"
+    return isinstance(threads, int) and threads > 1 and not passive
+
+
 def _measure_rounds(runners: list[tuple[str, typing.Any, Runner]], rounds: Rounds, probe, ncpu: int) -> RunResult:
     """The rounds of :func:`interleave`, its runners set up and warmed up, ``probe`` (a
-    :class:`lab.probe.Probe` or None) started."""
+    :class:`lab.probe.Probe` or None) started; after a window of work that leaves threads
+    spinning, :data:`SPIN_SETTLE_S` of rest before the next window or probe reading."""
     asked = {role: _cpus_asked(p) for role, p, _ in runners}
     result = RunResult()
     seen: dict[str, list[float]] = {"point": [], "baseline": []}
     t0, r, stopped = time.perf_counter(), 0, None
+    settle = any(may_spin(p) for _, p, _ in runners)  # the warm-ups ran them
     while stopped is None:
+        if settle and probe is not None:
+            time.sleep(SPIN_SETTLE_S)
+            settle = False
         reading = probe.measure(asked.values()) if probe is not None else None
         for role, p, runner in runners if r % 2 == 0 else runners[::-1]:
+            if settle:
+                time.sleep(SPIN_SETTLE_S)
             m = runner.once()
+            settle = may_spin(p)
             cap = probe_mod.row_columns(reading, asked[role], ncpu) if reading else {}
             result.add_window(r, m.win, role=role, params=p if role == "baseline" else None, **m.row, **cap)
             result.spans.extend({"repeat": r, "role": role, **s} for s in m.spans)

@@ -450,6 +450,62 @@ def test_interleave_alternates_point_and_baseline():
     assert np.median(base) / np.median(point) > 1.5, (base, point)
 
 
+def test_windows_after_work_that_leaves_openmp_threads_spinning_wait_for_them(monkeypatch):
+    """A point of 2 intra-op threads under libgomp's default wait policy: its threads spin
+    after each window (lab.results.SPIN_SETTLE_S), so the next window (its 1-thread baseline)
+    and the next probe reading start only after a rest; a 1-thread window is followed at once.
+    Under OMP_WAIT_POLICY=PASSIVE no window waits."""
+    import time as time_mod
+    from dataclasses import dataclass
+
+    from lab import results
+    from lab.rounds import Rounds
+
+    monkeypatch.setattr(results.RunResult, "add_window", lambda self, *args, **kwargs: None)
+
+    @dataclass(frozen=True)
+    class P:
+        threads: int
+
+    log = []
+
+    class Fake:
+        def __init__(self, name):
+            self.name = name
+
+        def once(self):
+            log.append((self.name, time_mod.perf_counter()))
+            return results.Measured(None, {"x": 1.0}, [])
+
+    class Probe:
+        def measure(self, levels):
+            log.append(("probe", time_mod.perf_counter()))
+            return None
+
+    def gaps(policy):
+        if policy is None:
+            monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+        else:
+            monkeypatch.setenv("OMP_WAIT_POLICY", policy)
+        log.clear()
+        runners = [("point", P(2), Fake("point")), ("baseline", P(1), Fake("baseline"))]
+        results._measure_rounds(runners, Rounds(4, probe_ms=5.0), Probe(), 2)
+        return [(a[0], b[0], b[1] - a[1]) for a, b in zip(log, log[1:])]
+
+    settle = results.SPIN_SETTLE_S
+    spun = gaps(None)
+    assert [(a, b) for a, b, _ in spun][:6] == [
+        ("probe", "point"), ("point", "baseline"), ("baseline", "probe"),
+        ("probe", "baseline"), ("baseline", "point"), ("point", "probe"),
+    ]  # fmt: skip
+    assert all(dt >= settle for a, _, dt in spun if a == "point")
+    assert all(dt < settle for a, _, dt in spun if a != "point")
+    assert all(dt < settle for _, _, dt in gaps("passive"))
+    assert results.may_spin(P(2)) is False and results.may_spin(P(1)) is False  # PASSIVE still set
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    assert results.may_spin(P(2)) and not results.may_spin(P(1)) and not results.may_spin(P((1, 2)))
+
+
 def test_cli_baseline_rows_carry_baseline_params(tmp_path):
     out = tmp_path / "point"
     subprocess.run(
