@@ -208,7 +208,8 @@ def interleave(
 #: share. Measured on the 2-vCPU AMD EPYC VM (docs/benchmarks.md, 2026-12-06 night): the probe's
 #: delivered CPUs read right after 0.05-0.1 s of a 2-thread training loop were 1.40-1.70 or 3.41
 #: (medians of 20-25 readings) where they read 2.0-2.1 after 2-50 ms of rest, and 2.0 with
-#: ``OMP_WAIT_POLICY=PASSIVE`` either way.
+#: ``OMP_WAIT_POLICY=PASSIVE`` either way; ten minutes later 1.88 against 1.92-2.09
+#: (``benchmarks/spin_settle.py``): the size moves with the host's hour.
 SPIN_SETTLE_S = 0.01
 
 
