@@ -454,8 +454,8 @@ def test_windows_after_work_that_leaves_openmp_threads_spinning_wait_for_them(mo
     """A point of 2 intra-op threads under libgomp's default wait policy: its threads spin
     after each window (lab.results.SPIN_SETTLE_S), so the next window (its 1-thread baseline)
     and the next probe reading start only after a rest; a 1-thread window is followed at once.
-    Under OMP_WAIT_POLICY=PASSIVE no window waits."""
-    import time as time_mod
+    Under OMP_WAIT_POLICY=PASSIVE no window waits. The rests are recorded, not timed: a loaded
+    machine can stall any gap past 10 ms."""
     from dataclasses import dataclass
 
     from lab import results
@@ -468,21 +468,21 @@ def test_windows_after_work_that_leaves_openmp_threads_spinning_wait_for_them(mo
         threads: int
 
     log = []
+    monkeypatch.setattr(results.time, "sleep", lambda s: log.append(f"rest {s:g} s"))
 
     class Fake:
         def __init__(self, name):
             self.name = name
 
         def once(self):
-            log.append((self.name, time_mod.perf_counter()))
+            log.append(self.name)
             return results.Measured(None, {"x": 1.0}, [])
 
     class Probe:
         def measure(self, levels):
-            log.append(("probe", time_mod.perf_counter()))
-            return None
+            log.append("probe")
 
-    def gaps(policy):
+    def events(policy):
         if policy is None:
             monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
         else:
@@ -490,17 +490,13 @@ def test_windows_after_work_that_leaves_openmp_threads_spinning_wait_for_them(mo
         log.clear()
         runners = [("point", P(2), Fake("point")), ("baseline", P(1), Fake("baseline"))]
         results._measure_rounds(runners, Rounds(4, probe_ms=5.0), Probe(), 2)
-        return [(a[0], b[0], b[1] - a[1]) for a, b in zip(log, log[1:])]
+        return list(log)
 
-    settle = results.SPIN_SETTLE_S
-    spun = gaps(None)
-    assert [(a, b) for a, b, _ in spun][:6] == [
-        ("probe", "point"), ("point", "baseline"), ("baseline", "probe"),
-        ("probe", "baseline"), ("baseline", "point"), ("point", "probe"),
-    ]  # fmt: skip
-    assert all(dt >= settle for a, _, dt in spun if a == "point")
-    assert all(dt < settle for a, _, dt in spun if a != "point")
-    assert all(dt < settle for _, _, dt in gaps("passive"))
+    rest = f"rest {results.SPIN_SETTLE_S:g} s"
+    even = [rest, "probe", "point", rest, "baseline"]  # the warm-ups ran the point: a rest first
+    odd = ["probe", "baseline", "point"]  # its rest comes before the next round's probe
+    assert events(None) == even + odd + even + odd
+    assert events("passive") == ["probe", "point", "baseline", "probe", "baseline", "point"] * 2
     assert results.may_spin(P(2)) is False and results.may_spin(P(1)) is False  # PASSIVE still set
     monkeypatch.delenv("OMP_WAIT_POLICY")
     assert results.may_spin(P(2)) and not results.may_spin(P(1)) and not results.may_spin(P((1, 2)))
