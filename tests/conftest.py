@@ -263,6 +263,7 @@ class _Background:
         self.result: dict | None = None
         self.error: BaseException | None = None
         self.done = threading.Event()
+        self.started, self.ended = time.monotonic(), float("nan")
 
         def target() -> None:
             try:
@@ -270,6 +271,7 @@ class _Background:
             except BaseException as exc:  # noqa: BLE001 - raised again by the tests that ask
                 self.error = exc
             finally:
+                self.ended = time.monotonic()
                 self.done.set()
 
         self.thread = threading.Thread(target=target, name="side-runs", daemon=True)
@@ -281,6 +283,15 @@ class _Background:
         if self.error is not None:
             raise self.error
         return self.result or {}
+
+    def timing(self) -> str:
+        """One line for the session's summary: when the side runs ended (s after they started)
+        and each run's wall time, longest first; the side phase's end sets when the tests that
+        measure can start."""
+        if not self.done.is_set() or self.result is None:
+            return "side runs: did not finish"
+        each = ", ".join(f"{o.name} {o.seconds:.0f} s" for o in sorted(self.result.values(), key=lambda o: -o.seconds))
+        return f"side runs: ended {self.ended - self.started:.0f} s after they started ({each})"
 
     def cancel(self) -> None:
         """Kill every run still going (their process groups; no new process starts); each run
@@ -297,6 +308,7 @@ class _Background:
 
 
 _SIDE: list[_Background] = []
+_TIMINGS: list[str] = []  # the side runs' timing lines, said in the session's summary
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -312,7 +324,9 @@ def _side_runs_started(request, tmp_path_factory, _owned_environment):
             _SIDE[0].done.wait()
     yield
     while _SIDE:
-        _SIDE.pop().stop()
+        background = _SIDE.pop()
+        background.stop()
+        _TIMINGS.append(background.timing())
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -322,6 +336,12 @@ def pytest_runtest_setup(item):
     errors are left to the tests that read them)."""
     if _SIDE and not _beside(item):
         _SIDE[0].done.wait()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Say when the side runs ended and how long each took (the test line's goal is a time)."""
+    for line in _TIMINGS:
+        terminalreporter.write_line(line)
 
 
 def pytest_keyboard_interrupt(excinfo):
