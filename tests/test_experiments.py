@@ -353,6 +353,25 @@ def test_intraop_window_count_rises_after_a_faster_window():
     assert runner.calls >= second["calls"]
 
 
+@pytest.mark.parametrize(
+    "workload, threads, untimed",
+    [("matmul", 1, 0), ("matmul", 2, 2), ("tiny", 1, 0), ("matmul_bf16", 1, 2)],
+)
+def test_intraop_warms_up_where_a_thread_switch_slows_the_first_calls(workload, threads, untimed):
+    """A window of 2 or more threads runs ``warmup`` untimed calls after its thread count is set
+    (the pool wakes); a float32 window at one thread runs none (its first calls after a switch
+    ran at 0.97-1.03x settled ones, benchmarks/warmup.py); the bfloat16 matmul at one thread runs
+    them (its first ran 37% slow on an AMX Xeon)."""
+    p = intraop.Params(workload=workload, threads=threads, matmul_size=32, iterations=3, warmup=2, min_window_s=0)
+    with Meter(10) as meter:
+        runner = intraop.Runner(p, meter)
+        runner.once()  # the first window counts its calls (calls_per_window)
+        made, fn = [], runner.fn
+        runner.fn = lambda: (made.append(1), fn())
+        row = runner.once().row
+    assert len(made) == row["calls"] + untimed == 3 + untimed
+
+
 @pytest.mark.parametrize("workload", ["mlp", "tiny"])
 def test_intraop_training_steps(workload):
     kw = dict(workload=workload, threads=2, batch_size=8, iterations=3, warmup=1, repeats=1, min_window_s=0)

@@ -78,7 +78,14 @@ class Params(Declared):
     # in the same minutes, with one untimed call, the lab's 2-thread matmul read 1.67x over one
     # thread, against 1.75x and 1.76x with two or three. The extra call costs about 0.4 s of the
     # quick run's 66 intraop windows.
-    warmup: int = param(2, min=0, help="untimed iterations before every window, after its thread count is set")
+    warmup: int = param(
+        2,
+        min=0,
+        help=(
+            "untimed iterations before every window of 2 or more threads (and every matmul_bf16 window),"
+            " after its thread count is set"
+        ),
+    )
     # On an AMX Xeon a 1024^2 bfloat16 matmul takes 2 ms: 8 calls were 16 ms windows, shorter than
     # one interval of the CPU sampler at 40 Hz, and 43% of a quick run's windows under 0.1 s read
     # as contended on an idle machine (the kernel's 10 ms CPU-time ticks; docs/benchmarks.md).
@@ -104,6 +111,14 @@ class Params(Declared):
     def cpus_requested(self) -> int:
         """CPUs this point asks for at once: the intra-op threads."""
         return self.threads
+
+
+#: Workloads whose first call at one thread after a switch from more runs slow: the bfloat16
+#: matmul ran its first 1-thread call 37% slow on an AMX Xeon VM. The float32 workloads' first
+#: 1-thread calls ran at 0.97-1.03x their settled calls on three VMs (AMD EPYC 2026-12-03 and
+#: 2026-12-06, Intel Xeon, AMX Xeon: benchmarks/warmup.py, docs/benchmarks.md), so their
+#: 1-thread windows skip the warm-up: one thread wakes no pool.
+COLD_AT_ONE_THREAD = frozenset({"matmul_bf16"})
 
 
 def make_workload(params: Params):
@@ -165,8 +180,9 @@ class Runner:
         """Set the threads (interleaved points use other counts), warm up, time ``self.calls`` calls."""
         p = self.params
         info = set_torch_threads(p.threads, inter_op=1)
-        for _ in range(p.warmup):  # untimed: lets a resized thread pool settle
-            self.fn()
+        if p.threads > 1 or p.workload in COLD_AT_ONE_THREAD:
+            for _ in range(p.warmup):  # untimed: lets a resized thread pool settle
+                self.fn()
         if not self.calls:
             self.calls = calls_per_window(self.fn, p)
         with self.meter.window() as win:
