@@ -178,6 +178,8 @@ def test_bad_config_is_refused(root, default_config, patch, key):
         ),
         ({"rounds": {"lead_target_ci_pct": "tight"}}, "config key rounds.lead_target_ci_pct: 'tight' is not"),
         ({"cluster": {"hosts": {"big": {"partition": "amd"}}}}, "config key cluster.hosts.big: "),
+        ({"cluster": {"hosts": {"compare": {"cpus": 2}}}}, "config key cluster.hosts"),
+        ({"cluster": {"hosts": {"big": {"cpus": 0}}}}, "config key cluster.hosts.big.cpus: 0 is not allowed"),
         (
             {"rounds": {"budget_s": float("inf")}},
             "config key rounds.budget_s: inf is not allowed (not a finite number); allowed: number >= 0, finite",
