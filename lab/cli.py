@@ -93,6 +93,7 @@ def _help(decl) -> str:
     (``%`` doubled for argparse's formatting)."""
     bounds = [f"{sign} {v:g}" for sign, v in ((">=", decl.min), (">", decl.above), ("<=", decl.max)) if v is not None]
     text = decl.describe() + (f" [{', '.join(bounds)}]" if bounds else "")
+    text += f" (a value here; {', '.join(decl.symbols)}: in the config file only)" if decl.symbols else ""
     return text.replace("%", "%%")
 
 
@@ -121,7 +122,7 @@ def build_parser(params_cls, description: str, prog: str | None = None) -> argpa
             default=f.default,
             help=_help(declaration(f)),
         )
-    p.add_argument("--out", required=True, help="output directory for metrics.csv, samples.csv, spans.csv")
+    p.add_argument("--out", required=True, default=argparse.SUPPRESS, help="where the point's CSV files go")
     p.add_argument("--host", default=None, help="host label; default: this machine's sanitised hostname")
     p.add_argument("--lock", default=None, help="lock file serialising measurement jobs")
     p.add_argument(

@@ -279,6 +279,24 @@ def test_auto_sweeps_double_up_to_the_available_cpus(ncpu, ladder):
     assert intraop_threads([3, 5], ncpu) == [3, 5]
 
 
+def test_a_point_command_line_says_which_values_only_the_config_takes():
+    """``python -m lab.point intraop --help`` offered ``auto`` for --threads, which only the config
+    resolves (into a sweep); a point's command line takes one number. --out, required, shows no
+    default."""
+    import argparse
+
+    from lab.cli import build_parser
+
+    parser = build_parser(registry.get("intraop").params_cls, "intraop")
+    help_of = {a.dest: a.help for a in parser._actions}
+    assert "(a value here; auto: in the config file only)" in help_of["threads"]
+    assert "config file only" not in help_of["workload"]
+    assert "(default: None)" not in parser.format_help().split("\n  --out OUT", 1)[1].split("--host", 1)[0]
+    assert parser._option_string_actions["--out"].default is argparse.SUPPRESS
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--out", "x", "--threads", "auto"])
+
+
 def test_a_thread_ladder_needs_a_cpu():
     from lab.declare import thread_ladder
 
