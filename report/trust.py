@@ -99,15 +99,15 @@ def contention_text(c: dict, others: list[dict], ncpu, contended: int, points: i
     binds = f" (the CPU quota of {cpus_text(quota)} binds first)" if quota and left >= quota else ""
     # a one-CPU baseline gets min(1, left) of a CPU and a parallel point at most left: their ratio
     cap = (
-        f"a parallel speedup over one CPU is capped near {left:.2f}x"
+        f"a parallel speedup over one CPU is capped near {left:.2f}x in those windows"
         if left >= 1
-        else "less than one: no parallel speedup was possible then (capped near 1x)"
+        else "less than one: no parallel speedup was possible in those windows (capped near 1x)"
     )
     return (
         text
         + (
-            f". CPU-bound work measured then had about {left:.2f} CPUs left{binds}, {cap}; a point and its baseline "
-            "met the same load only where both windows of a round were contended."
+            f". CPU-bound work measured in those windows had about {left:.2f} CPUs left{binds}, {cap}; a point and"
+            " its baseline met the same load only where both windows of a round were contended."
         )
         + _unnamed_text(c)
     )

@@ -436,10 +436,10 @@ def test_contended_runs_open_the_first_screen_with_a_caveat_and_cap_parallel_spe
     assert headlines(exps, {**trust, "contended": 9})[0]["question"] == "Processes or threads?"
     c = {"windows": 100, "contended_windows": 90, "contended_time_pct": 90.0, "other_cpu_median": 1.03}
     text = contention_text({**c, "cpus_left": 0.97}, [busy], 2, 34, 36)
-    assert "0.97 CPUs left, less than one: no parallel speedup was possible then (capped near 1x)" in text
+    assert "0.97 CPUs left, less than one: no parallel speedup was possible in those windows (capped near 1x)" in text
     assert "most of all pid 4242 `python train.py` (33.0 s of CPU during 34 points; a median 0.97 CPU in" in text
     text = contention_text({**c, "other_cpu_median": 0.4, "cpus_left": 1.6}, [busy], 2, 34, 36)
-    assert "1.60 CPUs left, a parallel speedup over one CPU is capped near 1.60x" in text
+    assert "1.60 CPUs left, a parallel speedup over one CPU is capped near 1.60x in those windows" in text
 
 
 def test_threads_outside_the_gil_range_are_explained_by_what_was_measured():
