@@ -112,7 +112,7 @@ def explain(config, schema_path: str | Path, prefix: str = "") -> str | None:
     value = repr(err.instance)
     if len(value) > 80:
         value = value[:77] + "..."
-    why = "a reserved name" if err.validator == "not" else err.message  # not jsonschema's "should not be valid under"
+    why = {"not": "a reserved name", "pattern": "not of the form allowed"}.get(err.validator, err.message)  # in words
     line = f"config key {path}: {value} is not allowed ({why}); allowed: {_allowed(sub, resolve)}"
     return _text_hint(line, err.instance)
 
