@@ -288,9 +288,10 @@ class _Background:
         """One line for the session's summary: when the side runs ended (s after they started)
         and each run's wall time, longest first; the side phase's end sets when the tests that
         measure can start."""
-        if not self.done.is_set() or self.result is None:
-            return "side runs: did not finish"
-        each = ", ".join(f"{o.name} {o.seconds:.0f} s" for o in sorted(self.result.values(), key=lambda o: -o.seconds))
+        if not self.done.is_set() or self.error is not None:
+            return f"side runs: did not finish ({type(self.error).__name__ if self.error else 'still running'})"
+        runs = sorted((self.result or {}).values(), key=lambda o: -o.seconds)
+        each = ", ".join(f"{o.name} {o.seconds:.0f} s" for o in runs)
         return f"side runs: ended {self.ended - self.started:.0f} s after they started ({each})"
 
     def cancel(self) -> None:
