@@ -178,5 +178,6 @@ def build_compare_context(compare_dir: str | Path) -> dict:
             "columns": ["experiment", "group", "host", "best", "speedup (95% CI)", "differs between hosts"],
             "rows": best_rows,
         },
+        "method": SECTIONS["compare_method"],
         "generated": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
     }
