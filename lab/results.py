@@ -227,10 +227,11 @@ def _measure_rounds(runners: list[tuple[str, typing.Any, Runner]], rounds: Round
     :class:`lab.probe.Probe` or None) started; after a window of work that leaves threads
     spinning, :data:`SPIN_SETTLE_S` of rest before the next window or probe reading."""
     asked = {role: _cpus_asked(p) for role, p, _ in runners}
+    spins = {role: may_spin(p) for role, p, _ in runners}
     result = RunResult()
     seen: dict[str, list[float]] = {"point": [], "baseline": []}
     t0, r, stopped = time.perf_counter(), 0, None
-    settle = any(may_spin(p) for _, p, _ in runners)  # the warm-ups ran them
+    settle = any(spins.values())  # the warm-ups ran them
     while stopped is None:
         if settle and probe is not None:
             time.sleep(SPIN_SETTLE_S)
@@ -240,7 +241,7 @@ def _measure_rounds(runners: list[tuple[str, typing.Any, Runner]], rounds: Round
             if settle:
                 time.sleep(SPIN_SETTLE_S)
             m = runner.once()
-            settle = may_spin(p)
+            settle = spins[role]
             cap = probe_mod.row_columns(reading, asked[role], ncpu) if reading else {}
             result.add_window(r, m.win, role=role, params=p if role == "baseline" else None, **m.row, **cap)
             result.spans.extend({"repeat": r, "role": role, **s} for s in m.spans)
