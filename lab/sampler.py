@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import select
 import sys
 import time
@@ -92,13 +93,18 @@ def tree_cpu_seconds(
     theirs (a reaped process's time moves to its parent's ``children_*`` fields), skipping the
     pids in ``exclude`` and descendants that vanish while being read.
 
+    Resolution: where ``proc`` is the calling process, its own time and its reaped children's
+    are read with ``getrusage(2)`` (microseconds; Linux scales them to the scheduler's
+    nanosecond runtime), so a window shorter than a clock tick still gets its CPU time. Any
+    other process is read from ``/proc/<pid>/stat`` through psutil, in clock ticks (10 ms at
+    ``USER_HZ`` 100, proc(5)): a live descendant's share of a window is known to a tick.
+
     Args:
         known: the caller's cache of ``psutil.Process`` objects by pid (filled and pruned here),
             so a descendant is not looked up again on every call; None: no cache.
     """
     known = {} if known is None else known
-    t = proc.cpu_times()
-    total = t.user + t.system + t.children_user + t.children_system
+    total = own_tree_seconds() if proc.pid == os.getpid() else _times_s(proc.cpu_times())
     for pid in descendants(proc.pid):
         if pid in exclude:
             continue
@@ -109,8 +115,20 @@ def tree_cpu_seconds(
             known.pop(pid, None)
             continue
         # a descendant's own reaped children too: the workers a child interpreter forked
-        total += ct.user + ct.system + ct.children_user + ct.children_system
+        total += _times_s(ct)
     return total
+
+
+def _times_s(t) -> float:
+    """user + system + children's user + system of a ``psutil.Process.cpu_times()`` (s)."""
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def own_tree_seconds() -> float:
+    """CPU seconds (user + system) of the calling process, all its threads, and its reaped
+    children, from ``getrusage(2)`` ``RUSAGE_SELF`` and ``RUSAGE_CHILDREN`` (microseconds)."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 #: Processes named per window: the most CPU-hungry ones outside the measured tree.

@@ -268,6 +268,26 @@ def test_our_own_children_are_not_others():
     assert child_cpu_s > 0 and win.cpu_s >= 0.95 * child_cpu_s, (win.cpu_s, child_cpu_s)
 
 
+def test_a_window_shorter_than_a_clock_tick_reads_its_cpu_time():
+    from lab.window import Meter
+
+    spent = []
+    with Meter(sample_hz=10) as meter:
+        for _ in range(10):
+            with meter.window() as win:
+                t0 = time.thread_time()
+                end = time.perf_counter() + 0.002
+                while time.perf_counter() < end:
+                    pass
+                thread_s = time.thread_time() - t0
+            spent.append((win.cpu_s, thread_s, win.wall_s, win.cpu_util_pct))
+    for cpu_s, thread_s, wall_s, util in spent:
+        # the kernel's account of this thread's loop (CLOCK_THREAD_CPUTIME_ID, ns) is inside the
+        # tree's; /proc's 10 ms ticks read most such windows as 0 s
+        assert thread_s > 0 and cpu_s >= 0.9 * thread_s, spent
+        assert cpu_s <= wall_s * os.cpu_count() + 0.001 and util > 0, spent
+
+
 def test_top_others_counts_new_processes_and_skips_reused_pids():
     from lab.sampler import top_others
 
