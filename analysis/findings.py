@@ -14,10 +14,11 @@ import pandas as pd
 
 
 def bound(v: float) -> str:
-    """A CI bound of a ratio with two decimals, or three where two would round it to 1.00 from
-    either side (0.998 is not 1.00: it says whether the interval holds 1), or two significant
-    digits below 0.1, never in exponent form (0.009, not 0.00: a ratio's bound is above 0;
-    0.000041, not 4.1e-05)."""
+    """A ratio (a speedup, or a bound of its interval) as the report writes it everywhere: two
+    decimals, or three where two would round it to 1.00 from either side (0.998 is not 1.00: it
+    says whether the interval holds 1), or two significant digits below 0.1, never in exponent
+    form (0.009, not 0.00: a ratio is above 0; 0.000041, not 4.1e-05). So a table's cell and a
+    finding's sentence give one speedup alike (1.90x in both, not 1.9x in one)."""
     if 0 < abs(v) < 0.1:
         return np.format_float_positional(v, precision=2, unique=False, fractional=False, trim="-")
     text = f"{v:.2f}"
@@ -43,7 +44,7 @@ def fmt_x(row, kind: str = "ci") -> str:
     (:mod:`analysis.stats`): ``1.93x (95% rerun interval 1.80-2.07)``, the first screen's form
     (the CI where a row has no rerun interval: results analysed before it existed)."""
     text = interval_text(row, kind)
-    return f"{row['speedup']:.2f}x" + (f" ({text})" if text else "")
+    return f"{bound(row['speedup'])}x" + (f" ({text})" if text else "")
 
 
 def interval_text(row, kind: str = "ci", figure: str = "speedup") -> str:

@@ -153,7 +153,7 @@ def _flags(spec, r: pd.Series) -> str:
 
 def _measured_cells(spec, r: pd.Series) -> list[str]:
     ci = f"{_fmt(r['ci_low'])} - {_fmt(r['ci_high'])}" if math.isfinite(r["ci_low"]) else ""
-    sp = _fmt(r["speedup"], 3) + "x" if math.isfinite(r["speedup"]) else ""
+    sp = bound(r["speedup"]) + "x" if math.isfinite(r["speedup"]) else ""
     if math.isfinite(r.get("speedup_ci_low", float("nan"))):
         sp += f" ({bound(r['speedup_ci_low'])}-{bound(r['speedup_ci_high'])})"
     iv = interval(r, "rerun") if r.get("speedup_source") != "baseline" else None
@@ -191,7 +191,7 @@ def _ci_text(r: pd.Series) -> str:
     """``1.93x (95% CI 1.85-2.01)`` of a point's speedup, or of its median for a baseline point
     (speedup 1 by definition) or one without a speedup."""
     if math.isfinite(r.get("speedup_ci_low", float("nan"))) and r.get("speedup_source") != "baseline":
-        return f"{r['speedup']:.2f}x (95% CI {r['speedup_ci_low']:.2f}-{r['speedup_ci_high']:.2f})"
+        return f"{bound(r['speedup'])}x (95% CI {bound(r['speedup_ci_low'])}-{bound(r['speedup_ci_high'])})"
     if math.isfinite(r.get("ci_low", float("nan"))):
         return f"median {_fmt(r['median'])} (95% CI {_fmt(r['ci_low'])}-{_fmt(r['ci_high'])})"
     return "no 95% CI"

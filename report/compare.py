@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.findings import bound
 from analysis.tables import read_table
 from lab import registry
 from lab.fileio import read_json_object
@@ -31,9 +32,9 @@ def _ci(lo, hi, digits: int = 3) -> str:
 def _x(v, lo=None, hi=None) -> str:
     if v is None or not math.isfinite(v):
         return ""
-    text = f"{v:.2f}x"
+    text = f"{bound(v)}x"
     if lo is not None and hi is not None and math.isfinite(lo) and math.isfinite(hi):
-        text += f" ({lo:.2f}-{hi:.2f})"
+        text += f" ({bound(lo)}-{bound(hi)})"
     return text
 
 
