@@ -175,16 +175,42 @@ def summary_table(summary: pd.DataFrame, experiment: str) -> dict:
     metric = summary["metric"].dropna().iloc[0] if summary["metric"].notna().any() else ""
     multi_metric = summary["metric"].nunique() > 1
     cols = _columns(spec, multi_metric, metric)
-    rows = []
+    rows, above = [], None
     for _, r in summary.iterrows():
         row = [_fmt(r[k]) for k in spec.keys] + ([spec.unit(r["metric"])] if multi_metric else [])
         if r["status"] != "ok":
-            # n = 0, the status where the median would be, the reason in the flags column
-            row += ["0", str(r["status"])] + [""] * (len(cols) - len(row) - 3) + [f"{r['status']}: {r['reason']}"]
+            # n = 0, the status where the median would be, the reason in the flags column (once
+            # for the rows below that share it)
+            why = f"{r['status']}: {r['reason']}"
+            row += ["0", str(r["status"])] + [""] * (len(cols) - len(row) - 3) + [why if why != above else "as above"]
+            above = why
         else:
+            above = None
             row += _measured_cells(spec, r)
         rows.append(row)
     return {"columns": cols, "rows": rows}
+
+
+def unmeasured(rows: pd.DataFrame, keys: list[str]) -> list[dict]:
+    """The points of ``rows`` (summary rows whose status is not ok) as the report lists them:
+    one entry per status and reason, ``{"point", "status", "reason", "points"}``, so a reason
+    shared by several points (no native bfloat16, for each thread count) is written once.
+    ``point`` names them in one label where they differ in one key (``workload=matmul_bf16
+    threads=1, 2, 4``), else joins their labels with "; "; ``points`` counts them."""
+    out = []
+    for (status, reason), grp in rows.groupby(["status", "reason"], sort=False, dropna=False):
+        points = [{k: r[k] for k in keys} for _, r in grp.iterrows()]
+        varying = [k for k in keys if len({str(p[k]) for p in points}) > 1]
+        if len(varying) == 1:
+            parts = [
+                f"{k}={', '.join(dict.fromkeys(str(p[k]) for p in points))}" if k in varying else f"{k}={points[0][k]}"
+                for k in keys
+            ]
+            label = " ".join(parts)
+        else:
+            label = "; ".join(point_label(p) for p in points)
+        out.append({"point": label, "status": str(status), "reason": reason, "points": len(points)})
+    return out
 
 
 def _ci_text(r: pd.Series) -> str:
@@ -222,11 +248,7 @@ def experiment_context(host_dir: Path, name: str) -> dict:
     exp = registry.get(name)
     summary = read_table(host_dir / name / "summary.csv", name)
     found = read_findings(host_dir / name / "findings.json")
-    problems = [
-        {"point": point_label({k: r[k] for k in exp.spec.keys}), "status": str(r["status"]), "reason": r["reason"]}
-        for _, r in summary.iterrows()
-        if r["status"] != "ok"
-    ]
+    problems = unmeasured(summary[summary["status"] != "ok"], list(exp.spec.keys))
     trace = host_dir / "traces" / f"{name}.json"
     stopped = (
         summary["rounds_stopped"].fillna("") if "rounds_stopped" in summary else pd.Series("", index=summary.index)

@@ -10,6 +10,7 @@ import math
 import pandas as pd
 
 from analysis.capacity import STEAL_PCT, cpus_text
+from analysis.findings import bound
 from report.format import fmt as _fmt
 
 CAVEAT_SHARE = 0.25
@@ -67,7 +68,7 @@ def headlines(exps: list[dict], trust: dict) -> list[dict]:
     if trust["budget_stopped"]:
         verdict += f"; {len(trust['budget_stopped'])} stopped on the time budget with a wide interval"
     if trust["problems"]:
-        verdict += f"; {len(trust['problems'])} not measured (skipped, failed or timed out)"
+        verdict += f"; {sum(p['points'] for p in trust['problems'])} not measured (skipped, failed or timed out)"
     return [*out, {"question": "Can these numbers be trusted?", "answer": verdict, "anchor": "trust"}]
 
 
@@ -273,19 +274,19 @@ def trust_context(
         if math.isfinite(r["measured"]):
             unit = "% of one CPU" if "cost" in r["check"] else "%" if "sampler" in r["check"] else "x"
             unit = "ms" if str(r["expected"]).endswith(" ms") else unit
-            measured = _fmt(r["measured"]) + (unit if unit == "x" else f" {unit}")
+            measured = f"{bound(r['measured'])}x" if unit == "x" else f"{_fmt(r['measured'])} {unit}"
             if math.isfinite(r["ci_low"]):
-                measured += f" (95% CI {r['ci_low']:.2f}-{r['ci_high']:.2f})"
+                measured += f" (95% CI {bound(r['ci_low'])}-{bound(r['ci_high'])})"
         checks.append({k: r[k] for k in ("check", "expected", "verdict", "reason")} | {"measured": measured})
     flags = [row[-1] for e in exps for row in e["table"]["rows"]]
     problems = [
-        {"experiment": e["name"], "point": p["point"], "status": p["status"], "reason": p["reason"]}
+        {"experiment": e["name"]} | {k: p[k] for k in ("point", "status", "reason", "points")}
         for e in exps
         for p in e["problems"]
     ]
     named = _named(others)
     budget = [{"experiment": e["name"], **b} for e in exps for b in e.get("budget_stopped", [])]
-    contended, measured = sum("contended" in f for f in flags), len(flags) - len(problems)
+    contended, measured = sum("contended" in f for f in flags), len(flags) - sum(p["points"] for p in problems)
     return {
         "others": named,
         "contention": contention_text(

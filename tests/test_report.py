@@ -439,3 +439,22 @@ def test_a_missing_host_json_or_one_without_a_count_of_cpus_is_named(host_dir, c
         assert stop.value.code == 1 and said in capsys.readouterr().err
         assert not html.exists() and not md.exists()
         (host_dir / "host.json").write_text(json.dumps(facts | {"available_cpus": "two"}))
+
+
+def test_a_reason_shared_by_several_unmeasured_points_is_written_once():
+    """Points skipped for one reason (no native bfloat16, at every thread count) make one entry
+    of the list of points without a measurement, named together and counted, and the summary
+    table gives the reason on the first of their rows; another reason keeps its own entry."""
+    from report.build import summary_table, unmeasured
+
+    summary = pd.read_csv(Path(__file__).parent / "fixtures" / "intraop_summary_skipped.csv")
+    rows = summary[summary["status"] != "ok"]
+    why = rows["reason"].iloc[0]
+    assert why.startswith("no native bfloat16 on this CPU") and (rows["reason"] == why).sum() == 3
+    got = unmeasured(rows, ["workload", "threads"])
+    assert got[0] == {"point": "workload=matmul_bf16 threads=1, 2, 4", "status": "skipped", "reason": why, "points": 3}
+    assert got[1]["point"] == "workload=matmul threads=2; workload=tiny threads=4" and got[1]["points"] == 2
+    assert got[1]["status"] == "failed" and len(got) == 2
+    flags = [row[-1] for row in summary_table(summary, "intraop")["rows"]]
+    assert flags[1:4] == [f"skipped: {why}", "as above", "as above"], flags
+    assert flags[4].startswith("failed: ") and flags[5] == "as above", flags
