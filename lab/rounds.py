@@ -169,13 +169,20 @@ class Rounds:
     def leads(self, point: list[float], baseline: list[float]) -> bool:
         """Whether the point beats its baseline so far: a baseline exists and the median of the
         per-round ratios point / baseline (earlier workers' included) is above 1."""
-        values = self.judged(point, baseline)
-        return bool(baseline or self.prior_baseline) and bool(median(values) > 1.0)
+        return self._beats(self.judged(point, baseline), baseline)
+
+    def _beats(self, judged: list[float], baseline: list[float]) -> bool:
+        """:meth:`leads`, given the values :meth:`judged` returned."""
+        return bool(baseline or self.prior_baseline) and bool(median(judged) > 1.0)
 
     def goal(self, point: list[float], baseline: list[float]) -> tuple[float, float]:
         """The target (%) and budget (s) that apply now: the lead ones (where set) while the
         point beats its baseline (:meth:`leads`), else ``target_ci_pct`` and ``budget_s``."""
-        if self.leads(point, baseline):
+        return self._goal(self.judged(point, baseline), baseline)
+
+    def _goal(self, judged: list[float], baseline: list[float]) -> tuple[float, float]:
+        """:meth:`goal`, given the values :meth:`judged` returned."""
+        if self._beats(judged, baseline):
             target = self.target_ci_pct if self.lead_target_ci_pct is None else self.lead_target_ci_pct
             return target, self.budget_s if self.lead_budget_s is None else self.lead_budget_s
         return self.target_ci_pct, self.budget_s
@@ -193,8 +200,8 @@ class Rounds:
             return None
         if not self.adaptive:
             return "fixed"
-        target, budget = self.goal(point, baseline)
         values = self.judged(point, baseline)
+        target, budget = self._goal(values, baseline)
         width = half_width_pct(values, median(values))
         if math.isfinite(width) and width <= target:
             return "target"
@@ -212,7 +219,7 @@ class Rounds:
         return {
             "done": done,
             "stopped": stopped,
-            "lead": bool(self.adaptive and self.leads(point, baseline)),
+            "lead": bool(self.adaptive and self._beats(values, baseline)),
             "elapsed_s": round(elapsed_s, 3),
             "ci_half_width_pct": round(width, 3) if math.isfinite(width) else None,
             **{k: v for k, v in dataclasses.asdict(self).items() if not k.startswith("prior_")},

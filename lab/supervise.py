@@ -53,6 +53,22 @@ from lab.prctl import set_parent_death_signal
 GRACE_S = 3.0
 
 
+def exit_quietly_on_interrupt(main, name: str) -> None:
+    """Run ``main()`` (returning an exit status) as a rule's ``__main__`` and exit with it. Ctrl-C
+    in Snakemake reaches every job of the process group: a job that writes nothing then prints
+    one line, ``[<name>] interrupted by SIGINT: nothing recorded``, not a traceback, and exits
+    130 (128 + SIGINT), so Snakemake removes its incomplete outputs.
+
+    Raises:
+        SystemExit: always, with ``main()``'s status or 130.
+    """
+    try:
+        raise SystemExit(main())
+    except KeyboardInterrupt:
+        print(f"[{name}] interrupted by SIGINT: nothing recorded", file=sys.stderr)
+        raise SystemExit(130) from None
+
+
 def _pdeathsig() -> None:  # runs in the child between fork and exec
     set_parent_death_signal(signal.SIGKILL)
 

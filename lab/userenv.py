@@ -98,8 +98,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    try:
-        raise SystemExit(main())
-    except KeyboardInterrupt:  # Ctrl-C in Snakemake reaches every job: one line, not a traceback
-        print("[user_env] interrupted by SIGINT: nothing recorded", file=sys.stderr)
-        raise SystemExit(130) from None
+    from lab.supervise import exit_quietly_on_interrupt
+
+    exit_quietly_on_interrupt(main, "user_env")
