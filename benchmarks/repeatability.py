@@ -10,7 +10,14 @@ For every configuration point measured in both runs it reports
   whose speedup has an interval in the run that provides it (a group's baseline, speedup 1 by
   definition, is left out, as are skipped points);
 * the median width of the speedup CIs (full width, % of the speedup), and the points whose
-  rounds stopped on the time budget (config ``rounds``).
+  rounds stopped on the time budget (config ``rounds``);
+* the **calibration** (:func:`calibration`): the share of points whose two speedups differ by
+  more than their two 95% CIs allow together (5% where both hold their level), which asks the
+  intervals the question coverage asks without holding a run's noise against the other run.
+
+With ``--no-run`` it pools several pairs (``--label x1,w1,v1``: each ``<label>-1`` and
+``<label>-2``): one pair's first screen is a handful of points, so its coverage moves by a
+point's worth between pairs that differ in nothing else.
 
 It also says what makes the two runs other than two runs of one thing (:func:`runs_differ`):
 an experiment with a summary in one run only, two commits of the lab, two configurations.
@@ -30,6 +37,7 @@ This is a benchmark, not a test: it measures how reproducible the pipeline's num
 intervals are on this machine. Usage (from the repository root, in the project's venv)::
 
     python benchmarks/repeatability.py [--label rep] [--cores 4] [--markdown out.md] [--no-run]
+    python benchmarks/repeatability.py --no-run --label x1,w1,v1 [--markdown out.md]
 
 It runs ``snakemake --cores 4 --configfile config.quick.yaml --config host=<label>-1`` and
 ``... host=<label>-2``, then compares ``results/<label>-{1,2}/<experiment>/summary.csv``.
@@ -47,6 +55,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy import stats as sps
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -235,12 +244,84 @@ def coverage(df: pd.DataFrame, figure: str = "speedup", headline: bool = False, 
     return out
 
 
+#: |z| beyond which two runs' speedups differ by more than their two 95% CIs allow together
+#: (the normal's 97.5% quantile), and the median |z| where both CIs hold their level (the
+#: half-normal's median): :func:`calibration`'s yardsticks.
+Z95, Z_MEDIAN = float(sps.norm.ppf(0.975)), float(sps.halfnorm.median())
+
+
+def calibration(df: pd.DataFrame, headline: bool = False) -> dict:
+    """Whether each run's 95% CI is honest about the other run, judged on both at once: per point
+    compared (as :func:`coverage`; over the first screen's with ``headline``),
+    ``z = |ln(s2 / s1)| / sqrt(se1^2 + se2^2)``, each run's standard error read off its CI as
+    ``ln(high / low) / (2 x 1.96)`` (a normal approximation of the interval on the log scale).
+    Where both CIs hold their level and the machine did not change between the runs, ``z``
+    exceeds :data:`Z95` for 5% of the points and its median is :data:`Z_MEDIAN` (0.67). Unlike
+    :func:`coverage`, which asks one run's interval to hold the other run's estimate, noise and
+    all, this does not punish a run for the other's noise, nor reward a wide interval twice.
+
+    Returns:
+        ``points`` (with a CI in both runs), ``beyond`` (their count with z > :data:`Z95`),
+        ``share`` (beyond / points) and ``z_median``; NaN shares without points.
+    """
+    if headline:
+        df = df[df["headline"]]
+    se = [np.log(df[f"speedup_ci_high_{i}"] / df[f"speedup_ci_low_{i}"]) / (2 * Z95) for i in (1, 2)]
+    usable = df["in_ci_1"].notna() & df["in_ci_2"].notna() & (se[0] >= 0) & (se[1] >= 0)
+    z = (np.log(df["speedup_2"] / df["speedup_1"]).abs() / np.sqrt(se[0] ** 2 + se[1] ** 2))[usable]
+    z = z[np.isfinite(z)]
+    beyond = int((z > Z95).sum())
+    share = beyond / len(z) if len(z) else float("nan")
+    return {
+        "points": int(len(z)),
+        "beyond": beyond,
+        "share": share,
+        "z_median": float(z.median()) if len(z) else float("nan"),
+    }
+
+
 def _cell(v, fmt: str) -> str:
     return format(v, fmt) if isinstance(v, (int, float, np.floating)) and np.isfinite(v) else ""
 
 
 def _yes(v) -> str:
     return "" if v != v else ("yes" if v else "NO")
+
+
+def _point_rows(df: pd.DataFrame) -> list[str]:
+    """One table row per point of a pair; a line naming the pairs where several are pooled."""
+    if "pair" in df and df["pair"].nunique() > 1:
+        return [f"Pairs pooled: {', '.join(dict.fromkeys(df['pair']))} (each alone with --label gives its points)."]
+    lines = [
+        "| experiment | point | rounds 1 / 2 | speedup 1 (95% CI) | speedup 2 (95% CI) | 2 in CI 1 | 1 in CI 2 "
+        "| median ratio |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for _, r in df.iterrows():
+        sp = [
+            f"{_cell(r[f'speedup_{i}'], '.3f')} ({_cell(r[f'speedup_ci_low_{i}'], '.3f')}-"
+            f"{_cell(r[f'speedup_ci_high_{i}'], '.3f')})"
+            for i in (1, 2)
+        ]
+        rounds = f"{_cell(r['n_1'], '.0f')} / {_cell(r['n_2'], '.0f')}"
+        lines.append(
+            f"| {r['experiment']} | {r['point']} | {rounds} | {sp[0]} | {sp[1]} | {_yes(r['in_ci_1'])} | "
+            f"{_yes(r['in_ci_2'])} | {_cell(r['median_ratio'], '.3f')} |"
+        )
+    return lines
+
+
+def calibration_lines(df: pd.DataFrame) -> list[str]:
+    """:func:`calibration` in words, for every point and for the first screen's."""
+    out = []
+    for headline, which in ((False, "every point"), (True, "the first screen's points")):
+        k = calibration(df, headline)
+        out.append(
+            f"Calibration, {which}: the two runs' speedups differ by more than their two 95% CIs allow"
+            f" together for {k['beyond']} of {k['points']} ({_cell(100 * k['share'], '.0f')}%; 5% where both"
+            f" hold their level), median |z| {_cell(k['z_median'], '.2f')} ({Z_MEDIAN:.2f} expected)."
+        )
+    return out
 
 
 def markdown(df: pd.DataFrame, host: dict, seconds: list[float], between: str = "") -> str:
@@ -271,27 +352,15 @@ def markdown(df: pd.DataFrame, host: dict, seconds: list[float], between: str = 
                     f"| {name}, {which} | {interval} | {k['points']} | {k['covered_1']}/{k['with_ci_1']} / "
                     f"{k['covered_2']}/{k['with_ci_2']} / {k['coverage']:.0%} | {k['ci_width_pct_median']:.1f}% |"
                 )
+    lines += ["", *calibration_lines(df)]
     lines += [
         "",
         f"Points whose medians agree within +-10%: {df['median_agrees'].mean():.0%} "
         f"({int(df['median_agrees'].sum())} of {len(df)}); speedups within +-10%: "
         f"{df['speedup_agrees'].mean():.0%}.",
         "",
-        "| experiment | point | rounds 1 / 2 | speedup 1 (95% CI) | speedup 2 (95% CI) | 2 in CI 1 | 1 in CI 2 "
-        "| median ratio |",
-        "|---|---|---|---|---|---|---|---|",
+        *_point_rows(df),
     ]
-    for _, r in df.iterrows():
-        sp = [
-            f"{_cell(r[f'speedup_{i}'], '.3f')} ({_cell(r[f'speedup_ci_low_{i}'], '.3f')}-"
-            f"{_cell(r[f'speedup_ci_high_{i}'], '.3f')})"
-            for i in (1, 2)
-        ]
-        rounds = f"{_cell(r['n_1'], '.0f')} / {_cell(r['n_2'], '.0f')}"
-        lines.append(
-            f"| {r['experiment']} | {r['point']} | {rounds} | {sp[0]} | {sp[1]} | {_yes(r['in_ci_1'])} | "
-            f"{_yes(r['in_ci_2'])} | {_cell(r['median_ratio'], '.3f')} |"
-        )
     differ = df.iloc[:0]
     if "same_choice" in df:  # the points that have a speedup to compare, but measured two things
         speedups = np.isfinite(df["speedup_1"].astype(float)) & np.isfinite(df["speedup_2"].astype(float))
@@ -305,7 +374,11 @@ def markdown(df: pd.DataFrame, host: dict, seconds: list[float], between: str = 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--label", default="repeat", help="host label prefix of the two runs")
+    p.add_argument(
+        "--label",
+        default="repeat",
+        help="host label prefix of the two runs; with --no-run, several comma-separated (x1,w1): their pairs pooled",
+    )
     p.add_argument("--cores", type=int, default=4)
     p.add_argument("--results", default=str(ROOT / "results"), help="the results directory of the runs")
     p.add_argument("--markdown", default=None, help="also write the report to this file")
@@ -317,7 +390,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error(problem)
     if args.cores < 1 or args.gap_min < 0:
         p.error(f"--cores must be >= 1 and --gap-min >= 0, got {args.cores} and {args.gap_min}")
-    a, b = f"{args.label}-1", f"{args.label}-2"
+    labels = [label.strip() for label in args.label.split(",")]
+    if len(labels) > 1 and not args.no_run or not all(labels):
+        p.error(f"--label {args.label}: several labels, comma-separated, only with --no-run, and none empty")
+    a, b = f"{labels[0]}-1", f"{labels[0]}-2"
     results = Path(args.results)
     if not args.no_run and results.resolve() != (ROOT / "results").resolve():
         p.error(
@@ -325,7 +401,8 @@ def main(argv: list[str] | None = None) -> int:
             " another directory only with --no-run"
         )
     if args.no_run:
-        absent = [str(results / h / "host.json") for h in (a, b) if not (results / h / "host.json").is_file()]
+        runs = [f"{label}-{i}" for label in labels for i in (1, 2)]
+        absent = [str(results / h / "host.json") for h in runs if not (results / h / "host.json").is_file()]
         if absent:
             p.error(
                 f"--no-run compares existing runs, and {' and '.join(absent)}"
@@ -337,11 +414,15 @@ def main(argv: list[str] | None = None) -> int:
         seconds.append(run(a, args.cores))
         time.sleep(60 * args.gap_min)
         seconds.append(run(b, args.cores))
-    df = compare(a, b, results)
+    frames, between = [], []
+    for label in labels:
+        one, two = f"{label}-1", f"{label}-2"
+        frames.append(compare(one, two, results).assign(pair=label))
+        said = " ".join(s for s in (machine_between(results, one, two), runs_differ(results, one, two)) if s)
+        between.append(f"{label}: {said}" if len(labels) > 1 and said else said)
+    df = pd.concat(frames, ignore_index=True)
     host = json.loads((results / a / "host.json").read_text())
-    text = markdown(
-        df, host, seconds, " ".join(s for s in (machine_between(results, a, b), runs_differ(results, a, b)) if s)
-    )
+    text = markdown(df, host, seconds, "\n\n".join(s for s in between if s))
     emit(text, args.markdown)
     if args.json:
         figures = {

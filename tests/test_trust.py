@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 
 import numpy as np
 import pandas as pd
@@ -290,8 +291,22 @@ def test_coverage_of_two_fixture_runs(tmp_path):
     assert rep.coverage(df, "speedup_norm", kind="rerun")["with_ci_1"] == 0  # no such column: no interval
     # without the probe's columns every headline leads with the measured speedup: the same coverage
     assert rep.coverage(df, "lead", kind="rerun")["coverage"] == 0.75 and set(df["lead_figure_1"]) == {"speedup"}
+    # calibration: |ln(s2 / s1)| over sqrt(se1^2 + se2^2), se = ln(high / low) / 3.92, by hand:
+    # point 1: 0.0328 / sqrt(0.0341^2 + 0.0133^2) = 0.90; point 2: 0.1178 / sqrt(0.0426^2 + 0.0279^2) = 2.31
+    k = rep.calibration(df)
+    assert (k["points"], k["beyond"], k["share"]) == (2, 1, 0.5) and k["z_median"] == pytest.approx(1.605, abs=0.005)
     text = rep.markdown(df, {"cpu_model": "fixture"}, [])
     assert "for 1 of 2 points (50%)" in text and "num_workers=2" in text
+    assert "allow together for 1 of 2 (50%; 5% where both hold their level), median |z| 1.61 (0.67 expected)" in text
+    # two pairs pooled (the same runs again under another label): the counts add up, one line per pair's points
+    for run in ("r-1", "r-2"):
+        (tmp_path / run / "host.json").write_text('{"cpu_model": "fixture", "available_cpus": 2}')
+        shutil.copytree(tmp_path / run, tmp_path / run.replace("r", "q"))
+    out = tmp_path / "pooled.md"
+    assert rep.main(["--results", str(tmp_path), "--no-run", "--label", "r,q", "--markdown", str(out)]) == 0
+    pooled = out.read_text()
+    assert "| measured, every point | rerun interval | 4 | 4/4 / 2/4 / 75% |" in pooled
+    assert "allow together for 2 of 4 (50%;" in pooled and "Pairs pooled: r, q" in pooled
     assert "| measured, every point | rerun interval | 2 | 2/2 / 1/2 / 75% |" in text
 
 
