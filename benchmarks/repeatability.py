@@ -11,7 +11,7 @@ For every configuration point measured in both runs it reports
   definition, is left out, as are skipped points);
 * the median width of the speedup CIs (full width, % of the speedup), and the points whose
   rounds stopped on the time budget (config ``rounds``);
-* the **calibration** (:func:`calibration`): the share of points whose two speedups differ by
+* the **calibration** (:func:`calibration.calibration`): the share of points whose two speedups differ by
   more than their two 95% CIs allow together (5% where both hold their level), which asks the
   intervals the question coverage asks without holding a run's noise against the other run.
 
@@ -55,12 +55,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from calibration import calibration_lines  # noqa: E402
 from runpair import machine_between, runs_differ  # noqa: E402
 
 from analysis.findings import transfer_case  # noqa: E402
@@ -83,7 +83,7 @@ FIELDS += ("cpus_asked", "cpus_delivered")
 FIGURES = {"speedup": "measured", "speedup_norm": "on whole cores", "lead": "as a headline gives it"}
 
 #: The intervals whose coverage is reported: the 95% CI and the 95% rerun interval
-#: (:mod:`analysis.stats`: the CI widened by sqrt(2) on the log scale), the one made for this
+#: (:mod:`analysis.rerun`: the CI widened on the log scale), the one made for this
 #: question, where a rerun's estimate will fall.
 INTERVALS = {"ci": "95% CI", "rerun": "rerun interval"}
 
@@ -153,6 +153,19 @@ def _outcome(job_json: Path) -> dict | None:
         return json.loads(job_json.read_text()).get("outcome")
     except (OSError, ValueError):
         return None
+
+
+def compare_pairs(labels: list[str], results: Path) -> tuple[pd.DataFrame, str]:
+    """:func:`compare` of each pair ``<label>-1``, ``<label>-2``, pooled (column ``pair``), and
+    what the machine did across each pair and what else differed between its runs, in words
+    (each pair's line led by its label where there are several)."""
+    frames, between = [], []
+    for label in labels:
+        one, two = f"{label}-1", f"{label}-2"
+        frames.append(compare(one, two, results).assign(pair=label))
+        said = " ".join(s for s in (machine_between(results, one, two), runs_differ(results, one, two)) if s)
+        between.append(f"{label}: {said}" if len(labels) > 1 and said else said)
+    return pd.concat(frames, ignore_index=True), "\n\n".join(s for s in between if s)
 
 
 def judge(df: pd.DataFrame) -> pd.DataFrame:
@@ -244,42 +257,6 @@ def coverage(df: pd.DataFrame, figure: str = "speedup", headline: bool = False, 
     return out
 
 
-#: |z| beyond which two runs' speedups differ by more than their two 95% CIs allow together
-#: (the normal's 97.5% quantile), and the median |z| where both CIs hold their level (the
-#: half-normal's median): :func:`calibration`'s yardsticks.
-Z95, Z_MEDIAN = float(sps.norm.ppf(0.975)), float(sps.halfnorm.median())
-
-
-def calibration(df: pd.DataFrame, headline: bool = False) -> dict:
-    """Whether each run's 95% CI is honest about the other run, judged on both at once: per point
-    compared (as :func:`coverage`; over the first screen's with ``headline``),
-    ``z = |ln(s2 / s1)| / sqrt(se1^2 + se2^2)``, each run's standard error read off its CI as
-    ``ln(high / low) / (2 x 1.96)`` (a normal approximation of the interval on the log scale).
-    Where both CIs hold their level and the machine did not change between the runs, ``z``
-    exceeds :data:`Z95` for 5% of the points and its median is :data:`Z_MEDIAN` (0.67). Unlike
-    :func:`coverage`, which asks one run's interval to hold the other run's estimate, noise and
-    all, this does not punish a run for the other's noise, nor reward a wide interval twice.
-
-    Returns:
-        ``points`` (with a CI in both runs), ``beyond`` (their count with z > :data:`Z95`),
-        ``share`` (beyond / points) and ``z_median``; NaN shares without points.
-    """
-    if headline:
-        df = df[df["headline"]]
-    se = [np.log(df[f"speedup_ci_high_{i}"] / df[f"speedup_ci_low_{i}"]) / (2 * Z95) for i in (1, 2)]
-    usable = df["in_ci_1"].notna() & df["in_ci_2"].notna() & (se[0] >= 0) & (se[1] >= 0)
-    z = (np.log(df["speedup_2"] / df["speedup_1"]).abs() / np.sqrt(se[0] ** 2 + se[1] ** 2))[usable]
-    z = z[np.isfinite(z)]
-    beyond = int((z > Z95).sum())
-    share = beyond / len(z) if len(z) else float("nan")
-    return {
-        "points": int(len(z)),
-        "beyond": beyond,
-        "share": share,
-        "z_median": float(z.median()) if len(z) else float("nan"),
-    }
-
-
 def _cell(v, fmt: str) -> str:
     return format(v, fmt) if isinstance(v, (int, float, np.floating)) and np.isfinite(v) else ""
 
@@ -309,19 +286,6 @@ def _point_rows(df: pd.DataFrame) -> list[str]:
             f"{_yes(r['in_ci_2'])} | {_cell(r['median_ratio'], '.3f')} |"
         )
     return lines
-
-
-def calibration_lines(df: pd.DataFrame) -> list[str]:
-    """:func:`calibration` in words, for every point and for the first screen's."""
-    out = []
-    for headline, which in ((False, "every point"), (True, "the first screen's points")):
-        k = calibration(df, headline)
-        out.append(
-            f"Calibration, {which}: the two runs' speedups differ by more than their two 95% CIs allow"
-            f" together for {k['beyond']} of {k['points']} ({_cell(100 * k['share'], '.0f')}%; 5% where both"
-            f" hold their level), median |z| {_cell(k['z_median'], '.2f')} ({Z_MEDIAN:.2f} expected)."
-        )
-    return out
 
 
 def markdown(df: pd.DataFrame, host: dict, seconds: list[float], between: str = "") -> str:
@@ -414,15 +378,9 @@ def main(argv: list[str] | None = None) -> int:
         seconds.append(run(a, args.cores))
         time.sleep(60 * args.gap_min)
         seconds.append(run(b, args.cores))
-    frames, between = [], []
-    for label in labels:
-        one, two = f"{label}-1", f"{label}-2"
-        frames.append(compare(one, two, results).assign(pair=label))
-        said = " ".join(s for s in (machine_between(results, one, two), runs_differ(results, one, two)) if s)
-        between.append(f"{label}: {said}" if len(labels) > 1 and said else said)
-    df = pd.concat(frames, ignore_index=True)
+    df, between = compare_pairs(labels, results)
     host = json.loads((results / a / "host.json").read_text())
-    text = markdown(df, host, seconds, "\n\n".join(s for s in between if s))
+    text = markdown(df, host, seconds, between)
     emit(text, args.markdown)
     if args.json:
         figures = {
