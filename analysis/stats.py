@@ -40,15 +40,8 @@ Definitions (per configuration point, over its ``ok`` replicates of the throughp
   keep one CPU busy.
 * ``speedup_rerun_low``, ``speedup_rerun_high`` (and ``speedup_norm_rerun_low``, ``_high``):
   the 95% rerun interval, where a rerun of the point with as many rounds is expected to read its
-  speedup: the confidence interval says where the point's true median lies, and a rerun's own
-  estimate carries noise of its own, so even a calibrated 95% CI holds a replication's estimate
-  only about 83% of the time (G. Cumming and R. Maillardet, "Confidence intervals and
-  replication: Where will the next mean fall?", Psychological Methods 11(3), 2006). Two
-  independent estimates of equal spread differ by sqrt(2) times one's, so the rerun interval is
-  the CI widened by sqrt(2) on the log scale around the estimate: ``low' = s (low / s)^sqrt(2)``
-  (a replication's prediction interval: D. R. Spence and D. J. Stanley, PLoS ONE 11(9), 2016).
-  It holds what moves within a run, not a machine that changes between runs
-  (``benchmarks/repeatability.py`` measures how often a rerun lands inside).
+  speedup: the CI widened on the log scale by ``sqrt(2) t(n - 1, 0.975) / z(0.975)`` for ``n``
+  rounds (:mod:`analysis.rerun`, which gives the sources).
 * ``delivered_cpus`` (median over the job's rounds, with ``delivered_cpus_ci_low`` and
   ``_ci_high``): CPUs the machine delivered with all available CPUs busy;
   ``cpus_delivered`` and ``cpus_asked``: with the point's own CPUs busy, and how many it asked
@@ -66,6 +59,7 @@ import pandas as pd
 from scipy import stats
 
 from analysis.capacity import capacity_columns
+from analysis.rerun import add_rerun, rerun_bound
 from lab import intervals, registry
 from lab.declare import Experiment
 
@@ -78,13 +72,6 @@ SPEEDUP_COLUMNS = ["baseline_median", "speedup_ratio_of_medians", "speedup", "sp
 
 #: The capacity-normalised speedup's columns (the speedup on whole cores), in summary.csv order.
 NORM_COLUMNS = ["speedup_norm", "speedup_norm_ci_low", "speedup_norm_ci_high"]
-
-#: The 95% rerun intervals of the speedup and of the speedup on whole cores (module docstring).
-RERUN_COLUMNS = ["speedup_rerun_low", "speedup_rerun_high", "speedup_norm_rerun_low", "speedup_norm_rerun_high"]
-
-#: How much wider on the log scale a rerun interval is than the confidence interval: two
-#: independent estimates of equal spread differ by sqrt(2) times one's (module docstring).
-RERUN_WIDENING = float(np.sqrt(2.0))
 
 #: What the capacity probe measured beside a point, summarised per point (medians).
 CAPACITY_COLUMNS = ("capacity_1cpu_per_s", "delivered_cpus", "cpus_asked", "cpus_delivered")
@@ -316,21 +303,6 @@ def _widen(summary: pd.DataFrame) -> None:
                 summary.loc[idx, [lo_col, hi_col]] = widened
 
 
-def rerun_bound(estimate, bound, factor: float = RERUN_WIDENING):
-    """``estimate * (bound / estimate) ** factor``: a bound widened on the log scale (by default
-    a 95% CI's into the rerun interval's); scalars or arrays, NaN where either is not positive."""
-    s, b = np.asarray(estimate, dtype=float), np.asarray(bound, dtype=float)
-    ok = (s > 0) & (b > 0)
-    return np.where(ok, s * (np.where(ok, b, 1.0) / np.where(ok, s, 1.0)) ** factor, np.nan)
-
-
-def _rerun(summary: pd.DataFrame) -> None:
-    """Add :data:`RERUN_COLUMNS` from the (widened) CIs of both speedups (:func:`rerun_bound`)."""
-    for (est, lo, hi), out in ((SPEEDUP_COLUMNS[2:], RERUN_COLUMNS[:2]), (NORM_COLUMNS, RERUN_COLUMNS[2:])):
-        for bound, col in zip((lo, hi), out):
-            summary[col] = rerun_bound(*(pd.to_numeric(summary[c], errors="coerce") for c in (est, bound)))
-
-
 def _groups(summary: pd.DataFrame, spec: Experiment):
     return summary.groupby(list(spec.group), sort=False) if spec.group else [((), summary)]
 
@@ -359,8 +331,8 @@ def summarise(replicates: pd.DataFrame, experiment: str) -> pd.DataFrame:
         ``top_other_cpu_pct``, ``rounds_stopped``), ``oversubscribed``, each declared extra column
         with ``<column>_ci_low`` and ``<column>_ci_high``, each declared flag, ``speedup_source``
         (interleaved, separate jobs, baseline; empty where the point or its baseline has no ok
-        replicate),
-        :data:`SPEEDUP_COLUMNS`, :data:`NORM_COLUMNS`, :data:`RERUN_COLUMNS`, the probe's :data:`CAPACITY_COLUMNS` with
+        replicate), :data:`SPEEDUP_COLUMNS`, :data:`NORM_COLUMNS`,
+        :data:`analysis.rerun.RERUN_COLUMNS`, the probe's :data:`CAPACITY_COLUMNS` with
         ``delivered_cpus_ci_low`` and ``_ci_high``, ``best`` and ``parallel_efficiency`` (see the
         module docstring).
 
@@ -384,7 +356,7 @@ def summarise(replicates: pd.DataFrame, experiment: str) -> pd.DataFrame:
             summary.loc[idx, NORM_COLUMNS] = _norm(summary.loc[idx])
     summary["worker_scale"] = worker_scale(summary)
     _widen(summary)
-    _rerun(summary)
+    add_rerun(summary, SPEEDUP_COLUMNS[2:], NORM_COLUMNS)
     summary["best"] = False
     for _, grp in _groups(summary, spec):
         best = _best(grp)

@@ -15,7 +15,7 @@ Points, the same work for every tool:
 * the lab, by its own command line with interleaved baselines, 2 worker processes and the
   capacity probe (``python -m lab.point gil``, ``lab.point intraop``): the same points with
   their 95% intervals, raw and on whole cores (``speedup_norm``, analysis/stats.py), and their
-  95% rerun intervals (the CI widened by sqrt(2) on the log scale: where another measurement of
+  95% rerun intervals (the CI widened on the log scale, :mod:`analysis.rerun`: where another measurement of
   the point is expected to read, the interval the report's headlines give). A peer's value is
   another measurement, so the rerun interval is the lab's statement it should be judged by; both
   are reported.
@@ -221,7 +221,7 @@ def run_lab(work: Path) -> dict:
     r, reps = _lab_point(work, "intraop", [*mm, "--threads", "2"], ["threads=1"], "matmul")
     values["intraop matmul: 2 threads over 1"] = _lab_value(r)
     values["intraop matmul: GFLOP/s at 2 threads"] = _with_rerun(
-        {"value": r["median"], "low": r["ci_low"], "high": r["ci_high"], "stated": "95% CI"}
+        {"value": r["median"], "low": r["ci_low"], "high": r["ci_high"], "stated": "95% CI"}, int(r["n"])
     )
     ok = reps[reps["status"] == "ok"]
     values["intraop matmul: 2 threads over 1"]["steal_pct"] = float(ok[ok["role"] == "point"]["steal_pct"].median())
@@ -230,7 +230,7 @@ def run_lab(work: Path) -> dict:
     mlp = ["--workload", "mlp", "--threads", "1", "--iterations", "20", "--repeats", "6"]
     r, _ = _lab_point(work, "intraop", mlp, [], "mlp")
     values["intraop mlp: samples/s at 1 thread"] = _with_rerun(
-        {"value": r["median"], "low": r["ci_low"], "high": r["ci_high"], "stated": "95% CI"}
+        {"value": r["median"], "low": r["ci_low"], "high": r["ci_high"], "stated": "95% CI"}, int(r["n"])
     )
     return {"wall_s": time.perf_counter() - t, "values": values}
 
@@ -252,14 +252,14 @@ def _lab_value(r) -> dict:
     }
 
 
-def _with_rerun(v: dict) -> dict:
-    """``v`` (a lab median with its 95% CI) with its 95% rerun interval, ``rerun_low`` and
-    ``rerun_high``: the CI widened as analysis/stats.py widens the speedups'
-    (:func:`analysis.stats.rerun_bound`: where a rerun is expected to read)."""
-    from analysis.stats import rerun_bound
+def _with_rerun(v: dict, n: int) -> dict:
+    """``v`` (a lab median of ``n`` values with its 95% CI) with its 95% rerun interval,
+    ``rerun_low`` and ``rerun_high``: the CI widened as the analysis widens the speedups'
+    (:mod:`analysis.rerun`: where a rerun is expected to read)."""
+    from analysis.rerun import rerun_bound, rerun_factor
 
-    v["rerun_low"] = float(rerun_bound(v["value"], v["low"]))
-    v["rerun_high"] = float(rerun_bound(v["value"], v["high"]))
+    v["rerun_low"] = float(rerun_bound(v["value"], v["low"], rerun_factor(n)))
+    v["rerun_high"] = float(rerun_bound(v["value"], v["high"], rerun_factor(n)))
     return v
 
 
@@ -267,7 +267,9 @@ def _median_value(values) -> dict:
     from lab.intervals import median_ci
 
     lo, hi = median_ci(values)
-    return _with_rerun({"value": float(statistics.median(values)), "low": lo, "high": hi, "stated": "95% CI"})
+    return _with_rerun(
+        {"value": float(statistics.median(values)), "low": lo, "high": hi, "stated": "95% CI"}, len(values)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

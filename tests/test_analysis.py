@@ -675,13 +675,16 @@ def test_the_throughput_chart_marks_the_points_whose_windows_reached_the_cap(tmp
     assert crosses == [] and not any("max_window_s" in label for label in labels)
 
 
-def test_the_rerun_interval_is_the_ci_widened_by_root_two_on_the_log_scale():
-    """low' = s (low / s)^sqrt(2), high' likewise, for the speedup and the speedup on whole
-    cores; a baseline's stays 1, a point without an interval gets none."""
-    from analysis.stats import _rerun
+def test_the_rerun_interval_is_the_ci_widened_on_the_log_scale_by_the_replication_factor_of_its_rounds():
+    """low' = s (low / s)^f(n), high' likewise, for the speedup and the speedup on whole cores,
+    with f(n) = sqrt(2) t(n - 1, 0.975) / z(0.975): 1.414 x 2.571 / 1.960 = 1.855 at 6 rounds
+    (Student's t table, 5 degrees of freedom), toward sqrt(2) with more rounds; a baseline's
+    stays 1, a point without an interval gets none."""
+    from analysis.rerun import add_rerun, rerun_factor
 
     s = pd.DataFrame(
         {
+            "n": [6, 6, 30],
             "speedup": [1.0, 1.5, 2.0],
             "speedup_ci_low": [1.0, 1.2, np.nan],
             "speedup_ci_high": [1.0, 1.8, np.nan],
@@ -690,11 +693,18 @@ def test_the_rerun_interval_is_the_ci_widened_by_root_two_on_the_log_scale():
             "speedup_norm_ci_high": [1.0, 2.0, 2.1],
         }
     )
-    _rerun(s)
-    root2 = np.sqrt(2)
+    add_rerun(
+        s,
+        ["speedup", "speedup_ci_low", "speedup_ci_high"],
+        ["speedup_norm", "speedup_norm_ci_low", "speedup_norm_ci_high"],
+    )
+    f6, f30 = rerun_factor(6), rerun_factor(30)
+    assert f6 == pytest.approx(np.sqrt(2) * 2.5706 / 1.95996, rel=1e-4) and np.sqrt(2) < f30 < f6
+    assert f30 == pytest.approx(np.sqrt(2) * 2.0452 / 1.95996, rel=1e-4)  # t(29, 0.975) = 2.045
+    assert np.isnan(rerun_factor(1))
     assert s.loc[0, ["speedup_rerun_low", "speedup_rerun_high"]].tolist() == [1.0, 1.0]
-    assert s.loc[1, "speedup_rerun_low"] == pytest.approx(1.5 * (1.2 / 1.5) ** root2)
-    assert s.loc[1, "speedup_rerun_high"] == pytest.approx(1.5 * (1.8 / 1.5) ** root2)
+    assert s.loc[1, "speedup_rerun_low"] == pytest.approx(1.5 * (1.2 / 1.5) ** f6)
+    assert s.loc[1, "speedup_rerun_high"] == pytest.approx(1.5 * (1.8 / 1.5) ** f6)
     assert (
         s.loc[1, "speedup_rerun_low"]
         < s.loc[1, "speedup_ci_low"]
@@ -702,7 +712,7 @@ def test_the_rerun_interval_is_the_ci_widened_by_root_two_on_the_log_scale():
         < s.loc[1, "speedup_rerun_high"]
     )
     assert np.isnan(s.loc[2, "speedup_rerun_low"]) and np.isnan(s.loc[2, "speedup_rerun_high"])
-    assert s.loc[2, "speedup_norm_rerun_low"] == pytest.approx(2.0 * (1.9 / 2.0) ** root2)
+    assert s.loc[2, "speedup_norm_rerun_low"] == pytest.approx(2.0 * (1.9 / 2.0) ** f30)
 
 
 def test_a_scaling_check_claims_no_share_above_the_probe_reading():

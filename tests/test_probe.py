@@ -258,8 +258,8 @@ def test_the_headline_gives_the_figure_on_whole_cores_unless_its_interval_cannot
 
 
 def test_the_headlines_give_the_rerun_interval_where_the_summary_has_it():
-    """The first screen's intervals are where a rerun is expected to read (analysis.stats
-    ``_rerun``); the sections' sentences keep the 95% CI; rows analysed before the rerun interval
+    """The first screen's intervals are where a rerun is expected to read (analysis.rerun
+    ``add_rerun``); the sections' sentences keep the 95% CI; rows analysed before the rerun interval
     existed keep the CI on the first screen too."""
     from analysis.findings import fmt_transfer, fmt_x
 

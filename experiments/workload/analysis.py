@@ -18,6 +18,7 @@ import pandas as pd
 from analysis import stats
 from analysis.capacity import pooled_contended
 from analysis.findings import INTERVALS, bound, fmt_x, interval_text
+from analysis.rerun import RERUN_COLUMNS
 from experiments.workload import KNOBS
 from experiments.workload.figures import workload_search, workload_verify
 from experiments.workload.recommend import (
@@ -44,7 +45,7 @@ SPEEDUP_COLUMNS = [
     "speedup_ci_low",
     "speedup_ci_high",
     *stats.NORM_COLUMNS,
-    *stats.RERUN_COLUMNS,
+    *RERUN_COLUMNS,
 ]
 
 
