@@ -13,7 +13,7 @@ widened on the log scale around the estimate by
 
     ``f(n) = sqrt(2) x t(n - 1, 0.975) / z(0.975)``:  ``low' = s (low / s)^f(n)``,
 
-1.85 at 6 rounds, 1.60 at 12 and 1.49 at 30 (sqrt(2) = 1.41 as ``n`` grows). The ``sqrt(2)``
+1.85 at 6 rounds, 1.59 at 12 and 1.48 at 30 (sqrt(2) = 1.41 as ``n`` grows). The ``sqrt(2)``
 is the rerun's own noise (two independent estimates of equal spread differ by sqrt(2) times
 one's); the Student quantile in place of the normal one is the CI's width being itself an
 estimate from ``n`` rounds, so that a point whose few rounds happened to agree is not held to a
