@@ -193,7 +193,12 @@ def test_your_workload_is_searched_verified_and_answered_first(quick_run):
     if search["stopped"] != "budget":
         assert search["spent_s"] <= search["budget_s"] + max(c["rounds"] for c in search["trail"]) * 2, search
     rec = json.loads((host / "workload" / "recommended.json").read_text())
-    assert rec["verified"] == bool(verify["speedup_ci_low"] > 1) and rec["gain"] == pytest.approx(verify["speedup"])
+    # verified: a gain whose CI clears 1 for settings other than the current ones (where the search
+    # kept the current settings, the verification measures them against themselves: a CI above 1
+    # there is an A/A comparison's chance, 1.01-1.17 in one CI run, and recommends nothing)
+    changed = rec["best_found"] != rec["current"]
+    assert rec["verified"] == (bool(verify["speedup_ci_low"] > 1) and changed), (rec["verified"], changed)
+    assert rec["gain"] == pytest.approx(verify["speedup"])
     assert rec["recommended"] == (search["winner"] if rec["verified"] else search["start"])
     assert f"OMP_NUM_THREADS={rec['recommended']['threads']}" in (host / "workload" / "recommended.env").read_text()
     py = (host / "workload" / "recommended.py").read_text()
