@@ -278,9 +278,17 @@ def test_a_verification_without_an_interval_and_a_search_with_nothing_to_search_
     assert said.startswith("Nothing to search: the workload section offers no value of any knob other than PyTorch's")
     assert "they gave 1.02x (no 95% CI: too few rounds)" in said and "budget" not in said
     assert _header(d, "#") == [
+        "# Your current settings are fine here: the search found nothing faster (against themselves 1.02x"
+        " (no 95% CI: too few rounds))."
+    ]
+    other = {**d, "best_found": {"threads": 2}}
+    assert _header(other, "#") == [
         "# Your current settings are fine here: the best found gave 1.02x (no 95% CI: too few rounds),"
         " not clearly faster."
     ]
+    from experiments.workload.analysis import _best_gave
+
+    assert _best_gave(d) == "measured against themselves they gave" and _best_gave(other) == "the best found gave"
 
 
 def test_a_start_that_cannot_run_is_reported_as_such(tmp_path, monkeypatch):

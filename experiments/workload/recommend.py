@@ -263,6 +263,11 @@ def _header(data: dict, comment: str) -> list[str]:
             f"{comment} Measured here: {gain} the throughput of the current settings"
             f" ({describe_changes(data['changes'])})."
         ]
+    if data.get("best_found") == data.get("current"):
+        return [
+            f"{comment} Your current settings are fine here: the search found nothing faster"
+            f" (against themselves {gain}).",
+        ]
     return [f"{comment} Your current settings are fine here: the best found gave {gain}, not clearly faster."]
 
 
