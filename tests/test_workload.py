@@ -286,9 +286,9 @@ def test_a_verification_without_an_interval_and_a_search_with_nothing_to_search_
         "# Your current settings are fine here: the best found gave 1.02x (no 95% CI: too few rounds),"
         " not clearly faster."
     ]
-    from experiments.workload.analysis import _best_gave
+    from experiments.workload.recommend import best_gave
 
-    assert _best_gave(d) == "measured against themselves they gave" and _best_gave(other) == "the best found gave"
+    assert best_gave(d) == "measured against themselves they gave" and best_gave(other) == "the best found gave"
 
 
 def test_a_start_that_cannot_run_is_reported_as_such(tmp_path, monkeypatch):

@@ -25,6 +25,7 @@ from experiments.workload.recommend import (
     as_env,
     as_json,
     as_python,
+    best_gave,
     describe_changes,
     environment_sentences,
     gain_text,
@@ -242,18 +243,12 @@ def headlines(ctx: Context) -> list[dict]:
         if d.get("verify_contended"):  # the figure may be the contention's, not the settings'
             answer += "; measured while other processes took CPU: rerun on an idle machine before acting on it"
     elif kind == "searched completely":
-        answer = f"searched completely, nothing clearly faster: keep your settings ({_best_gave(d)} {_gain(d)})"
+        answer = f"searched completely, nothing clearly faster: keep your settings ({best_gave(d)} {_gain(d)})"
     else:
         answer = f"{missing}; so far nothing verified faster than your settings ({_gain(d)})"
     out = [{"question": "What should I change for my workload on this machine?", "answer": answer}]
     precision = precision_headline(d)
     return out + ([precision] if precision else [])
-
-
-def _best_gave(d: dict) -> str:
-    """What the verification's figure is of: the search's best against the current settings, or
-    (where the best found is the current settings) those settings against themselves."""
-    return "measured against themselves they gave" if d["best_found"] == d["current"] else "the best found gave"
 
 
 def precision_headline(d: dict) -> dict | None:

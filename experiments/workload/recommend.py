@@ -159,6 +159,12 @@ def search_sentence(d: dict) -> str:
     return text
 
 
+def best_gave(d: dict) -> str:
+    """What the verification's figure is of: the search's best against the current settings, or
+    (where the best found is the current settings) those settings against themselves."""
+    return "measured against themselves they gave" if d["best_found"] == d["current"] else "the best found gave"
+
+
 def outcome(d: dict) -> str:
     """Which of three answers the search and the verification give: ``verified faster``,
     ``searched completely`` (nothing clearly faster: keep the settings) or ``search
