@@ -11,27 +11,20 @@ For every configuration point measured in both runs it reports
   definition, is left out, as are skipped points);
 * the median width of the speedup CIs (full width, % of the speedup), and the points whose
   rounds stopped on the time budget (config ``rounds``);
-* the **calibration** (:func:`calibration.calibration`): the share of points whose two speedups differ by
-  more than their two 95% CIs allow together (5% where both hold their level), which asks the
+* the **calibration** (:func:`calibration.calibration`): the share of points whose two
+  speedups differ by more than their two 95% CIs allow together (5% where both hold their level), which asks the
   intervals the question coverage asks without holding a run's noise against the other run.
 
-With ``--no-run`` it pools several pairs (``--label x1,w1,v1``: each ``<label>-1`` and
-``<label>-2``): one pair's first screen is a handful of points, so its coverage moves by a
-point's worth between pairs that differ in nothing else.
-
-It also says what makes the two runs other than two runs of one thing (:func:`runs_differ`):
-an experiment with a summary in one run only, two commits of the lab, two configurations.
+With ``--no-run`` it pools pairs (``--label x1,w1``): one pair's first screen is a handful of
+points. It also says what makes two runs other than two runs of one thing (:func:`runs_differ`).
 
 A point whose job chose what it measured (``job.json`` ``outcome``: the workload's verification
 measures the configuration its search chose) and chose differently in the two runs measured two
 different things: it is listed, and left out of the coverage.
 
-What to expect. Even perfectly calibrated 95% intervals of a normally distributed estimate hold
-a replication's estimate only about 83% of the time, since the replication has noise of its
-own (G. Cumming and R. Maillardet, "Confidence intervals and replication: Where will the next
-mean fall?", Psychological Methods 11(3), 2006); any shift of the machine between runs lowers
-it further. The goal of 90% is therefore above what an interval that merely holds its nominal
-level gives, and :func:`coverage` measures both directions so the two runs count alike.
+What to expect: a calibrated 95% CI holds a replication's estimate only about 83% of the time
+(Cumming and Maillardet, Psychological Methods 11(3), 2006), so the headlines give the rerun
+interval (:mod:`analysis.rerun`); :func:`coverage` measures both, in both directions.
 
 This is a benchmark, not a test: it measures how reproducible the pipeline's numbers and
 intervals are on this machine. Usage (from the repository root, in the project's venv)::
@@ -61,7 +54,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from calibration import calibration_lines  # noqa: E402
-from runpair import machine_between, runs_differ  # noqa: E402
+from runpair import labels_problem, machine_between, runs_differ, stored_pairs  # noqa: E402
 
 from analysis.findings import transfer_case  # noqa: E402
 from analysis.tables import read_table  # noqa: E402
@@ -158,14 +151,20 @@ def _outcome(job_json: Path) -> dict | None:
 def compare_pairs(labels: list[str], results: Path) -> tuple[pd.DataFrame, str]:
     """:func:`compare` of each pair ``<label>-1``, ``<label>-2``, pooled (column ``pair``), and
     what the machine did across each pair and what else differed between its runs, in words
-    (each pair's line led by its label where there are several)."""
+    (each pair's line led by its label where there are several); a pair with no point measured
+    in both runs (an interrupted run: no experiment summaries) is named as left out."""
     frames, between = [], []
     for label in labels:
         one, two = f"{label}-1", f"{label}-2"
-        frames.append(compare(one, two, results).assign(pair=label))
+        df = compare(one, two, results)
+        if df.empty:
+            between.append(f"{label}: left out, no point measured in both runs (no experiment summaries).")
+            continue
+        frames.append(df.assign(pair=label))
         said = " ".join(s for s in (machine_between(results, one, two), runs_differ(results, one, two)) if s)
         between.append(f"{label}: {said}" if len(labels) > 1 and said else said)
-    return pd.concat(frames, ignore_index=True), "\n\n".join(s for s in between if s)
+    pooled = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    return pooled, "\n\n".join(s for s in between if s)
 
 
 def judge(df: pd.DataFrame) -> pd.DataFrame:
@@ -178,8 +177,10 @@ def judge(df: pd.DataFrame) -> pd.DataFrame:
     out = df.copy()
     out["median_ratio"] = out["median_2"] / out["median_1"]
     out["speedup_ratio"] = out["speedup_2"] / out["speedup_1"]
-    out["median_agrees"] = (out["median_ratio"] - 1).abs() <= TOLERANCE
-    out["speedup_agrees"] = (out["speedup_ratio"] - 1).abs() <= TOLERANCE
+    # NaN where either run has no such figure (a skipped point, the workload search's row): not a disagreement
+    for fig in ("median", "speedup"):
+        ratio = out[f"{fig}_ratio"]
+        out[f"{fig}_agrees"] = ((ratio - 1).abs() <= TOLERANCE).where(np.isfinite(ratio))
     usable = ~out["is_baseline"].astype(bool) & (out["status_1"] == "ok") & (out["status_2"] == "ok")
     if "same_choice" in out:  # a job that chose what to measure differently measured two things
         usable &= out["same_choice"].astype(bool)
@@ -320,8 +321,8 @@ def markdown(df: pd.DataFrame, host: dict, seconds: list[float], between: str = 
     lines += [
         "",
         f"Points whose medians agree within +-10%: {df['median_agrees'].mean():.0%} "
-        f"({int(df['median_agrees'].sum())} of {len(df)}); speedups within +-10%: "
-        f"{df['speedup_agrees'].mean():.0%}.",
+        f"({int(df['median_agrees'].sum())} of {int(df['median_agrees'].notna().sum())} with a median in both"
+        f" runs); speedups within +-10%: {df['speedup_agrees'].mean():.0%}.",
         "",
         *_point_rows(df),
     ]
@@ -355,8 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.cores < 1 or args.gap_min < 0:
         p.error(f"--cores must be >= 1 and --gap-min >= 0, got {args.cores} and {args.gap_min}")
     labels = [label.strip() for label in args.label.split(",")]
-    if len(labels) > 1 and not args.no_run or not all(labels):
-        p.error(f"--label {args.label}: several labels, comma-separated, only with --no-run, and none empty")
+    if problem := labels_problem(args.label, labels, args.no_run):
+        p.error(problem)
     a, b = f"{labels[0]}-1", f"{labels[0]}-2"
     results = Path(args.results)
     if not args.no_run and results.resolve() != (ROOT / "results").resolve():
@@ -370,8 +371,8 @@ def main(argv: list[str] | None = None) -> int:
         if absent:
             p.error(
                 f"--no-run compares existing runs, and {' and '.join(absent)}"
-                f" {'are' if len(absent) > 1 else 'is'} missing:"
-                " run them first, or pass --label"
+                f" {'are' if len(absent) > 1 else 'is'} missing: run them first, or pass the --label of a pair"
+                f" under {results} ({', '.join(stored_pairs(results)) or 'none there'})"
             )
     seconds = []
     if not args.no_run:
@@ -379,6 +380,8 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(60 * args.gap_min)
         seconds.append(run(b, args.cores))
     df, between = compare_pairs(labels, results)
+    if df.empty:
+        p.error(f"--label {args.label}: no point measured in both runs of any pair (no experiment summaries)")
     host = json.loads((results / a / "host.json").read_text())
     text = markdown(df, host, seconds, between)
     emit(text, args.markdown)

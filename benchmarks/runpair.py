@@ -2,7 +2,8 @@
 benchmarks that compare them (``repeatability.py``, ``worker_scale.py``): what the machine did
 across them (its single-CPU speed, the VM restores and clones the kernel logged), and what makes
 them other than two runs of one thing (an experiment in one run only, two commits of the lab,
-two configurations).
+two configurations); and which pairs are stored, and whether a list of pair labels can be
+compared.
 """
 
 from __future__ import annotations
@@ -84,3 +85,21 @@ def runs_differ(results: Path, a: str, b: str) -> str:
             keys = sorted(k for k in set(read[0]) | set(read[1]) if read[0].get(k) != read[1].get(k))
             said.append(f"Their configurations differ (results/<host>/config.yaml: {', '.join(keys)}).")
     return " ".join(said)
+
+
+def stored_pairs(results: Path) -> list[str]:
+    """The labels of the pairs under ``results``: each ``<label>`` with ``<label>-1/host.json``
+    and ``<label>-2/host.json``."""
+    ones = sorted(h.parent.name[:-2] for h in results.glob("*-1/host.json"))
+    return [label for label in ones if (results / f"{label}-2" / "host.json").is_file()]
+
+
+def labels_problem(text: str, labels: list[str], no_run: bool) -> str | None:
+    """Why ``--label text`` (split into ``labels``) cannot be compared, or None."""
+    if not all(labels):
+        return f"--label {text}: an empty label; give one label, or several separated by commas (x1,w1)"
+    if len(labels) > 1 and not no_run:
+        return f"--label {text}: several labels pool stored pairs, so only with --no-run; one label to run a pair"
+    if len(set(labels)) < len(labels):
+        return f"--label {text}: a label given twice would count its pair twice; give each once"
+    return None

@@ -392,7 +392,17 @@ def _benchmark(name: str):
         ("repeatability", ["--results", "{dir}"], "--results {dir}: the runs write into"),
         ("repeatability", ["--results", "{dir}", "--no-run", "--label", "r"], "{dir}/r-1/host.json and {dir}/r-2/host"),
         ("repeatability", ["--gap-min", "-1"], "--gap-min >= 0"),
-        ("repeatability", ["--label", "x1,w1"], "--label x1,w1: several labels, comma-separated, only with --no-run"),
+        (
+            "repeatability",
+            ["--label", "x1,w1"],
+            "--label x1,w1: several labels pool stored pairs, so only with --no-run",
+        ),
+        (
+            "repeatability",
+            ["--no-run", "--label", "x1,,w1"],
+            "--label x1,,w1: an empty label; give one label, or several",
+        ),
+        ("repeatability", ["--no-run", "--label", "x1,x1"], "--label x1,x1: a label given twice would count its pair"),
         ("between_processes", ["--processes", "0"], "--processes and --repeats must be >= 2"),
         ("spin_settle", ["--delays-ms", "-1"], "--delays-ms [-1.0], --readings 25"),
         ("spin_settle", ["--readings", "2"], "at least 3 readings"),

@@ -245,7 +245,7 @@ def _coverage_module():
     return module
 
 
-def test_coverage_of_two_fixture_runs(tmp_path):
+def test_coverage_of_two_fixture_runs(tmp_path, capsys):
     """Two runs of the dataloader (baseline num_workers 0, points 1 and 2) and the coverage
     worked out by hand."""
     rep = _coverage_module()
@@ -309,6 +309,23 @@ def test_coverage_of_two_fixture_runs(tmp_path):
     pooled = out.read_text()
     assert "| measured, every point | rerun interval | 4 | 4/4 / 2/4 / 75% |" in pooled
     assert "allow together for 2 of 4 (50%;" in pooled and "Pairs pooled: r, q" in pooled
+    # a pair whose runs left no summaries (interrupted after host_info) is named as left out, not
+    # counted; alone it is an error, and a missing pair's error names the pairs stored there
+    for run in ("e-1", "e-2"):
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "host.json").write_text('{"cpu_model": "fixture", "available_cpus": 2}')
+    assert rep.main(["--results", str(tmp_path), "--no-run", "--label", "r,e", "--markdown", str(out)]) == 0
+    assert (
+        "e: left out, no point measured in both runs" in out.read_text()
+        and "| 2 | 2/2 / 1/2 / 75% |" in out.read_text()
+    )
+    for label, said in (
+        ("e", "--label e: no point measured in both runs"),
+        ("zz", "a pair under " + f"{tmp_path} (e, q, r)"),
+    ):
+        with pytest.raises(SystemExit):
+            rep.main(["--results", str(tmp_path), "--no-run", "--label", label])
+        assert said in capsys.readouterr().err
     assert "| measured, every point | rerun interval | 2 | 2/2 / 1/2 / 75% |" in text
 
 
