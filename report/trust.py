@@ -274,7 +274,8 @@ def trust_context(
         if math.isfinite(r["measured"]):
             unit = "% of one CPU" if "cost" in r["check"] else "%" if "sampler" in r["check"] else "x"
             unit = "ms" if str(r["expected"]).endswith(" ms") else unit
-            measured = f"{bound(r['measured'])}x" if unit == "x" else f"{_fmt(r['measured'])} {unit}"
+            sep = "" if unit.startswith("%") else " "  # 2.59% of one CPU, 5.3 ms, as the rest of the report
+            measured = f"{bound(r['measured'])}x" if unit == "x" else f"{_fmt(r['measured'])}{sep}{unit}"
             if math.isfinite(r["ci_low"]):
                 measured += f" (95% CI {bound(r['ci_low'])}-{bound(r['ci_high'])})"
         checks.append({k: r[k] for k in ("check", "expected", "verdict", "reason")} | {"measured": measured})

@@ -458,3 +458,23 @@ def test_a_reason_shared_by_several_unmeasured_points_is_written_once():
     flags = [row[-1] for row in summary_table(summary, "intraop")["rows"]]
     assert flags[1:4] == [f"skipped: {why}", "as above", "as above"], flags
     assert flags[4].startswith("failed: ") and flags[5] == "as above", flags
+
+
+def test_the_theory_checks_write_their_units_as_the_rest_of_the_report(host_dir):
+    """A speedup with two decimals and its CI's bounds alike (1.90x, not 1.9x), a share with the
+    % sign against the number (2.59% of one CPU, not 2.59 %), a time with a space (5.3 ms)."""
+    from report.trust import trust_context
+
+    nan = float("nan")
+    rows = [
+        ("sampler's own cost at 40 Hz", "< 4% of one CPU", 2.59, nan, nan),
+        ("sampler: one busy-looping process", "49.9% +- 10 points", 49.9, nan, nan),
+        ("Convoy: median wake-up delay at 5 ms interval", ">= 2.5 ms", 5.3, nan, nan),
+        ("matmul GFLOP/s: 2 threads over 1", ">= 1.50x", 1.9, 1.41, 1.93),
+    ]
+    fidelity = pd.DataFrame(
+        [dict(zip(("check", "expected", "measured", "ci_low", "ci_high"), r), verdict="pass", reason="") for r in rows]
+    )
+    run = json.loads((host_dir / "run.json").read_text())
+    got = [c["measured"] for c in trust_context(fidelity, run, [], 0.0)["checks"]]
+    assert got == ["2.59% of one CPU", "49.9%", "5.3 ms", "1.90x (95% CI 1.41-1.93)"]
