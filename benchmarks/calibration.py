@@ -52,18 +52,17 @@ def calibration(df: pd.DataFrame, headline: bool = False) -> dict:
     }
 
 
-def _cell(v, fmt: str) -> str:
-    return format(v, fmt) if isinstance(v, (int, float, np.floating)) and np.isfinite(v) else ""
-
-
 def calibration_lines(df: pd.DataFrame) -> list[str]:
     """:func:`calibration` in words, for every point and for the first screen's."""
     out = []
     for headline, which in ((False, "every point"), (True, "the first screen's points")):
         k = calibration(df, headline)
+        if not k["points"]:
+            out.append(f"Calibration, {which}: no point has a 95% CI in both runs.")
+            continue
         out.append(
             f"Calibration, {which}: the two runs' speedups differ by more than their two 95% CIs allow"
-            f" together for {k['beyond']} of {k['points']} ({_cell(100 * k['share'], '.0f')}%; 5% where both"
-            f" hold their level), median |z| {_cell(k['z_median'], '.2f')} ({Z_MEDIAN:.2f} expected)."
+            f" together for {k['beyond']} of {k['points']} ({100 * k['share']:.0f}%; 5% where both"
+            f" hold their level), median |z| {k['z_median']:.2f} ({Z_MEDIAN:.2f} expected)."
         )
     return out
