@@ -18,6 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
 from analysis import capacity  # noqa: E402
 from analysis.findings import bound  # noqa: E402
@@ -87,6 +88,44 @@ def speedup_line(
             linewidths=1.5,
             zorder=4,
         )
+
+
+#: How an oversubscribed point (more threads or processes x threads than available CPUs) is
+#: marked on every chart that draws one: matplotlib scatter keywords.
+OVERSUBSCRIBED_MARK = {"s": 110, "marker": "s", "facecolors": "none", "edgecolors": "#D55E00", "linewidths": 1.5}
+
+
+def mark_oversubscribed(ax, x, y, what: str) -> None:
+    """An orange square on each oversubscribed point at ``(x, y)`` (equal-length sequences; none
+    drawn when empty), labelled ``oversubscribed (<what> > available CPUs)`` for the legend."""
+    if len(x):
+        ax.scatter(x, y, zorder=5, label=f"oversubscribed ({what} > available CPUs)", **OVERSUBSCRIBED_MARK)
+
+
+def hatch_noisy(bars, sub: pd.DataFrame) -> None:
+    """Hatch the bars of ``sub``'s noisy points (:func:`noisy_mask`); ``bars`` drawn from its rows in order."""
+    for b, noisy in zip(bars, noisy_mask(sub)):
+        if noisy:
+            b.set_hatch("//")
+
+
+def bar_legend(ax, **kwargs) -> None:
+    """The legend of a bar chart whose noisy bars are hatched (:func:`hatch_noisy`): one plain
+    patch per bar label, in its colour, whether the first bar of that label was hatched or not
+    (matplotlib's own legend copies the first bar, hatch and all, so a colour read as noisy),
+    then one hatched white patch, ``noisy``, where any bar is hatched. Other handles (lines) are
+    kept as they are. ``kwargs``: :meth:`matplotlib.axes.Axes.legend`'s."""
+    handles, labels = ax.get_legend_handles_labels()
+    plain = []
+    for handle in handles:
+        first = handle.patches[0] if getattr(handle, "patches", None) else handle
+        if isinstance(first, Rectangle):
+            handle = Patch(facecolor=first.get_facecolor(), edgecolor="black", linewidth=0.5)
+        plain.append(handle)
+    if any(isinstance(p, Rectangle) and p.get_hatch() for p in ax.patches):
+        plain.append(Patch(facecolor="white", edgecolor="black", linewidth=0.5, hatch="//"))
+        labels = [*labels, "noisy"]
+    ax.legend(plain, labels, **kwargs)
 
 
 def speedup_top(summary: pd.DataFrame, ideal: float) -> float:

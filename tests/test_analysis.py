@@ -770,6 +770,51 @@ def test_an_interval_far_above_the_others_is_drawn_capped_with_its_bound_written
     plt.close(fig)
 
 
+def test_a_bar_legend_shows_each_colour_plain_and_says_once_what_hatching_means():
+    """gil's chart drew its legend from the first bar of each mode: where that bar was a noisy
+    point, "threads" and "processes" read hatched in one panel and plain in the next, as if the
+    colour meant noisy. Each label now gets a plain patch in its colour, and a hatched white
+    "noisy" patch follows only where a bar is hatched."""
+    import matplotlib.pyplot as plt
+
+    from analysis.plotting import bar_legend, hatch_noisy
+
+    fig, (ax1, ax2) = plt.subplots(1, 2)
+    for ax, noisy in ((ax1, [True, False]), (ax2, [False, False])):
+        for i, (label, colour) in enumerate((("threads", "#0072B2"), ("processes", "#E69F00"))):
+            sub = pd.DataFrame({"noisy": [noisy[i], None]})
+            hatch_noisy(ax.bar([i, i + 2], [1.0, 2.0], color=colour, label=label), sub)
+        bar_legend(ax)
+    first, second = (ax.get_legend() for ax in (ax1, ax2))
+    assert [t.get_text() for t in first.get_texts()] == ["threads", "processes", "noisy"]
+    assert [t.get_text() for t in second.get_texts()] == ["threads", "processes"]
+    patches = first.get_patches()
+    assert [p.get_hatch() for p in patches] == [None, None, "//"]
+    assert patches[0].get_facecolor()[:3] == pytest.approx((0.0, 0x72 / 255, 0xB2 / 255))
+    assert [b.get_hatch() for b in ax1.patches] == ["//", None, None, None]  # only the noisy bar, not the NaN one
+    plt.close(fig)
+
+
+def test_the_intraop_chart_marks_its_oversubscribed_points_as_multiprocessing_does():
+    """4 intra-op threads on 2 CPUs are oversubscribed: the scaling chart marks them with the
+    orange square and legend entry the multiprocessing chart uses, and marks no other point."""
+    from experiments.intraop.analysis import intraop_scaling
+    from lab.contract import Context
+
+    rows = [
+        {"workload": "matmul", "threads": t, "speedup": v, "speedup_ci_low": v * 0.9, "speedup_ci_high": v * 1.1}
+        for t, v in ((1, 1.0), (2, 1.8), (4, 1.5))
+    ]
+    s = pd.DataFrame(rows).assign(
+        metric="gflop_per_s", noisy=False, baseline_median=80.0, oversubscribed=lambda d: d["threads"] > 2
+    )
+    fig = intraop_scaling(Context({"available_cpus": 2}, summary=s))
+    ax = fig.axes[0]
+    (square,) = [c for c in ax.collections if c.get_label().startswith("oversubscribed")]
+    assert square.get_offsets().tolist() == [[4.0, 1.5]]
+    assert "oversubscribed (threads > available CPUs)" in [t.get_text() for t in ax.get_legend().get_texts()]
+
+
 def test_a_long_footnote_wraps_inside_the_figure_instead_of_widening_it():
     """multiprocessing's footnote ran 330 characters on one line: saved with bbox_inches="tight",
     the image grew to its length and the chart sat in its left 80%. Wrapped to the figure's

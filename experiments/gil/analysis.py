@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 
 from analysis.capacity import cpus_text, note, one_cpu_note
 from analysis.findings import fmt_transfer, fmt_x, in_order, pick, unranked, winner
-from analysis.plotting import SPEEDUP, noisy_mask, plt, yerr
+from analysis.plotting import SPEEDUP, bar_legend, hatch_noisy, plt, yerr
 from experiments.gil import MODES, WORKLOADS, checks, shortfall
 from experiments.gil.checks import gil_on, with_interpreter
 from lab.contract import Analysis, Context
@@ -244,9 +244,8 @@ def _bars(ax, sub: pd.DataFrame, workers: list, modes: list[str]) -> None:
             edgecolor="black",
             linewidth=0.5,
         )
-        for b, noisy, v, hi in zip(bars, noisy_mask(m), m["speedup"], m["speedup_ci_high"]):
-            if noisy:
-                b.set_hatch("//")
+        hatch_noisy(bars, m)
+        for b, v, hi in zip(bars, m["speedup"], m["speedup_ci_high"]):
             if np.isfinite(v):
                 pos = (b.get_x() + b.get_width() / 2, max(v, hi) if np.isfinite(hi) else v)
                 ax.annotate(f"{v:.2f}x", pos, xytext=(0, 12), textcoords="offset points", ha="center", fontsize=8)
@@ -288,7 +287,7 @@ def gil_speedup(ctx: Context) -> Figure:
             title = f"{WORKLOADS[workload]}\n{label} ({gil})" if len(interps) > 1 else WORKLOADS[workload]
             ax.set_title(title, fontsize=10)
             ax.set_ylim(0, ymax)
-            ax.legend(loc="upper center", ncol=len(modes), fontsize=8)
+            bar_legend(ax, loc="upper center", ncol=len(modes) + 1, fontsize=7.5, columnspacing=0.8, handlelength=1.4)
     fig.suptitle(f"GIL: threads vs processes on {cpus_text(ncpu)} available (dotted: ideal)", fontsize=11)
     fig.text(
         0.01,

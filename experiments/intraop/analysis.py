@@ -14,6 +14,7 @@ from analysis.plotting import (
     PALETTE,
     baseline_text,
     cpus_text,
+    mark_oversubscribed,
     not_measured_panel,
     plt,
     speedup_line,
@@ -152,6 +153,8 @@ def _scaling_panel(ax, sub: pd.DataFrame, colour: str, title: str, ncpu) -> None
     unit = EXPERIMENT.unit(sub["metric"].iloc[0])
     top = speedup_top(sub, ncpu or 1)
     speedup_line(ax, sub["threads"], sub, colour, label="measured", top=top)
+    over = sub[sub["oversubscribed"].astype(bool)]
+    mark_oversubscribed(ax, over["threads"], over["speedup"], "threads")
     if ncpu:
         ax.plot([1, ncpu], [1, ncpu], ":", color="#444444", label="ideal (linear)")
         label = f"{cpus_text(ncpu)} available"
@@ -182,7 +185,7 @@ def intraop_scaling(ctx: Context) -> Figure:
         else:
             _scaling_panel(ax, sub, c, WORKLOADS.get(wl, wl), ncpu)
     fig.suptitle("Intra-op threads", fontsize=11)
-    speedup_note(fig, " Arrowhead: a CI above the axis (its bound beside it).")
+    speedup_note(fig, " Orange square: oversubscribed; arrowhead: a CI above the axis (its bound beside it).")
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     return fig
 

@@ -10,7 +10,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.findings import fmt_x, in_order, pick
-from analysis.plotting import PALETTE, SPEEDUP, noisy_mask, plt, speedup_note, yerr
+from analysis.plotting import PALETTE, SPEEDUP, bar_legend, hatch_noisy, plt, speedup_note, yerr
 from experiments.jit import MODES
 from lab.contract import Analysis, Context
 
@@ -103,9 +103,7 @@ def jit_latency(ctx: Context) -> Figure:
         pos = x + (j - (len(modes) - 1) / 2) * width
         style = {"color": PALETTE[j], "label": mode, "edgecolor": "black", "linewidth": 0.5}
         bars = ax1.bar(pos, m["speedup"].where(ok, 0), width, yerr=yerr(m, *SPEEDUP), capsize=3, **style)
-        for b, noisy in zip(bars, noisy_mask(m)):
-            if noisy:
-                b.set_hatch("//")
+        hatch_noisy(bars, m)
         lows.extend(_upfront(ax2, m, pos, style))
         for p, is_ok, st in zip(pos, ok, m["status"]):
             if not is_ok:
@@ -120,7 +118,7 @@ def jit_latency(ctx: Context) -> Figure:
     ax1.set_title("Steady state (after warm-up), eager interleaved")
     tops = pd.concat([summary["speedup"], summary.get("speedup_ci_high", summary["speedup"])]).dropna()
     ax1.set_ylim(0, 1.3 * max(1.0, float(tops.max()) if len(tops) else 1.0))  # room for the legend above the bars
-    ax1.legend(fontsize=8, loc="upper left", ncol=len(modes))
+    bar_legend(ax1, fontsize=8, loc="upper left", ncol=len(modes) + 1)
     ax2.set_yscale("log")
     ax2.set_xlim(-0.6, len(models) - 0.4)  # the outer markers and their labels inside the axes
     shown = dict(zip(*reversed(ax2.get_legend_handles_labels())))  # each mode once, and the dash

@@ -13,7 +13,16 @@ from matplotlib.figure import Figure
 
 from analysis.capacity import note, one_cpu_note
 from analysis.findings import fmt_transfer, fmt_x, measured, num, plural, unranked_text, winner
-from analysis.plotting import PALETTE, baseline_text, cpus_text, plt, speedup_line, speedup_note, speedup_top
+from analysis.plotting import (
+    PALETTE,
+    baseline_text,
+    cpus_text,
+    mark_oversubscribed,
+    plt,
+    speedup_line,
+    speedup_note,
+    speedup_top,
+)
 from analysis.timelines import point_of
 from lab.contract import Analysis, Context
 
@@ -276,17 +285,7 @@ def multiprocessing_throughput(ctx: Context) -> Figure:
             ax, _x(sub, policies), sub, colour, label=label, linestyle="-" if policy == DEFAULT else "--", top=top
         )
         over = sub[sub["oversubscribed"].astype(bool)]
-        _marks(
-            ax,
-            over,
-            policies,
-            s=110,
-            marker="s",
-            facecolors="none",
-            edgecolors="#D55E00",
-            zorder=5,
-            label="oversubscribed (P x T > available CPUs)",
-        )
+        mark_oversubscribed(ax, _x(over, policies), over["speedup"], "P x T")
     _mark_capped(ax, summary, ctx.replicates, policies)
     if ncpu:
         label = f"{'the' if ncpu == 1 else 'all'} {cpus_text(ncpu)} busy (ideal)"

@@ -6,10 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.patches import Patch
 
 from analysis.findings import fmt_x, in_order
-from analysis.plotting import PALETTE, noisy_mask, plt, yerr
+from analysis.plotting import PALETTE, bar_legend, hatch_noisy, plt, yerr
 from experiments.singlethread import WORKLOADS
 from lab.contract import Analysis, Context
 from lab.interpreters import named
@@ -95,9 +94,8 @@ def singlethread_ratio(ctx: Context) -> Figure:
             edgecolor="black",
             linewidth=0.5,
         )
-        for b, noisy, v in zip(bars, noisy_mask(m), m["speedup"]):
-            if noisy:
-                b.set_hatch("//")
+        hatch_noisy(bars, m)
+        for b, v in zip(bars, m["speedup"]):
             if np.isfinite(v):
                 ax.annotate(f"{v:.2f}x", (b.get_x() + b.get_width() / 2, 0.05), ha="center", fontsize=8, color="white")
     ax.axhline(1.0, color="black", linewidth=0.8)
@@ -105,11 +103,7 @@ def singlethread_ratio(ctx: Context) -> Figure:
     ax.set_ylabel(f"one thread's speed over {_reference(host)} (x)")
     ax.set_ylim(0, max(1.3, float(np.nanmax(ok["speedup_ci_high"].fillna(ok["speedup"]))) * 1.2) if len(ok) else 1.3)
     ax.set_title(f"Single-thread cost: each interpreter against {_reference(host)}, interleaved in one job")
-    handles = [
-        Patch(facecolor=PALETTE[j % len(PALETTE)], edgecolor="black", label=WORKLOADS[w])
-        for j, w in enumerate(workloads)
-    ]
-    ax.legend(handles=handles, loc="upper right", fontsize=8)
+    bar_legend(ax, loc="upper right", fontsize=8)
     fig.text(
         0.01,
         0.005,
