@@ -291,15 +291,21 @@ def test_the_convoy_waits_for_the_switch_interval_only_under_the_gil(interpreter
     check = "Convoy (default, GIL on): median wake-up delay at 5 ms interval"
     assert fidelity.loc[check, "verdict"] == "pass"
     assert (interpreters_run / "figures" / "convoy_latency.png").stat().st_size > 10_000
-    # the first screen answers with the same medians, the default's first, then each other's
+    # the first screen answers with the same medians, the default's first, then each other's, written as the
+    # table writes them (it wrote 50.28 ms where the table wrote 50.3)
+    from report.format import fmt
+
     md = (interpreters_run / "report.md").read_text()
     (line,) = [ln for ln in md.split("## Contents")[0].splitlines() if "(#convoy)" in ln]
     d, ft = s.loc["default"], s.loc["3.13t"]
     assert (
-        f"How late does a sleeping thread wake next to a CPU-bound one?](#convoy) {d['latency_p50_ms']:.2f} ms late"
+        f"How late does a sleeping thread wake next to a CPU-bound one?](#convoy) {fmt(d['latency_p50_ms'])} ms late"
         in line
     )
-    assert f"under 3.13t (GIL off) {ft['latency_p50_ms']:.2f} ms (p99 {ft['latency_p99_ms']:.2f} ms) with 5 ms" in line
+    p50, p99 = fmt(ft["latency_p50_ms"]), fmt(ft["latency_p99_ms"])
+    assert f"under 3.13t (GIL off) {p50} ms (p99 {p99} ms) with 5 ms" in line
+    row = f"| {fmt(d['latency_p50_ms'])} | {fmt(d['latency_p99_ms'])} |"
+    assert row in md.split('<a id="convoy">')[1], row  # the table's median and p99 cells, side by side
     physics.conditions(interpreters_run).require(need_capacity=False)  # GIL off, the sleeper needs a CPU of its own
     r = s.loc["3.13t"]
     assert r["latency_p50_ms"] < r["switch_interval_ms"] / 2 and r["speedup"] > gil_bound(r), r

@@ -9,6 +9,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.fidelity import check_row
+from analysis.findings import num
 from analysis.plotting import PALETTE, plt
 from lab.contract import Analysis, Context
 from lab.interpreters import named
@@ -31,8 +32,8 @@ def findings(ctx: Context) -> list[str]:
         gil = "GIL on" if bool(r.get("gil_enabled", True)) else "GIL off"
         out.append(
             f"{named(r['interpreter'], host)}, switch interval {r['switch_interval_ms']:g} ms ({gil}): a sleeping "
-            f"thread next to a CPU-bound thread woke {r['latency_p50_ms']:.2f} ms late at the median "
-            f"(p99 {r['latency_p99_ms']:.2f} ms); its iterations ran at {r['speedup']:.2f}x "
+            f"thread next to a CPU-bound thread woke {num(r['latency_p50_ms'], 'ms')} late at the median "
+            f"(p99 {num(r['latency_p99_ms'], 'ms')}); its iterations ran at {r['speedup']:.2f}x "
             f"(95% CI {r['speedup_ci_low']:.2f}-{r['speedup_ci_high']:.2f}) the rate they run alone."
         )
     return out
@@ -50,7 +51,7 @@ def headlines(ctx: Context) -> list[dict]:
 
     def late(r, first: bool) -> str:
         p50, p99 = r["latency_p50_ms"], r["latency_p99_ms"]
-        return f"{p50:.2f} ms{' late at the median' if first else ''} (p99 {p99:.2f} ms)"
+        return f"{num(p50, 'ms')}{' late at the median' if first else ''} (p99 {num(p99, 'ms')})"
 
     first = ok[ok["interpreter"] == order[0]]
     parts = [
