@@ -79,7 +79,7 @@ def _rounds_options(p: argparse.ArgumentParser) -> None:
         help="measure rounds until the speedup's 95%% CI half-width is below PCT %% of it (0: --repeats) [>= 0]",
     )
     g.add_argument("--rounds-budget-s", type=float, default=0.0, metavar="S", help="s the rounds may take [>= 0]")
-    for what, unit in (("target-ci-pct", "PCT"), ("budget-s", "S")):  # lab.rounds.Rounds.goal
+    for what, unit in (("target-ci-pct", "PCT"), ("budget-s", "S")):  # lab.rounds.Rounds._goal
         lead = f"the --rounds-{what} while the point beats its baseline (median speedup > 1); default: the same"
         g.add_argument(f"--rounds-lead-{what}", type=float, default=None, metavar=unit, help=lead + " [>= 0]")
     g.add_argument("--rounds-max", type=int, default=0, metavar="N", help="at most N rounds (0: --repeats)")

@@ -166,22 +166,14 @@ class Rounds:
             prior_baseline=tuple(baseline),
         )
 
-    def leads(self, point: list[float], baseline: list[float]) -> bool:
-        """Whether the point beats its baseline so far: a baseline exists and the median of the
-        per-round ratios point / baseline (earlier workers' included) is above 1."""
-        return self._beats(self.judged(point, baseline), baseline)
-
     def _beats(self, judged: list[float], baseline: list[float]) -> bool:
-        """:meth:`leads`, given the values :meth:`judged` returned."""
+        """Whether the point beats its baseline so far: a baseline exists and the median of
+        ``judged`` (:meth:`judged`'s per-round ratios, earlier workers' included) is above 1."""
         return bool(baseline or self.prior_baseline) and bool(median(judged) > 1.0)
 
-    def goal(self, point: list[float], baseline: list[float]) -> tuple[float, float]:
-        """The target (%) and budget (s) that apply now: the lead ones (where set) while the
-        point beats its baseline (:meth:`leads`), else ``target_ci_pct`` and ``budget_s``."""
-        return self._goal(self.judged(point, baseline), baseline)
-
     def _goal(self, judged: list[float], baseline: list[float]) -> tuple[float, float]:
-        """:meth:`goal`, given the values :meth:`judged` returned."""
+        """The target (%) and budget (s) that apply now: the lead ones (where set) while the
+        point beats its baseline (:meth:`_beats`), else ``target_ci_pct`` and ``budget_s``."""
         if self._beats(judged, baseline):
             target = self.target_ci_pct if self.lead_target_ci_pct is None else self.lead_target_ci_pct
             return target, self.budget_s if self.lead_budget_s is None else self.lead_budget_s
@@ -189,7 +181,7 @@ class Rounds:
 
     def decide(self, done: int, elapsed_s: float, point: list[float], baseline: list[float]) -> str | None:
         """Why to stop after ``done`` rounds that took ``elapsed_s``, or None to measure one more.
-        The target and budget are those of :meth:`goal`: a point that beats its baseline so far
+        The target and budget are those of :meth:`_goal`: a point that beats its baseline so far
         may go on longer, and one that falls back stops on the usual ones.
 
         Args:

@@ -399,10 +399,13 @@ def test_a_point_that_beats_its_baseline_goes_by_the_lead_target_and_budget():
     assert policy.record(8, "budget", 5.5, winning, [1.0] * 8)["lead"] is True
     assert policy.record(8, "target", 2.0, losing, [1.0] * 8)["lead"] is False
     # the baseline's own job (no baseline): judged on its metric, never a lead
-    assert not policy.leads([5.0] * 8, []) and policy.goal([5.0] * 8, []) == (10.0, 4.0)
+    own = [50.0 * r for r in ratios]  # its metric, a half-width of a few % as the ratios'
+    assert policy.record(8, "target", 2.0, own, [])["lead"] is False
+    assert policy.decide(8, 2.0, own, []) == "target"  # the usual 10% target, not the lead 1%
     last = policy.for_worker(2, 6, 2.5, winning[:6], [1.0] * 6)
     assert last.lead_budget_s == pytest.approx(3.5) and last.budget_s == pytest.approx(1.5)
-    assert last.leads(winning[6:], [1.0] * 2)  # the earlier workers' rounds count
+    assert last.record(2, "x", 0, winning[6:], [1.0] * 2)["lead"] is True  # the earlier workers' rounds count
+    assert last.decide(2, 2.0, winning[6:], [1.0] * 2) is None  # a 3rd round ends at 3 s: inside the lead 3.5 s left
     with pytest.raises(ValueError, match="lead_budget_s"):
         Rounds(6, 5, 4, 30, "m", lead_budget_s=-1)
 
