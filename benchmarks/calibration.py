@@ -8,6 +8,9 @@ point, ``z = |ln(s2 / s1)| / sqrt(se1^2 + se2^2)``, each run's standard error re
 as ``ln(high / low) / (2 x 1.96)`` (a normal approximation of the interval on the log scale).
 Where both CIs hold their level and the machine did not change between the runs, ``z`` exceeds
 :data:`Z95` for 5% of the points, and its median is :data:`Z_MEDIAN`.
+
+:func:`hindsight` sizes the width goal against the data: over pooled pairs, the width each
+first-screen point would have needed, in hindsight, to hold 90% of its own reruns.
 """
 
 from __future__ import annotations
@@ -52,8 +55,54 @@ def calibration(df: pd.DataFrame, headline: bool = False) -> dict:
     }
 
 
+#: Directions a point needs for :func:`hindsight` to take its quantile: five pairs' worth (one
+#: pair gives a point two directions of one difference, which any quantile reads as its width).
+HINDSIGHT_MIN_DIRECTIONS = 10
+
+
+def hindsight(df: pd.DataFrame, level: float = 0.9) -> dict:
+    """The width a point's interval would need, known in hindsight, to hold ``level`` of its own
+    reruns: per point of the first screen (``df``'s ``headline`` rows, pooled over pairs: column
+    ``point`` within ``experiment``), the ``level`` quantile ``h`` of ``|ln(rerun / estimate)|``
+    over its directions (each run's headline figure against the other run's value of it, the
+    directions :func:`coverage` counts for the figure ``lead``), so that ``[s e^-h, s e^h]``
+    holds that share of them; its width is ``e^h - e^-h`` of the estimate. What the widths say:
+    a rule that gives each point one width, however well chosen, needs about their median for
+    ``level`` coverage; a rule that widens with each run's own noise (the rerun interval) can do
+    better, since it knows which of a point's runs were noisy. A point with fewer than
+    :data:`HINDSIGHT_MIN_DIRECTIONS` directions is left out (``left_out``: their count).
+
+    Returns:
+        ``directions`` counted, ``points`` (distinct), ``left_out``, ``coverage`` (share of directions inside
+        their point's width; about ``level``) and ``width_pct_median`` (median over directions of
+        their point's width, % of the estimate); NaN without directions.
+    """
+    rows = df[df["headline"]]
+    parts = []
+    for i, other in ((1, 2), (2, 1)):
+        usable = rows[f"in_rerun_lead_{i}"].notna()
+        d = np.log(rows[f"lead_on_{i}_{other}"] / rows[f"lead_{i}"]).abs()[usable]
+        parts.append(pd.DataFrame({"key": rows["experiment"] + " " + rows["point"], "d": d}).dropna())
+    every = pd.concat(parts, ignore_index=True)
+    counts = every.groupby("key")["d"].transform("size")
+    left_out = int(every.loc[counts < HINDSIGHT_MIN_DIRECTIONS, "key"].nunique())
+    every = every[counts >= HINDSIGHT_MIN_DIRECTIONS]
+    if every.empty:
+        nan = float("nan")
+        return {"directions": 0, "points": 0, "left_out": left_out, "coverage": nan, "width_pct_median": nan}
+    h = every.groupby("key")["d"].transform(lambda d: d.quantile(level))
+    return {
+        "directions": int(len(every)),
+        "points": int(every["key"].nunique()),
+        "left_out": left_out,
+        "coverage": float((every["d"] <= h * (1 + 1e-9)).mean()),  # a pair's two directions differ by an ulp
+        "width_pct_median": float((100 * (np.exp(h) - np.exp(-h))).median()),
+    }
+
+
 def calibration_lines(df: pd.DataFrame) -> list[str]:
-    """:func:`calibration` in words, for every point and for the first screen's."""
+    """:func:`calibration` in words, for every point and for the first screen's, then
+    :func:`hindsight`'s widths at 90%."""
     out = []
     for headline, which in ((False, "every point"), (True, "the first screen's points")):
         k = calibration(df, headline)
@@ -64,5 +113,16 @@ def calibration_lines(df: pd.DataFrame) -> list[str]:
             f"Calibration, {which}: the two runs' speedups differ by more than their two 95% CIs allow"
             f" together for {k['beyond']} of {k['points']} ({100 * k['share']:.0f}%; 5% where both"
             f" hold their level), median |z| {k['z_median']:.2f} ({Z_MEDIAN:.2f} expected)."
+        )
+    h = hindsight(df)
+    fewer = f"; {h['left_out']} with fewer directions left out" if h["left_out"] else ""
+    if not h["directions"]:
+        out.append(f"In hindsight: no first-screen point has {HINDSIGHT_MIN_DIRECTIONS} directions; pool 5 pairs.")
+    else:
+        out.append(
+            f"In hindsight, one width per point that held 90% of its own reruns (the first screen's {h['points']}"
+            f" points with {HINDSIGHT_MIN_DIRECTIONS} directions or more, {h['directions']} directions{fewer})"
+            f" would have a median width of {h['width_pct_median']:.1f}% (coverage {100 * h['coverage']:.0f}%):"
+            " what a rule that gives a point one width would need."
         )
     return out

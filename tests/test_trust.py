@@ -245,6 +245,30 @@ def _coverage_module():
     return module
 
 
+def test_hindsight_gives_the_width_each_point_needed_for_its_own_reruns():
+    """A point rerun in 5 pairs whose second runs read e^0.01 ... e^0.05 of its first (10
+    directions, two of each difference): 90% of them need |ln| <= 0.05, a width of e^0.05 -
+    e^-0.05 = 10.0%, which holds all 10; at 50%, 0.03: 6.0%, holding 6. A point seen in one
+    pair only is left out, and without any point of 10 directions the line says to pool pairs."""
+    _coverage_module()  # puts benchmarks/ on the path
+    from calibration import calibration_lines, hindsight
+
+    def pair(point, second):
+        row = {"experiment": "e", "point": point, "headline": True, "in_rerun_lead_1": 1.0, "in_rerun_lead_2": 0.0}
+        row |= {"lead_1": 1.0, "lead_2": second, "lead_on_1_2": second, "lead_on_2_1": 1.0}
+        ci = {f"speedup_ci_{side}_{i}": v for i in (1, 2) for side, v in (("low", 0.9), ("high", 1.6))}
+        return row | ci | {"speedup_1": 1.0, "speedup_2": second, "in_ci_1": 1.0, "in_ci_2": 1.0}
+
+    df = pd.DataFrame([pair("a", np.exp(0.01 * k)) for k in range(1, 6)] + [pair("b", 1.5)])
+    h = hindsight(df)
+    assert (h["directions"], h["points"], h["left_out"], h["coverage"]) == (10, 1, 1, 1.0)
+    assert h["width_pct_median"] == pytest.approx(100 * (np.exp(0.05) - np.exp(-0.05)))
+    half = hindsight(df, 0.5)
+    assert half["coverage"] == 0.6 and half["width_pct_median"] == pytest.approx(100 * (np.exp(0.03) - np.exp(-0.03)))
+    assert hindsight(df.assign(headline=False))["directions"] == 0
+    assert "no first-screen point has 10 directions; pool 5 pairs" in calibration_lines(df.iloc[4:])[-1]
+
+
 def test_coverage_of_two_fixture_runs(tmp_path, capsys):
     """Two runs of the dataloader (baseline num_workers 0, points 1 and 2) and the coverage
     worked out by hand."""
