@@ -522,6 +522,18 @@ def test_threads_outside_the_gil_range_are_explained_by_what_was_measured():
     assert reason(interference_pct=1.0, speedup=1.5, speedup_ci_low=1.3, speedup_ci_high=1.7) == (
         "outside the range the GIL allows with the GIL measured on, and nothing measured explains it"
     )
+    # the probe of the same rounds read 1.18 of 2 CPUs delivered (an AVX2 EPYC VM's job that read 1.26x):
+    # the CPUs ran at unequal speeds, which the reason names; at 1.9 of 2 (whole cores) it does not
+    unequal = {"interference_pct": 1.0, "cpus_asked": 2.0, "cpus_delivered": 1.175}
+    assert reason(**unequal) == (
+        "its 95% CI (1.02-1.40) reaches into the range the GIL allows: measurement noise, on a machine whose CPUs"
+        " ran at unequal speeds (the capacity probe read 1.18 of 2 CPUs delivered in the same rounds: with all"
+        " busy, the slowest at 59% of one CPU alone), where one thread runs at the speed of the CPU it is on and"
+        " the baseline's rounds need not have run on the same one"
+    )
+    clear = reason(**unequal, speedup=1.5, speedup_ci_low=1.3, speedup_ci_high=1.7)
+    assert clear.startswith("outside the range the GIL allows with the GIL measured on, on a machine whose CPUs")
+    assert reason(**unequal | {"cpus_delivered": 1.9}).endswith("the GIL allows: measurement noise")
 
 
 def test_gil_headline_says_no_clear_winner_where_no_interval_clears_one():
