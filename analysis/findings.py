@@ -93,10 +93,10 @@ def fmt_transfer(row, kind: str = "rerun") -> str:
         )
     text = interval_text(row, kind, "speedup_norm")
     if case == "too_wide":
-        return f"{fmt_x(row, kind)}; on whole cores {norm:.2f}x ({text}), too wide to decide on"
+        return f"{fmt_x(row, kind)}; on whole cores {bound(norm)}x ({text}), too wide to decide on"
     if case == "spread":
         return (
-            f"{fmt_x(row, kind)}; on whole cores {norm:.2f}x ({text}), too uncertain to be worth its"
+            f"{fmt_x(row, kind)}; on whole cores {bound(norm)}x ({text}), too uncertain to be worth its"
             f" {100 * abs(norm / s - 1):.0f}% correction"
         )
     if case == "overshoots":
@@ -106,7 +106,7 @@ def fmt_transfer(row, kind: str = "rerun") -> str:
             " (the probe's loop is not this work)"
         )
     text += "; " if text else ""
-    return f"{norm:.2f}x on whole cores ({text}{s:.2f}x measured while {int(asked)} CPUs delivered {got:.2f})"
+    return f"{bound(norm)}x on whole cores ({text}{bound(s)}x measured while {int(asked)} CPUs delivered {got:.2f})"
 
 
 def transfer_case(row) -> str:

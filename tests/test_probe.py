@@ -255,6 +255,12 @@ def test_the_headline_gives_the_figure_on_whole_cores_unless_its_interval_cannot
     assert fmt_transfer(matmul).startswith("1.81x (95% CI 1.54-2.09); on whole cores 1.89x (95% CI 1.10-3.25)")
     # and the 1.35-CPU case above, as narrow on whole cores as measured: the correction is pure gain
     assert not fmt_transfer(row).startswith("1.33x")
+    # a ratio below 0.1 keeps two significant digits in both figures, as its interval does (spawn's
+    # epochs/s against fork's read "0.07x on whole cores (... 0.038-0.13; 0.06x measured ...)")
+    small = {"speedup": 0.058, "speedup_ci_low": 0.05, "speedup_ci_high": 0.066, "cpus_asked": 2}
+    small |= {"cpus_delivered": 1.41, "speedup_norm": 0.0746, "speedup_norm_ci_low": 0.06, "speedup_norm_ci_high": 0.09}
+    want = "0.075x on whole cores (95% CI 0.06-0.09; 0.058x measured while 2 CPUs delivered 1.41)"
+    assert fmt_transfer(small) == want
 
 
 def test_the_headlines_give_the_rerun_interval_where_the_summary_has_it():

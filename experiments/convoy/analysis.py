@@ -96,7 +96,7 @@ def convoy_latency(ctx: Context) -> Figure:
                 bins=bins,
                 color=colour,
                 alpha=0.7,
-                label=f"{label} (median {m:.2f} ms)",
+                label=f"{label} (median {num(m, 'ms')})",
             )
         ax.axvline(p["switch_interval_ms"], color="#444444", linestyle=":", linewidth=1)
         ax.set_xscale("log")

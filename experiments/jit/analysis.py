@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.findings import fmt_x, in_order, pick
+from analysis.findings import fmt_x, in_order, num, pick
 from analysis.plotting import PALETTE, SPEEDUP, bar_legend, hatch_noisy, plt, speedup_note, yerr
 from experiments.jit import MODES
 from lab.contract import Analysis, Context
@@ -52,7 +52,7 @@ def findings(ctx: Context) -> list[str]:
         eager = pick(sub, mode="eager")
         parts = [_mode_part(r, eager) for _, r in sub.iterrows() if r["mode"] != "eager"]
         if eager is not None and parts:
-            out.append(f"{model} (eager {eager['latency_ms']:.3f} ms per batch): " + "; ".join(parts) + ".")
+            out.append(f"{model} (eager {num(eager['latency_ms'], 'ms')} per batch): " + "; ".join(parts) + ".")
     return out
 
 
