@@ -266,7 +266,9 @@ def test_hindsight_gives_the_width_each_point_needed_for_its_own_reruns():
     half = hindsight(df, 0.5)
     assert half["coverage"] == 0.6 and half["width_pct_median"] == pytest.approx(100 * (np.exp(0.03) - np.exp(-0.03)))
     assert hindsight(df.assign(headline=False))["directions"] == 0
-    assert "no first-screen point has 10 directions; pool 5 pairs" in calibration_lines(df.iloc[4:])[-1]
+    line = calibration_lines(df.iloc[4:])[-1]
+    assert "takes 10 reruns of it (each run's figure against the other's: 2 a pair, so 5 pairs pooled" in line
+    assert line.endswith("1 pair given.")
 
 
 def test_coverage_of_two_fixture_runs(tmp_path, capsys):
@@ -523,17 +525,16 @@ def test_threads_outside_the_gil_range_are_explained_by_what_was_measured():
         "outside the range the GIL allows with the GIL measured on, and nothing measured explains it"
     )
     # the probe of the same rounds read 1.18 of 2 CPUs delivered (an AVX2 EPYC VM's job that read 1.26x):
-    # the CPUs ran at unequal speeds, which the reason names; at 1.9 of 2 (whole cores) it does not
-    unequal = {"interference_pct": 1.0, "cpus_asked": 2.0, "cpus_delivered": 1.175}
-    assert reason(**unequal) == (
-        "its 95% CI (1.02-1.40) reaches into the range the GIL allows: measurement noise, on a machine whose CPUs"
-        " ran at unequal speeds (the capacity probe read 1.18 of 2 CPUs delivered in the same rounds: with all"
-        " busy, the slowest at 59% of one CPU alone), where one thread runs at the speed of the CPU it is on and"
-        " the baseline's rounds need not have run on the same one"
+    # the reason names that reading; at 1.9 of 2 (whole cores) it does not
+    short = {"interference_pct": 1.0, "cpus_asked": 2.0, "cpus_delivered": 1.175}
+    assert reason(**short) == (
+        "its 95% CI (1.02-1.40) reaches into the range the GIL allows: measurement noise; the machine delivered"
+        " 1.18 of 2 CPUs in the same rounds (the capacity probe: with all busy, the slowest ran at 59% of one CPU"
+        " alone), and one thread runs at the speed its CPU has then, which the baseline's rounds need not have shared"
     )
-    clear = reason(**unequal, speedup=1.5, speedup_ci_low=1.3, speedup_ci_high=1.7)
-    assert clear.startswith("outside the range the GIL allows with the GIL measured on, on a machine whose CPUs")
-    assert reason(**unequal | {"cpus_delivered": 1.9}).endswith("the GIL allows: measurement noise")
+    clear = reason(**short, speedup=1.5, speedup_ci_low=1.3, speedup_ci_high=1.7)
+    assert clear.startswith("outside the range the GIL allows with the GIL measured on; the machine delivered 1.18")
+    assert reason(**short | {"cpus_delivered": 1.9}).endswith("the GIL allows: measurement noise")
 
 
 def test_gil_headline_says_no_clear_winner_where_no_interval_clears_one():

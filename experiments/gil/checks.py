@@ -75,29 +75,31 @@ def _threads_reason(r: pd.Series | None, s: float | None, host: dict) -> str:
             "a point and its baseline that meet different loads give a ratio off by the change"
         )
     lo, hi = r.get("speedup_ci_low", np.nan), r.get("speedup_ci_high", np.nan)
-    unequal = _unequal_cpus(r)
+    short = _short_cpus(r)
     if np.isfinite(lo) and np.isfinite(hi) and lo <= 1.15 and hi >= 0.7:
         noise = f"its 95% CI ({lo:.2f}-{hi:.2f}) reaches into the range the GIL allows: measurement noise"
-        return f"{noise}, on {unequal}" if unequal else noise
-    if unequal:
-        return f"outside the range the GIL allows with the GIL measured on, on {unequal}"
+        return f"{noise}; {short}" if short else noise
+    if short:
+        return f"outside the range the GIL allows with the GIL measured on; {short}"
     return "outside the range the GIL allows with the GIL measured on, and nothing measured explains it"
 
 
-def _unequal_cpus(r: pd.Series) -> str:
+def _short_cpus(r: pd.Series) -> str:
     """Where the capacity probe of the point's own rounds read fewer CPUs delivered than the
-    point asked for (below :data:`analysis.capacity.DELIVERED_WHOLE` of them): the CPUs ran at
-    unequal speeds with all busy, in words; else "". Under the GIL one thread runs at a time, at
-    the speed of the CPU it is on, so a sequential baseline and its threads that ran on CPUs of
-    different speeds give a ratio off by up to their ratio (on an AVX2 EPYC VM, 2 threads read
-    1.26x over sequential in a job whose probe read 1.18 of 2 CPUs delivered)."""
+    point asked for (below :data:`analysis.capacity.DELIVERED_WHOLE` of them), what it read, in
+    words; else "". The probe's all-CPU level is limited by its slowest CPU, so ``delivered /
+    asked`` is the slowest CPU's speed with all busy over one CPU's alone. Under the GIL one
+    thread runs at a time, at the speed its CPU has then, so a sequential baseline and its
+    threads that ran on CPUs, or at moments, of different speeds give a ratio off by their ratio
+    (on an AVX2 EPYC VM, 2 threads read 1.26x over sequential in a job whose probe read 1.18 of
+    2 CPUs delivered)."""
     got, asked = (pd.to_numeric(r.get(c, np.nan), errors="coerce") for c in ("cpus_delivered", "cpus_asked"))
     if not (np.isfinite(got) and np.isfinite(asked) and asked > 1 and got < DELIVERED_WHOLE * asked):
         return ""
     return (
-        f"a machine whose CPUs ran at unequal speeds (the capacity probe read {got:.2f} of {asked:g} CPUs delivered"
-        f" in the same rounds: with all busy, the slowest at {got / asked:.0%} of one CPU alone), where one thread"
-        " runs at the speed of the CPU it is on and the baseline's rounds need not have run on the same one"
+        f"the machine delivered {got:.2f} of {asked:g} CPUs in the same rounds (the capacity probe: with all busy,"
+        f" the slowest ran at {got / asked:.0%} of one CPU alone), and one thread runs at the speed its CPU has"
+        " then, which the baseline's rounds need not have shared"
     )
 
 
