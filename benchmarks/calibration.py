@@ -115,13 +115,19 @@ def calibration_lines(df: pd.DataFrame) -> list[str]:
             f" hold their level), median |z| {k['z_median']:.2f} ({Z_MEDIAN:.2f} expected)."
         )
     h = hindsight(df)
-    fewer = f"; {h['left_out']} with fewer directions left out" if h["left_out"] else ""
+    fewer = f"; {h['left_out']} with fewer left out" if h["left_out"] else ""
+    pairs = df["pair"].nunique() if "pair" in df else 1
     if not h["directions"]:
-        out.append(f"In hindsight: no first-screen point has {HINDSIGHT_MIN_DIRECTIONS} directions; pool 5 pairs.")
+        out.append(
+            f"In hindsight: the width each first-screen point needed for 90% of its reruns takes"
+            f" {HINDSIGHT_MIN_DIRECTIONS} reruns of it (each run's figure against the other's: 2 a pair, so 5 pairs"
+            f" pooled with --label); {pairs} pair{'s' if pairs != 1 else ''} given."
+        )
     else:
         out.append(
             f"In hindsight, one width per point that held 90% of its own reruns (the first screen's {h['points']}"
-            f" points with {HINDSIGHT_MIN_DIRECTIONS} directions or more, {h['directions']} directions{fewer})"
+            f" points with {HINDSIGHT_MIN_DIRECTIONS} reruns or more, each run's figure against the other's:"
+            f" {h['directions']} reruns{fewer})"
             f" would have a median width of {h['width_pct_median']:.1f}% (coverage {100 * h['coverage']:.0f}%):"
             " what a rule that gives a point one width would need."
         )

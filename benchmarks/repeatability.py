@@ -1,5 +1,5 @@
-"""Repeatability and coverage benchmark: run config.quick.yaml twice, back to back, and ask
-whether the first run's 95% confidence intervals hold the second run's values.
+"""Repeatability and coverage: two quick runs, and whether each run's intervals hold the other's values.
+Run config.quick.yaml twice, back to back (or compare stored pairs with --no-run).
 
 For every configuration point measured in both runs it reports
 
