@@ -12,7 +12,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.capacity import note, one_cpu_note
-from analysis.findings import fmt_transfer, fmt_x, measured, num, plural, unranked_text, winner
+from analysis.findings import bound, fmt_transfer, fmt_x, measured, num, plural, unranked_text, winner
 from analysis.plotting import (
     PALETTE,
     baseline_text,
@@ -116,6 +116,11 @@ def capped_findings(replicates) -> list[str]:
         f"Windows that reached the {num(cap, 's')} cap (`max_window_s`) ended there with their work unfinished,"
         f" and samples/s counts the steps done: {'; '.join(parts)}."
     ]
+
+
+def _ci(row) -> str:
+    """``0.62-2.00``: a row's speedup CI, its bounds as :func:`analysis.findings.bound` writes them."""
+    return f"{bound(row['speedup_ci_low'])}-{bound(row['speedup_ci_high'])}"
 
 
 def _verdict(other, base) -> int:
@@ -258,9 +263,12 @@ def _policy_headline(every, replicates=None) -> list[dict]:
     other = others.loc[others["median"].idxmax()]
     policy = other["omp_wait_policy"]
     verdict = {1: f"{policy} clearly faster", -1: f"{policy} clearly slower", 0: "no clear difference"}
+    v = _verdict(other, worst)
+    # the screen gives rerun intervals, which can overlap where the CIs that decide do not: name those
+    why = f": their 95% CIs {_ci(other)} against {_ci(worst)}" if v else ""
     answer = (
         f"at {_split(worst)}, OMP_WAIT_POLICY={policy} {_capped_x(replicates, other)} of 1 x 1"
-        f" against {_capped_x(replicates, worst)} with the default ({verdict[_verdict(other, worst)]})"
+        f" against {_capped_x(replicates, worst)} with the default ({verdict[v]}{why})"
     )
     return [{"question": "What does oversubscription's cost come from?", "answer": answer}]
 
