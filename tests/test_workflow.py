@@ -72,12 +72,14 @@ def test_every_output_exists(quick_run):
         if exp == "convoy":  # the sleeper next to a CPU-bound thread, under the GIL: late by the interval
             half = not_base["switch_interval_ms"] / 2
             assert (not_base["latency_p50_ms"] >= half).all(), not_base[["switch_interval_ms", "latency_p50_ms"]]
-            # the histogram's legend gives the same median as the findings' text
+            # the histogram's legend gives the same median as the findings' text and the table (3 digits)
+            from report.format import fmt
+
             fig = draw_figure("convoy_latency", host)
             legends = {ax.get_title(): ax.get_legend().get_texts()[1].get_text() for ax in fig.axes if ax.get_visible()}
             for _, r in not_base.iterrows():
                 title = f"{r['interpreter']}, switch interval {r['switch_interval_ms']:g} ms"
-                assert legends[title].endswith(f"(median {r['latency_p50_ms']:.2f} ms)"), (legends, r)
+                assert legends[title].endswith(f"(median {fmt(r['latency_p50_ms'])} ms)"), (legends, r)
         assert len(not_base) and (not_base["speedup_source"] == "interleaved").all(), exp
     run = json.loads((host / "run.json").read_text())
     assert 0 < run["measured_share_pct"] < 100
