@@ -22,6 +22,7 @@ from analysis.rerun import RERUN_COLUMNS
 from experiments.workload import KNOBS
 from experiments.workload.figures import workload_search, workload_verify
 from experiments.workload.recommend import (
+    against_themselves,
     as_env,
     as_json,
     as_python,
@@ -122,11 +123,10 @@ def _recommendation_sentence(d: dict) -> str:
             f"Nothing to search: the workload section offers no value of any knob other than {d['current_source']}'."
             f" Measured against themselves in the verification, they gave {gain}: the noise of this machine."
         )
-    if d["best_found"] == d["current"]:
+    if against_themselves(d):
         return (
             f"Your current settings are fine here: the search found nothing clearly faster than {d['current_source']}. "
-            f"Measured against themselves in the verification they gave {gain}: "
-            "the noise of this machine."
+            f"Measured against themselves in the verification they gave {gain}: the noise of this machine."
         )
     return (
         f"Your current settings are fine here: the search's best configuration gave {gain} "

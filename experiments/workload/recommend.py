@@ -159,10 +159,16 @@ def search_sentence(d: dict) -> str:
     return text
 
 
+def against_themselves(d: dict) -> bool:
+    """Whether the search kept the current settings, so the verification measured them against
+    themselves (an A/A comparison: its figure is this machine's noise)."""
+    return d.get("best_found") == d.get("current")
+
+
 def best_gave(d: dict) -> str:
     """What the verification's figure is of: the search's best against the current settings, or
-    (where the best found is the current settings) those settings against themselves."""
-    return "measured against themselves they gave" if d["best_found"] == d["current"] else "the best found gave"
+    (:func:`against_themselves`) those settings against themselves."""
+    return "measured against themselves they gave" if against_themselves(d) else "the best found gave"
 
 
 def outcome(d: dict) -> str:
@@ -269,7 +275,7 @@ def _header(data: dict, comment: str) -> list[str]:
             f"{comment} Measured here: {gain} the throughput of the current settings"
             f" ({describe_changes(data['changes'])})."
         ]
-    if data.get("best_found") == data.get("current"):
+    if against_themselves(data):
         return [
             f"{comment} Your current settings are fine here: the search found nothing faster"
             f" (against themselves {gain}).",
