@@ -155,7 +155,9 @@ def _point_row(spec: Experiment, point: dict, grp: pd.DataFrame, baselines: pd.D
     row["cpu_util_pct"] = float(np.median(ok["cpu_util_pct"])) if len(ok) else np.nan
     row["noisy"] = bool(row["iqr_pct"] > NOISY_IQR_PCT) if np.isfinite(row["iqr_pct"]) else False
     row |= capacity_columns(ok, jobs[jobs["source"].isin(grp["source"])] if "source" in jobs else grp)
-    over = grp["oversubscribed"].fillna(False).astype(bool).any() if "oversubscribed" in grp else False
+    # a point is oversubscribed where most of its measured rounds were (a round can be alone in it
+    # where the flag is measured, lab.window.oversubscribed)
+    over = ok["oversubscribed"].fillna(False).astype(bool).mean() > 0.5 if "oversubscribed" in ok and len(ok) else False
     row["oversubscribed"] = bool(over)
     row |= _flags(spec, grp, ok)
     own_base = baselines[baselines["source"].isin(grp["source"])]

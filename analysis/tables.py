@@ -47,6 +47,7 @@ KNOWN = {
             "sampler_cpu_pct",
             "pipeline_cpu_pct",
             "steal_pct",
+            "cpu_wait_pct",
             "throttled_s",
             "cpu_freq_mhz",
             "top_other_cpu_pct",

@@ -38,6 +38,7 @@ COMMON_COLUMNS = (
     "window_start_unix",
     "window_end_unix",
     "steal_pct",
+    "cpu_wait_pct",
     "throttled_s",
     "cpu_freq_mhz",
     "top_other_pid",

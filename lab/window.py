@@ -34,6 +34,39 @@ SAMPLER_NAME = "cpulab-sampler"
 #: A window whose interference averages more than this (% of one CPU) is flagged contended.
 CONTENDED_PCT = 10.0
 
+#: The kernel's CPU pressure stall information (PSI, Linux 4.20+ with ``CONFIG_PSI``): its
+#: ``some ... total=`` line counts the microseconds in which a runnable task waited for a CPU,
+#: each CPU's share weighted by the time it was busy (Documentation/accounting/psi.rst).
+PSI_CPU = "/proc/pressure/cpu"
+
+#: A point whose threads and workers outnumber the available CPUs is oversubscribed only where
+#: some task waited for a CPU in more than this share of its window (``cpu_wait_pct``, %): the
+#: threshold of :data:`CONTENDED_PCT`, 10%, on the time axis.
+WAITED_PCT = 10.0
+
+
+def cpu_wait_us(path: str = PSI_CPU) -> float | None:
+    """Microseconds since boot in which at least one runnable task waited for a CPU (PSI's
+    ``some total``, :data:`PSI_CPU`); None where the kernel has no PSI (``CONFIG_PSI`` off, or
+    booted with ``psi=0``: reading the file fails) or the line is not of that form."""
+    try:
+        with open(path, encoding="ascii") as fh:
+            first = fh.readline()
+        return float(first.rsplit("total=", 1)[1]) if first.startswith("some ") else None
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def oversubscribed(asked: int, ncpu: int, cpu_wait_pct: float) -> bool:
+    """Whether a point was oversubscribed: it ran more threads and worker processes than the
+    ``ncpu`` available CPUs (``asked``) and, where the kernel measures CPU pressure, some task
+    waited for a CPU in more than :data:`WAITED_PCT` % of the window (``cpu_wait_pct``; NaN: not
+    measured, the count alone decides). Workers that sleep (a DataLoader reading slow files)
+    outnumber the CPUs without making anything wait."""
+    if asked <= ncpu:
+        return False
+    return not cpu_wait_pct <= WAITED_PCT  # NaN: not measured
+
 
 class CpuSampler:
     """Samples CPU utilisation during measured windows, from a separate process.
@@ -183,6 +216,10 @@ class Window:
         sampler_cpu_pct: the sampler process's own CPU time over the window, % of one CPU.
         steal_pct: steal time of the affinity CPUs over the window (the hypervisor ran other
             guests), % of their time; NaN where /proc/stat has no steal column.
+        cpu_wait_pct: the share of the window in which a runnable task on the machine waited
+            for a CPU (%, 0-100; :func:`cpu_wait_us` at the window's two ends over ``wall_s``;
+            on 2 CPUs, 3 busy threads read about 50% and 4 about 100%): more runnable threads
+            than CPUs, the job's own (oversubscription) or others'; NaN where there is no PSI.
         throttled_s: time the cgroup that sets the CPU quota was throttled in the window (s);
             NaN without a quota.
         cpu_freq_mhz: mean current frequency of the affinity CPUs at the window's two ends
@@ -211,6 +248,7 @@ class Window:
     t0: float = 0.0
     ncpu: int = 1
     steal_pct: float = float("nan")
+    cpu_wait_pct: float = float("nan")
     throttled_s: float = float("nan")
     cpu_freq_mhz: float = float("nan")
     others: list = dataclasses.field(default_factory=list)
@@ -238,6 +276,7 @@ class Window:
             "window_start_unix": self.start_unix,
             "window_end_unix": self.end_unix,
             "steal_pct": self.steal_pct,
+            "cpu_wait_pct": self.cpu_wait_pct,
             "throttled_s": self.throttled_s,
             "cpu_freq_mhz": self.cpu_freq_mhz,
             "top_other_pid": top[0] if top else None,
@@ -298,6 +337,7 @@ class Meter:
         sampler = self.sampler()
         sampler.start()
         cpu0 = self.tree_cpu_seconds()
+        wait0 = cpu_wait_us()
         win.start_unix = time.time()
         win.t0 = time.perf_counter()
         try:
@@ -305,7 +345,10 @@ class Meter:
         finally:
             wall = time.perf_counter() - win.t0
             win.end_unix = time.time()
+            wait1 = cpu_wait_us()
             cpu_s = self.tree_cpu_seconds() - cpu0
+            if wait0 is not None and wait1 is not None and wall > 0:
+                win.cpu_wait_pct = max(0.0, min(100.0, (wait1 - wait0) / 1e4 / wall))
             # perf_counter is CLOCK_MONOTONIC on Linux, the sampler's clock: make times relative
             samples = [(round(t - win.t0, 6), s, v) for t, s, v in sampler.stop()]
             _finish(win, wall, cpu_s, samples, sampler.sampler_cpu_s)

@@ -251,6 +251,48 @@ def test_a_busy_process_outside_the_tree_is_named():
     assert math.isnan(cols["steal_pct"]) or 0 <= cols["steal_pct"] <= 100
 
 
+def test_cpu_pressure_is_read_from_psi_and_absent_without_it(tmp_path):
+    from lab.window import cpu_wait_us
+
+    psi = tmp_path / "cpu"
+    psi.write_text("some avg10=1.47 avg60=11.85 avg300=8.27 total=39825381\nfull avg10=0.00 total=0\n")
+    assert cpu_wait_us(str(psi)) == 39825381.0
+    psi.write_text("full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n")  # not the some line
+    assert cpu_wait_us(str(psi)) is None
+    assert cpu_wait_us(str(tmp_path / "absent")) is None  # CONFIG_PSI off: no file
+
+
+def test_oversubscribed_needs_more_threads_than_cpus_and_where_measured_a_wait():
+    from lab.window import WAITED_PCT, oversubscribed
+
+    assert not oversubscribed(2, 2, 90.0)  # as many as the CPUs: nothing to oversubscribe
+    assert oversubscribed(4, 2, float("nan"))  # no PSI: the count decides
+    assert oversubscribed(4, 2, WAITED_PCT + 1)
+    assert not oversubscribed(4, 2, WAITED_PCT)  # workers that sleep: nothing waited
+
+
+def test_a_window_of_more_busy_processes_than_cpus_reads_their_wait_for_a_cpu():
+    """More busy-looping processes than available CPUs: one always waits on a run queue, which
+    the kernel's CPU pressure counts (PSI ``some``); a window of the same length in which the
+    job sleeps reads less of it (other processes may still wait)."""
+    from lab.host import affinity
+    from lab.window import WAITED_PCT, Meter, cpu_wait_us
+
+    if cpu_wait_us() is None:
+        pytest.skip("this kernel has no CPU pressure (PSI: /proc/pressure/cpu unreadable)")
+    spin = [sys.executable, "-c", "import time; t = time.time() + 1.0\nwhile time.time() < t: pass"]
+    with Meter(sample_hz=10) as meter:
+        with meter.window() as idle:
+            time.sleep(0.8)
+        with meter.window() as busy:
+            procs = [subprocess.Popen(spin) for _ in range(len(affinity()) + 1)]
+            for proc in procs:
+                proc.wait()
+    assert busy.cpu_wait_pct > WAITED_PCT, (busy.cpu_wait_pct, idle.cpu_wait_pct)
+    assert busy.cpu_wait_pct > idle.cpu_wait_pct, (busy.cpu_wait_pct, idle.cpu_wait_pct)
+    assert busy.columns()["cpu_wait_pct"] == busy.cpu_wait_pct
+
+
 def test_our_own_children_are_not_others():
     from lab.window import Meter
 

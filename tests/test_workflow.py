@@ -329,6 +329,29 @@ def test_oversubscribed_threads_that_sleep_while_they_wait_beat_threads_that_spi
 
 
 @pytest.mark.slow
+def test_cpu_pressure_tells_threads_that_wait_from_workers_that_sleep(quick_run):
+    """Both ask for more CPUs than there are: intraop's threads at twice the CPUs run (OpenMP's
+    team spins while it waits), and one of them always waits on a run queue, which the kernel's
+    CPU pressure counts (``cpu_wait_pct``); DataLoader workers that sleep in ``__getitem__``
+    (the io dataset) make nothing wait, so the dataloader does not call them oversubscribed (a
+    tester read the flag on such a point, its CPUs 8% busy, as a fault)."""
+    from lab.window import WAITED_PCT, cpu_wait_us
+
+    if cpu_wait_us() is None:
+        pytest.skip("this kernel has no CPU pressure (PSI: /proc/pressure/cpu unreadable)")
+    host = quick_run / "results" / "e2e"
+    physics.conditions(host).require()
+    intraop = pd.read_csv(host / "intraop" / "summary.csv")
+    threads = intraop[(intraop["status"] == "ok") & intraop["oversubscribed"].astype(bool)]  # by their count
+    loader = pd.read_csv(host / "dataloader" / "summary.csv")
+    io = loader[(loader["status"] == "ok") & (loader["dataset"] == "io") & (loader["num_workers"] > 0)]
+    assert len(threads) and len(io), (threads, io)
+    assert (threads["cpu_wait_pct"] > WAITED_PCT).all(), threads[["workload", "threads", "cpu_wait_pct"]]
+    assert io["cpu_wait_pct"].max() < threads["cpu_wait_pct"].min(), (io.to_dict("records"), threads["cpu_wait_pct"])
+    assert not io["oversubscribed"].any(), io[["num_workers", "cpu_wait_pct", "cpu_util_pct"]].to_dict("records")
+
+
+@pytest.mark.slow
 def test_rerun_has_nothing_to_do(quick_run):
     proc = snakemake_in(quick_run, "--cores", "4", *QUICK_CONFIG, "--config", "host=e2e", "-n")
     assert proc.returncode == 0

@@ -44,7 +44,13 @@ EXPERIMENT = Experiment(
             " by ` | `; empty if none",
             "-",
         ),
-        "oversubscribed": Col("bool", "`num_workers + threads > available_cpus`", "-"),
+        "oversubscribed": Col(
+            "bool",
+            "`num_workers + threads > available_cpus` and, where the kernel measures CPU pressure, a task waited for"
+            " a CPU in more than 10% of the window (`cpu_wait_pct`; `lab.window.oversubscribed`): sleeping workers"
+            " that outnumber the CPUs are not",
+            "-",
+        ),
         "torch_threads": Col(
             "int",
             "`torch.get_num_threads()` in the main process, set before every window (equals `threads`, else the job "

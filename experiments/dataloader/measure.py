@@ -47,7 +47,7 @@ from lab.params import Declared, param, repeats_field, sample_hz_field
 from lab.results import Measured, RunResult, interleave
 from lab.rounds import Rounds
 from lab.threads import set_torch_threads
-from lab.window import Meter
+from lab.window import Meter, oversubscribed
 
 
 @dataclass(frozen=True)
@@ -233,7 +233,7 @@ class Runner:
             "data_stall_pct": 100.0 * stall / win.wall_s,
             "first_epoch_s": self.first_epoch_s,
             "worker_warning": self.worker_warning,
-            "oversubscribed": p.cpus_requested() > self.meter.ncpu,
+            "oversubscribed": oversubscribed(p.cpus_requested(), self.meter.ncpu, win.cpu_wait_pct),
             **self.info,
         }
         return Measured(win, row, spans)

@@ -53,7 +53,7 @@ from lab.params import Declared, param, repeats_field, sample_hz_field
 from lab.results import Measured, RunResult, interleave
 from lab.rounds import Rounds
 from lab.threads import set_torch_threads
-from lab.window import Meter
+from lab.window import Meter, oversubscribed
 
 #: Batches each worker is asked for ahead (the DataLoader's ``prefetch_factor``, its default).
 PREFETCH = 2
@@ -203,7 +203,7 @@ class Runner:
             "first_batch_ms": epoch.first_batch_ms(),
             "steady_batches_per_s": epoch.steady_batches_per_s(p.num_workers * PREFETCH),
             "shutdown_ms": epoch.shutdown_ms(),
-            "oversubscribed": p.cpus_requested() > self.meter.ncpu,
+            "oversubscribed": oversubscribed(p.cpus_requested(), self.meter.ncpu, win.cpu_wait_pct),
             **self.info,
         }
         return Measured(win, row)
