@@ -235,7 +235,6 @@ def capacity_columns(ok: pd.DataFrame, windows: pd.DataFrame) -> dict:
     common), the medians of
     ``interference_pct`` and ``pipeline_cpu_pct`` (% of one CPU: other processes, and the
     Snakemake chain that started the job), ``steal_pct`` (% of the available CPUs' time),
-    ``cpu_wait_pct`` (% of the window in which a runnable task waited for a CPU),
     ``throttled_s`` (per window) and ``cpu_freq_mhz``; ``top_other`` (of the processes outside
     the job that topped a window, the one with the most CPU time over the job's windows: its
     command line), its
@@ -245,7 +244,7 @@ def capacity_columns(ok: pd.DataFrame, windows: pd.DataFrame) -> dict:
     w = windows[windows["status"] == "ok"] if "status" in windows and len(windows) else ok
     if not len(w):
         w = ok
-    cols = ("interference_pct", "pipeline_cpu_pct", "steal_pct", "cpu_wait_pct", "throttled_s", "cpu_freq_mhz")
+    cols = ("interference_pct", "pipeline_cpu_pct", "steal_pct", "throttled_s", "cpu_freq_mhz")
     row = {c: _median_of(w, c) for c in cols}
     row |= {
         "contended": bool(row["interference_pct"] > CONTENDED_PCT),

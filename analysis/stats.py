@@ -153,6 +153,9 @@ def _point_row(spec: Experiment, point: dict, grp: pd.DataFrame, baselines: pd.D
     values = ok["value"].to_numpy(dtype=float)
     row = {**point, "metric": grp["metric"].iloc[0], **_metric_stats(values, grp)}
     row["cpu_util_pct"] = float(np.median(ok["cpu_util_pct"])) if len(ok) else np.nan
+    # the point's own windows: its baseline's (one thread, say) wait for nothing it asked for
+    wait = pd.to_numeric(ok["cpu_wait_pct"], errors="coerce").dropna() if "cpu_wait_pct" in ok else ()
+    row["cpu_wait_pct"] = float(np.median(wait)) if len(wait) else np.nan
     row["noisy"] = bool(row["iqr_pct"] > NOISY_IQR_PCT) if np.isfinite(row["iqr_pct"]) else False
     row |= capacity_columns(ok, jobs[jobs["source"].isin(grp["source"])] if "source" in jobs else grp)
     # a point is oversubscribed where most of its measured rounds were (a round can be alone in it
@@ -327,7 +330,8 @@ def summarise(replicates: pd.DataFrame, experiment: str) -> pd.DataFrame:
     Returns:
         One row per point, sorted by the swept keys: ``experiment``, the keys, ``metric``,
         ``status``, ``reason``, ``n``, ``median``, ``q1``, ``q3``, ``iqr``, ``iqr_pct``,
-        ``ci_low``, ``ci_high``, ``cpu_util_pct`` (median), ``noisy``, the capacity columns of
+        ``ci_low``, ``ci_high``, ``cpu_util_pct`` and ``cpu_wait_pct`` (medians, the latter over
+        the point's own windows), ``noisy``, the capacity columns of
         :func:`capacity_columns` (``contended``, ``interference_pct``, ``steal_pct``,
         ``throttled_s``, ``cpu_freq_mhz``, ``top_other``, ``top_other_pid``,
         ``top_other_cpu_pct``, ``rounds_stopped``), ``oversubscribed``, each declared extra column

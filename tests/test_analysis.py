@@ -540,16 +540,15 @@ def test_the_capacity_line_counts_one_cpu_in_the_singular():
     assert "over the 36 jobs that ran the probe, the middle half of them at 30.1-31.0 M/s; 2 CPUs" in middle
 
 
-def _mp_point(root, processes: int, threads: int, policy: str, ratios: list[float], cpu: float):
+def _mp_point(root, processes: int, threads: int, policy: str, ratios: list[float], cpu: float, wait: float = 1.0):
     """A multiprocessing point measured against its interleaved 1 x 1 (1,000 samples/s) under
-    the same wait policy, one round per ratio; its windows ``cpu`` % busy."""
+    the same wait policy, one round per ratio; its windows ``cpu`` % busy, a task waiting for a
+    CPU in ``wait`` % of each (its baseline's: 2%)."""
     over = processes * threads > 2
-    rows = [
-        {"role": "point", "wall_s": 1.0 / r, "samples_per_s": 1000.0 * r, "cpu_util_pct": cpu, "oversubscribed": over}
-        for r in ratios
-    ]
+    point = {"role": "point", "cpu_util_pct": cpu, "cpu_wait_pct": wait, "oversubscribed": over}
+    rows = [{**point, "wall_s": 1.0 / r, "samples_per_s": 1000.0 * r} for r in ratios]
     base = {"role": "baseline", "processes": 1, "threads": 1, "wall_s": 1.0, "samples_per_s": 1000.0}
-    rows += [{**base, "cpu_util_pct": 50.0, "oversubscribed": False}] * len(ratios)
+    rows += [{**base, "cpu_util_pct": 50.0, "cpu_wait_pct": 2.0, "oversubscribed": False}] * len(ratios)
     point = {"processes": processes, "threads": threads, "omp_wait_policy": policy}
     path = write_point(root, "multiprocessing", point, rows)
     df = pd.read_csv(path)
@@ -561,9 +560,9 @@ def _mp_point(root, processes: int, threads: int, policy: str, ratios: list[floa
 def _mp_summary(root, passive_2x2: list[float]):
     spread = [0.96, 0.98, 1.0, 1.0, 1.02, 1.04, 0.99, 1.01]
     paths = []
-    for policy, one_by_two, two_by_two, cpu12, cpu22 in (
-        ("default", 1.0, 0.3, 96.0, 97.0),
-        ("passive", 0.4, None, 46.0, 88.0),
+    for policy, one_by_two, two_by_two, cpu12, cpu22, wait22 in (
+        ("default", 1.0, 0.3, 96.0, 97.0, 96.0),
+        ("passive", 0.4, None, 46.0, 88.0, 41.0),
     ):
         if policy == "default":  # the workflow runs other policies only where a process has threads that wait
             ones = [
@@ -573,7 +572,7 @@ def _mp_summary(root, passive_2x2: list[float]):
             paths.append(write_point(root, "multiprocessing", one, ones))
         paths.append(_mp_point(root, 1, 2, policy, [one_by_two * s for s in spread], cpu12))
         two = [two_by_two * s for s in spread] if two_by_two else passive_2x2
-        paths.append(_mp_point(root, 2, 2, policy, two, cpu22))
+        paths.append(_mp_point(root, 2, 2, policy, two, cpu22, wait22))
     return summarise(load_experiment(paths, "multiprocessing"), "multiprocessing")
 
 
@@ -590,6 +589,8 @@ def test_the_wait_policy_finding_names_the_measured_cause_of_oversubscription(tm
     assert "clearly slower: 2.5x below the default's speedup over 1 x 1: every thread had a CPU" in line
     assert "2 x 2, oversubscribed: 1.30x (95% CI" in line and "at 88% CPU against 0.30x" in line
     assert "clearly faster: 4.3x the default's speedup over 1 x 1: with 4 threads on 2 CPUs, threads that spin" in line
+    # the cause measured: the kernel's CPU pressure over each point's own windows, not its baseline's
+    assert "threads needed (a task waited for a CPU in 96% of the default's windows, 41% of passive's)" in line
     first, head = out["headlines"]
     assert (
         first["answer"].startswith("no clear winner")

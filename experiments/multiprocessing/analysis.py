@@ -8,6 +8,7 @@ policy is compared with it split by split."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
@@ -130,6 +131,18 @@ def _verdict(other, base) -> int:
     return -1 if other["speedup_ci_high"] < base["speedup_ci_low"] else 0
 
 
+def _waited(base, other) -> str:
+    """`` (a task waited for a CPU in 97% of the default's windows, 41% of passive's)``: the
+    kernel's CPU pressure over each point's own windows (``cpu_wait_pct``); "" without it."""
+    waits = [base.get("cpu_wait_pct"), other.get("cpu_wait_pct")]
+    if not all(w is not None and np.isfinite(w) for w in waits):
+        return ""
+    return (
+        f" (a task waited for a CPU in {waits[0]:.0f}% of the default's windows,"
+        f" {waits[1]:.0f}% of {other['omp_wait_policy']}'s)"
+    )
+
+
 def _pair_text(base, other, ncpu) -> str:
     """One split under two wait policies: each speedup with its CPU utilisation, and what the
     difference says (the cause, where the intervals part)."""
@@ -146,7 +159,7 @@ def _pair_text(base, other, ncpu) -> str:
     if verdict > 0 and over:
         why = (
             f"{ratio:.1f}x the default's speedup over 1 x 1: with {p * t} threads on {plural(int(ncpu), 'CPU')},"
-            " threads that spin while they wait held the CPUs the other threads needed"
+            " threads that spin while they wait held the CPUs the other threads needed" + _waited(base, other)
         )
     elif verdict > 0:
         why = f"{ratio:.1f}x the default's speedup over 1 x 1"
