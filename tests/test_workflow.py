@@ -330,8 +330,8 @@ def test_oversubscribed_threads_that_sleep_while_they_wait_beat_threads_that_spi
 
 @pytest.mark.slow
 def test_cpu_pressure_tells_threads_that_wait_from_workers_that_sleep(quick_run):
-    """Both ask for more CPUs than there are: intraop's threads at twice the CPUs run (OpenMP's
-    team spins while it waits), and one of them always waits on a run queue, which the kernel's
+    """Both ask for more CPUs than there are: intraop's matmul threads at twice the CPUs run
+    (OpenMP's team spins while it waits), and one of them always waits on a run queue, which the kernel's
     CPU pressure counts (``cpu_wait_pct``); DataLoader workers that sleep in ``__getitem__``
     (the io dataset) make nothing wait, so the dataloader does not call them oversubscribed (a
     tester read the flag on such a point, its CPUs 8% busy, as a fault)."""
@@ -342,7 +342,10 @@ def test_cpu_pressure_tells_threads_that_wait_from_workers_that_sleep(quick_run)
     host = quick_run / "results" / "e2e"
     physics.conditions(host).require()
     intraop = pd.read_csv(host / "intraop" / "summary.csv")
-    threads = intraop[(intraop["status"] == "ok") & intraop["oversubscribed"].astype(bool)]  # by their count
+    # a dense matmul splits over every thread (the tiny workload's ops are too small to split:
+    # its 4 threads read 13% on the 2-vCPU EPYC VM, one thread busy)
+    dense = intraop["workload"].astype(str).str.startswith("matmul")
+    threads = intraop[(intraop["status"] == "ok") & dense & intraop["oversubscribed"].astype(bool)]
     loader = pd.read_csv(host / "dataloader" / "summary.csv")
     io = loader[(loader["status"] == "ok") & (loader["dataset"] == "io") & (loader["num_workers"] > 0)]
     assert len(threads) and len(io), (threads, io)

@@ -291,6 +291,8 @@ def test_a_verification_without_an_interval_and_a_search_with_nothing_to_search_
     assert best_gave(d) == "measured against themselves they gave" and best_gave(other) == "the best found gave"
 
 
+# its model's tolist() is what makes the start unrunnable: torch's tracer warns of it on the way
+@pytest.mark.filterwarnings("ignore:Converting a tensor to a Python list:torch.jit.TracerWarning")
 def test_a_start_that_cannot_run_is_reported_as_such(tmp_path, monkeypatch):
     """The current settings are run first: a start the workload cannot run fails the point
     with that reason, instead of every candidate being blamed for it."""
