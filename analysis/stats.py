@@ -159,7 +159,7 @@ def _point_row(spec: Experiment, point: dict, grp: pd.DataFrame, baselines: pd.D
     row["noisy"] = bool(row["iqr_pct"] > NOISY_IQR_PCT) if np.isfinite(row["iqr_pct"]) else False
     row |= capacity_columns(ok, jobs[jobs["source"].isin(grp["source"])] if "source" in jobs else grp)
     # a point is oversubscribed where most of its measured rounds were (a round can be alone in it
-    # where the flag is measured, lab.window.oversubscribed)
+    # where the flag is measured, lab.pressure.oversubscribed)
     over = ok["oversubscribed"].fillna(False).astype(bool).mean() > 0.5 if "oversubscribed" in ok and len(ok) else False
     row["oversubscribed"] = bool(over)
     row |= _flags(spec, grp, ok)

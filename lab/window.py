@@ -27,45 +27,13 @@ import psutil
 
 from lab import sampler as sampler_mod
 from lab.host import affinity, available_cpus
+from lab.pressure import cpu_wait_us
 
 #: The sampler process's name (``ps -o comm``; it is a fork of the job, so its command line is the job's).
 SAMPLER_NAME = "cpulab-sampler"
 
 #: A window whose interference averages more than this (% of one CPU) is flagged contended.
 CONTENDED_PCT = 10.0
-
-#: The kernel's CPU pressure stall information (PSI, Linux 4.20+ with ``CONFIG_PSI``): its
-#: ``some ... total=`` line counts the microseconds in which a runnable task waited for a CPU,
-#: each CPU's share weighted by the time it was busy (Documentation/accounting/psi.rst).
-PSI_CPU = "/proc/pressure/cpu"
-
-#: A point whose threads and workers outnumber the available CPUs is oversubscribed only where
-#: some task waited for a CPU in more than this share of its window (``cpu_wait_pct``, %): the
-#: threshold of :data:`CONTENDED_PCT`, 10%, on the time axis.
-WAITED_PCT = 10.0
-
-
-def cpu_wait_us(path: str = PSI_CPU) -> float | None:
-    """Microseconds since boot in which at least one runnable task waited for a CPU (PSI's
-    ``some total``, :data:`PSI_CPU`); None where the kernel has no PSI (``CONFIG_PSI`` off, or
-    booted with ``psi=0``: reading the file fails) or the line is not of that form."""
-    try:
-        with open(path, encoding="ascii") as fh:
-            first = fh.readline()
-        return float(first.rsplit("total=", 1)[1]) if first.startswith("some ") else None
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def oversubscribed(asked: int, ncpu: int, cpu_wait_pct: float) -> bool:
-    """Whether a point was oversubscribed: it ran more threads and worker processes than the
-    ``ncpu`` available CPUs (``asked``) and, where the kernel measures CPU pressure, some task
-    waited for a CPU in more than :data:`WAITED_PCT` % of the window (``cpu_wait_pct``; NaN: not
-    measured, the count alone decides). Workers that sleep (a DataLoader reading slow files)
-    outnumber the CPUs without making anything wait."""
-    if asked <= ncpu:
-        return False
-    return not cpu_wait_pct <= WAITED_PCT  # NaN: not measured
 
 
 class CpuSampler:

@@ -252,7 +252,7 @@ def test_a_busy_process_outside_the_tree_is_named():
 
 
 def test_cpu_pressure_is_read_from_psi_and_absent_without_it(tmp_path):
-    from lab.window import cpu_wait_us
+    from lab.pressure import cpu_wait_us
 
     psi = tmp_path / "cpu"
     psi.write_text("some avg10=1.47 avg60=11.85 avg300=8.27 total=39825381\nfull avg10=0.00 total=0\n")
@@ -263,7 +263,7 @@ def test_cpu_pressure_is_read_from_psi_and_absent_without_it(tmp_path):
 
 
 def test_oversubscribed_needs_more_threads_than_cpus_and_where_measured_a_wait():
-    from lab.window import WAITED_PCT, oversubscribed
+    from lab.pressure import WAITED_PCT, oversubscribed
 
     assert not oversubscribed(2, 2, 90.0)  # as many as the CPUs: nothing to oversubscribe
     assert oversubscribed(4, 2, float("nan"))  # no PSI: the count decides
@@ -276,7 +276,8 @@ def test_a_window_of_more_busy_processes_than_cpus_reads_their_wait_for_a_cpu():
     the kernel's CPU pressure counts (PSI ``some``); a window of the same length in which the
     job sleeps reads less of it (other processes may still wait)."""
     from lab.host import affinity
-    from lab.window import WAITED_PCT, Meter, cpu_wait_us
+    from lab.pressure import WAITED_PCT, cpu_wait_us
+    from lab.window import Meter
 
     if cpu_wait_us() is None:
         pytest.skip("this kernel has no CPU pressure (PSI: /proc/pressure/cpu unreadable)")

@@ -335,7 +335,7 @@ def test_cpu_pressure_tells_threads_that_wait_from_workers_that_sleep(quick_run)
     CPU pressure counts (``cpu_wait_pct``); DataLoader workers that sleep in ``__getitem__``
     (the io dataset) make nothing wait, so the dataloader does not call them oversubscribed (a
     tester read the flag on such a point, its CPUs 8% busy, as a fault)."""
-    from lab.window import WAITED_PCT, cpu_wait_us
+    from lab.pressure import WAITED_PCT, cpu_wait_us
 
     if cpu_wait_us() is None:
         pytest.skip("this kernel has no CPU pressure (PSI: /proc/pressure/cpu unreadable)")

@@ -6,6 +6,7 @@ config section's schema, the command line and the parameter table come from its 
 """
 
 from lab.declare import Col, Column, Experiment, Flag, SpanKind, Timeline
+from lab.pressure import WORKERS_OVERSUBSCRIBED
 
 EXPERIMENT = Experiment(
     name="dataloader",
@@ -44,13 +45,7 @@ EXPERIMENT = Experiment(
             " by ` | `; empty if none",
             "-",
         ),
-        "oversubscribed": Col(
-            "bool",
-            "`num_workers + threads > available_cpus` and, where the kernel measures CPU pressure, a task waited for"
-            " a CPU in more than 10% of the window (`cpu_wait_pct`; `lab.window.oversubscribed`): sleeping workers"
-            " that outnumber the CPUs are not",
-            "-",
-        ),
+        "oversubscribed": Col("bool", WORKERS_OVERSUBSCRIBED, "-"),
         "torch_threads": Col(
             "int",
             "`torch.get_num_threads()` in the main process, set before every window (equals `threads`, else the job "

@@ -44,10 +44,11 @@ from typing import Literal
 
 from lab.fetch import TimedFetch, loop_spans, timed_collate
 from lab.params import Declared, param, repeats_field, sample_hz_field
+from lab.pressure import oversubscribed
 from lab.results import Measured, RunResult, interleave
 from lab.rounds import Rounds
 from lab.threads import set_torch_threads
-from lab.window import Meter, oversubscribed
+from lab.window import Meter
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ Every point is compared with ``fork`` (the Linux default), measured interleaved 
 """
 
 from lab.declare import Col, Column, Experiment
+from lab.pressure import WORKERS_OVERSUBSCRIBED
 
 
 def check_config(section) -> None:
@@ -50,13 +51,7 @@ EXPERIMENT = Experiment(
             "float", "batches after the start-up round (the first `num_workers` x 2, requested at once) over their time"
         ),
         "shutdown_ms": Col("float", "from the last batch to the end of iteration (the loader joins its workers)"),
-        "oversubscribed": Col(
-            "bool",
-            "`num_workers + threads > available_cpus` and, where the kernel measures CPU pressure, a task waited for"
-            " a CPU in more than 10% of the window (`cpu_wait_pct`; `lab.window.oversubscribed`): sleeping workers"
-            " that outnumber the CPUs are not",
-            "-",
-        ),
+        "oversubscribed": Col("bool", WORKERS_OVERSUBSCRIBED, "-"),
         "torch_threads": Col(
             "int",
             "`torch.get_num_threads()` in the main process, set before every window (equals `threads`)",

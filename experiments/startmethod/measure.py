@@ -50,10 +50,11 @@ from dataclasses import dataclass
 from typing import Literal
 
 from lab.params import Declared, param, repeats_field, sample_hz_field
+from lab.pressure import oversubscribed
 from lab.results import Measured, RunResult, interleave
 from lab.rounds import Rounds
 from lab.threads import set_torch_threads
-from lab.window import Meter, oversubscribed
+from lab.window import Meter
 
 #: Batches each worker is asked for ahead (the DataLoader's ``prefetch_factor``, its default).
 PREFETCH = 2
