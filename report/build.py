@@ -137,14 +137,18 @@ def _is_true(v) -> bool:
 def _flags(spec, r: pd.Series) -> str:
     """The flags column of one point: the common flags (``best`` saying so where it is the
     baseline, kept since no point's CI cleared it; ``contended`` naming the process that
-    took the most CPU, ``stopped on budget`` where the rounds ended with the interval still wider
-    than the target), then the experiment's declared ones."""
+    took the most CPU, ``oversubscribed`` with the share of the time a task waited for a CPU
+    where the kernel measured it, ``stopped on budget`` where the rounds ended with the interval
+    still wider than the target), then the experiment's declared ones."""
     flags = [name.replace("other_node", "on another node model") for name in COMMON_FLAGS if _is_true(r.get(name))]
     if "best" in flags and r.get("speedup_source") == "baseline":  # kept: no point's CI cleared it
         flags[flags.index("best")] = "best (the baseline: no point clearly faster)"
     pid = r.get("top_other_pid")
     if "contended" in flags and pid is not None and not pd.isna(pid):
         flags[flags.index("contended")] = f"contended (pid {int(pid)} {str(r.get('top_other') or '').split(' ')[0]})"
+    wait = r.get("cpu_wait_pct")
+    if "oversubscribed" in flags and wait is not None and not pd.isna(wait):  # the kernel's CPU pressure
+        flags[flags.index("oversubscribed")] = f"oversubscribed (threads waited for a CPU {wait:.0f}% of the time)"
     if r.get("rounds_stopped") in ("budget", "max_rounds"):
         flags.append(f"stopped on {str(r['rounds_stopped']).replace('_', ' ')}")
     flags += [flag.label for flag in spec.flags if not pd.isna(r.get(flag.column)) and flag.raised(r.get(flag.column))]

@@ -590,7 +590,7 @@ def test_the_wait_policy_finding_names_the_measured_cause_of_oversubscription(tm
     assert "2 x 2, oversubscribed: 1.30x (95% CI" in line and "at 88% CPU against 0.30x" in line
     assert "clearly faster: 4.3x the default's speedup over 1 x 1: with 4 threads on 2 CPUs, threads that spin" in line
     # the cause measured: the kernel's CPU pressure over each point's own windows, not its baseline's
-    assert "threads needed (a task waited for a CPU in 96% of the default's windows, 41% of passive's)" in line
+    assert "CPU pressure: threads waited for a CPU 96% of the time under the default, 41% under passive)" in line
     first, head = out["headlines"]
     assert (
         first["answer"].startswith("no clear winner")

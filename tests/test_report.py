@@ -405,6 +405,18 @@ def test_a_baseline_kept_as_best_says_no_point_cleared_it():
     assert _flags(spec, point) == "best"
 
 
+def test_an_oversubscribed_flag_gives_the_wait_the_kernel_measured():
+    """The flags column says how much of the time threads waited for a CPU (``cpu_wait_pct``)
+    where the kernel measured it, and the bare flag where it did not (no PSI, older files)."""
+    from report.build import _flags
+
+    spec = registry.get("dataloader").spec
+    row = pd.Series({"oversubscribed": True, "cpu_wait_pct": 48.7, "best": False, "noisy": False})
+    assert _flags(spec, row) == "oversubscribed (threads waited for a CPU 49% of the time)"
+    assert _flags(spec, row.drop("cpu_wait_pct")) == "oversubscribed"
+    assert _flags(spec, pd.Series({**row, "cpu_wait_pct": float("nan")})) == "oversubscribed"
+
+
 def test_the_job_schedule_names_a_job_without_a_window():
     """A skipped point's job (bfloat16 on a CPU without it) is a row with a sliver of start-up and
     no window: its label says why the row is empty."""

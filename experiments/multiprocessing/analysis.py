@@ -132,14 +132,14 @@ def _verdict(other, base) -> int:
 
 
 def _waited(base, other) -> str:
-    """`` (a task waited for a CPU in 97% of the default's windows, 41% of passive's)``: the
-    kernel's CPU pressure over each point's own windows (``cpu_wait_pct``); "" without it."""
+    """`` (the kernel's CPU pressure: threads waited for a CPU 97% of the time under the default,
+    41% under passive)``: the medians of each point's own windows' ``cpu_wait_pct``; "" without it."""
     waits = [base.get("cpu_wait_pct"), other.get("cpu_wait_pct")]
     if not all(w is not None and np.isfinite(w) for w in waits):
         return ""
     return (
-        f" (a task waited for a CPU in {waits[0]:.0f}% of the default's windows,"
-        f" {waits[1]:.0f}% of {other['omp_wait_policy']}'s)"
+        f" (the kernel's CPU pressure: threads waited for a CPU {waits[0]:.0f}% of the time under the default,"
+        f" {waits[1]:.0f}% under {other['omp_wait_policy']})"
     )
 
 
