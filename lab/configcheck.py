@@ -112,8 +112,8 @@ def explain(config, schema_path: str | Path, prefix: str = "") -> str | None:
     value = repr(err.instance)
     if len(value) > 80:
         value = value[:77] + "..."
-    why = {"not": "a reserved name", "pattern": "not of the form allowed"}.get(err.validator, err.message)  # in words
-    line = f"config key {path}: {value} is not allowed ({why}); allowed: {_allowed(sub, resolve)}"
+    why = {"not": " (a reserved name)", "pattern": ""}.get(err.validator, f" ({err.message})")  # the form: allowed
+    line = f"config key {path}: {value} is not allowed{why}; allowed: {_allowed(sub, resolve)}"
     return _text_hint(line, err.instance)
 
 

@@ -212,10 +212,10 @@ def test_bad_config_is_refused(root, default_config, patch, key):
         ({"workload": {"entry": "examples.textcls.bnech:build"}}, "on the Python path (did you mean bench?)"),
         ({"workload": {"entry": "examples.textcls.bench"}}, "allowed: string (empty, or package.module:function)"),
         ({"host": "my laptop"}, "allowed: string or null (a label of 1 to 64 ASCII letters, digits and _, with ."),
-        ({"host": "my laptop"}, "config key host: 'my laptop' is not allowed (not of the form allowed); allowed:"),
+        ({"host": "my laptop"}, "config key host: 'my laptop' is not allowed; allowed:"),
         (
             {"host": "café"},
-            "host: 'café' is not allowed (not of the form allowed); allowed: string or null (a label of 1 to 64 ASCII",
+            "host: 'café' is not allowed; allowed: string or null (a label of 1 to 64 ASCII",
         ),
         ({"host": 7}, "(--config reads KEY=VALUE as a number or a boolean where it can, quotes or not: for text"),
         ({"experiments": ["Gil"]}, "allowed: string (a package name: lower-case ASCII letters, digits and _)"),
