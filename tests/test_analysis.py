@@ -822,6 +822,33 @@ def test_the_intraop_chart_marks_its_oversubscribed_points_as_multiprocessing_do
     assert "oversubscribed (threads > available CPUs)" in [t.get_text() for t in ax.get_legend().get_texts()]
 
 
+def test_the_dataloader_chart_marks_the_points_whose_threads_waited():
+    """CPU-heavy workers that outnumber the CPUs and made threads wait are marked; sleeping
+    workers, as many, are not: the square follows the measured flag, not the count."""
+    from experiments.dataloader.analysis import dataloader_throughput
+    from lab.contract import Context
+
+    rows = [
+        {"dataset": ds, "num_workers": w, "speedup": v, "speedup_ci_low": v * 0.95, "speedup_ci_high": v * 1.05}
+        for ds, w, v in (("cpu", 0, 1.0), ("cpu", 2, 1.3), ("io", 0, 1.0), ("io", 2, 1.9))
+    ]
+    s = pd.DataFrame(rows).assign(
+        metric="samples_per_s",
+        median=100.0,
+        noisy=False,
+        baseline_median=100.0,
+        speedup_source="interleaved",
+        oversubscribed=lambda d: (d["dataset"] == "cpu") & (d["num_workers"] > 0),
+    )
+    fig = dataloader_throughput(Context({"available_cpus": 2}, summary=s))
+    cpu, io = fig.axes[:2]
+    (square,) = [c for c in cpu.collections if c.get_label().startswith("oversubscribed")]
+    assert square.get_offsets().tolist() == [[2.0, 1.3]]
+    label = "oversubscribed (workers + threads > available CPUs)"
+    assert label in [t.get_text() for t in cpu.get_legend().get_texts()]
+    assert not [c for c in io.collections if c.get_label().startswith("oversubscribed")]
+
+
 def test_a_long_footnote_wraps_inside_the_figure_instead_of_widening_it():
     """multiprocessing's footnote ran 330 characters on one line: saved with bbox_inches="tight",
     the image grew to its length and the chart sat in its left 80%. Wrapped to the figure's

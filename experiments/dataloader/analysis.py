@@ -24,6 +24,7 @@ from analysis.plotting import (
     baseline_text,
     circle_best,
     cpus_text,
+    mark_oversubscribed,
     note,
     plt,
     speedup_line,
@@ -33,6 +34,7 @@ from analysis.plotting import (
 from analysis.timelines import point_of
 from experiments.dataloader import DATASETS
 from lab.contract import Analysis, Context
+from lab.pressure import WAITED_PCT
 
 KEYS = ("dataset", "num_workers")
 
@@ -103,7 +105,7 @@ def headlines(ctx: Context) -> list[dict]:
 def dataloader_throughput(ctx: Context) -> Figure:
     """Speedup over num_workers = 0 against num_workers, one panel per dataset, the clear winner
     (:func:`analysis.findings.winner`) circled and named below the panel, else "no clear winner"
-    written there.
+    written there; oversubscribed points (:func:`lab.pressure.oversubscribed`) in orange squares.
     Reads ``ctx.summary`` and ``ctx.host`` (its available CPUs, in the title)."""
     summary, host = ctx.summary, ctx.host
     datasets = in_order(summary["dataset"], DATASETS)
@@ -111,14 +113,17 @@ def dataloader_throughput(ctx: Context) -> Figure:
     for ax, ds, c in zip(axes[0], datasets, PALETTE):
         sub = summary[summary["dataset"] == ds].sort_values("num_workers")
         speedup_line(ax, sub["num_workers"], sub, c)
+        over = sub[sub["oversubscribed"].fillna(False).astype(bool)] if "oversubscribed" in sub else sub.iloc[:0]
+        mark_oversubscribed(ax, over["num_workers"], over["speedup"], "workers + threads")
         b = winner(measured(sub)) if sub["median"].notna().any() else None
         if b is not None:
             circle_best(ax, b["num_workers"], b["speedup"], f"best: num_workers={int(b['num_workers'])}")
-            # below the panel, where its ring cannot be taken for a data point
-            ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=9, markerscale=0.6, frameon=False)
         elif sub["median"].notna().any():
             # the findings' "no clear winner": no ring on the baseline a reader would take for a best
             ax.text(0.5, -0.24, "no clear winner", transform=ax.transAxes, ha="center", fontsize=9, color="#444444")
+        if ax.get_legend_handles_labels()[0]:  # below the panel, where a ring cannot be taken for a data point
+            at = -0.2 if b is not None else -0.3
+            ax.legend(loc="upper center", bbox_to_anchor=(0.5, at), fontsize=8, markerscale=0.6, frameon=False)
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xticks(sub["num_workers"])
         ax.set_xlabel("num_workers")
@@ -126,7 +131,11 @@ def dataloader_throughput(ctx: Context) -> Figure:
         ax.set_ylim(0, ax.get_ylim()[1] * 1.08)  # room for the ring on a best point at the top
     axes[0, 0].set_ylabel("speedup over num_workers = 0 (x)")
     fig.suptitle(f"DataLoader num_workers on {cpus_text(host.get('available_cpus'))} available", fontsize=11)
-    speedup_note(fig)
+    speedup_note(
+        fig,
+        f" Orange square: oversubscribed, where the kernel also measured threads waiting for a CPU over"
+        f" {WAITED_PCT:.0f}% of the time (workers that sleep are not).",
+    )
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     return fig
 
