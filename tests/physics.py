@@ -23,6 +23,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -136,14 +137,19 @@ def cpus_used(row: pd.Series, cpus: int) -> float:
     return float(row["cpu_util_pct"]) * cpus / 100.0
 
 
-def check_gil_threads(row: pd.Series, cpus: int) -> None:
+def check_gil_threads(row: pd.Series, cpus: int, capacity: float | None = None) -> None:
     """CPU-bound threads under the GIL: they never keep more than one CPU busy, and their speedup
-    over sequential cannot be told from at most 1 (its 95% CI reaches down to
-    :data:`GIL_MAX_SPEEDUP`). Machine-independent: a host that delivers less than whole cores
-    slows both sides alike."""
+    over sequential cannot be told from at most half of what the same run's CPU-bound processes
+    gained on the same CPUs (``capacity``; its 95% CI reaches down to ``1 + (capacity - 1) / 2``),
+    nor from at most :data:`GIL_MAX_SPEEDUP` where that is the larger or ``capacity`` unknown.
+    Not the fixed bound alone: on an AMD EPYC VM (2026-12-07) two GIL-bound threads ran the
+    seed's loop 1.12-1.20x as fast as one thread, one CPU busy, 2.01 CPUs delivered, while
+    pinned to one CPU they read 0.96-0.98x (docs/benchmarks.md); the run's processes read 1.9x."""
     used = cpus_used(row, cpus)
     assert used <= GIL_MAX_CPUS, f"threads under the GIL kept {used:.2f} CPUs busy: {row.to_dict()}"
-    assert row["speedup_ci_low"] <= GIL_MAX_SPEEDUP, f"threads under the GIL scaled: {row.to_dict()}"
+    half = 1 + (capacity - 1) / 2 if capacity is not None and np.isfinite(capacity) else GIL_MAX_SPEEDUP
+    bound = max(GIL_MAX_SPEEDUP, half)
+    assert row["speedup_ci_low"] <= bound, f"threads under the GIL scaled (beyond {bound:.2f}x): {row.to_dict()}"
 
 
 def check_parallel(row: pd.Series, cpus: int, capacity: float, what: str) -> None:
