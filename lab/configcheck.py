@@ -105,13 +105,13 @@ def explain(config, schema_path: str | Path, prefix: str = "") -> str | None:
     sub = err.schema if isinstance(err.schema, dict) else {}
     if err.validator == "additionalProperties":
         extra = sorted(set(err.instance) - set(sub.get("properties", {})))
+        glued = next((str(k) for k in extra if ":" in str(k)), None)  # YAML's key:value without a space
+        hint = f" (YAML reads {glued} as one key: write {glued.replace(':', ': ', 1)})" if glued else ""
         return (
-            f"config key {path}: unknown key{'s' if len(extra) > 1 else ''} {', '.join(extra)};"
-            f" allowed: {', '.join(sub.get('properties', {}))}"
+            f"config key {path}: unknown key{'s' if len(extra) > 1 else ''} {', '.join(map(str, extra))};"
+            f" allowed: {', '.join(sub.get('properties', {}))}{hint}"
         )
-    value = repr(err.instance)
-    if len(value) > 80:
-        value = value[:77] + "..."
+    value = repr(err.instance) if len(repr(err.instance)) <= 80 else repr(err.instance)[:77] + "..."
     why = {"not": " (a reserved name)", "pattern": ""}.get(err.validator, f" ({err.message})")  # the form: allowed
     line = f"config key {path}: {value} is not allowed{why}; allowed: {_allowed(sub, resolve)}"
     return _text_hint(line, err.instance)

@@ -217,6 +217,8 @@ def test_bad_config_is_refused(root, default_config, patch, key):
             {"host": "café"},
             "host: 'café' is not allowed; allowed: string or null (a label of 1 to 64 ASCII",
         ),
+        ({"rounds": {"budget_s:fast": None}}, "unknown key budget_s:fast; allowed: target_ci_pct, budget_s,"),
+        ({"rounds": {"budget_s:fast": None}}, "(YAML reads budget_s:fast as one key: write budget_s: fast)"),
         ({"host": 7}, "(--config reads KEY=VALUE as a number or a boolean where it can, quotes or not: for text"),
         ({"experiments": ["Gil"]}, "allowed: string (a package name: lower-case ASCII letters, digits and _)"),
     ],
