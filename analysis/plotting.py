@@ -95,12 +95,11 @@ def speedup_line(
 OVERSUBSCRIBED_MARK = {"s": 110, "marker": "s", "facecolors": "none", "edgecolors": "#D55E00", "linewidths": 1.5}
 
 
-def mark_oversubscribed(ax, x, y, what: str, also: str = "") -> None:
+def mark_oversubscribed(ax, x, y, what: str) -> None:
     """An orange square on each oversubscribed point at ``(x, y)`` (equal-length sequences; none
-    drawn when empty), labelled ``oversubscribed (<what> > available CPUs<also>)`` for the legend
-    (``also``: the rest of the rule where the count is not all of it)."""
+    drawn when empty), labelled ``oversubscribed (<what> > available CPUs)`` for the legend."""
     if len(x):
-        ax.scatter(x, y, zorder=5, label=f"oversubscribed ({what} > available CPUs{also})", **OVERSUBSCRIBED_MARK)
+        ax.scatter(x, y, zorder=5, label=f"oversubscribed ({what} > available CPUs)", **OVERSUBSCRIBED_MARK)
 
 
 def hatch_noisy(bars, sub: pd.DataFrame) -> None:
