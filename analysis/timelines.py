@@ -172,6 +172,13 @@ def _gantt(ax, sp: pd.DataFrame, rows: list[str], timeline: Timeline, threads: i
     return kinds
 
 
+#: The utilisation strip's two lines: the whole machine wide and light beneath the job's processes.
+UTIL_STYLES = {
+    "tree": {"color": "#0072B2", "linewidth": 1.4, "label": "CPU busy: this job's processes"},
+    "system": {"color": "#555555", "linewidth": 3.2, "alpha": 0.4, "label": "CPU busy: whole machine"},
+}
+
+
 def util_bins(s: pd.DataFrame, bin_s: float = UTIL_BIN_S) -> tuple[list[float], list[float]]:
     """One series' samples (``t_s``, ``busy_pct``; each covers the interval that ends at its
     time, the first from 0) merged into runs of consecutive samples at least ``bin_s`` long; the
@@ -202,11 +209,13 @@ def util_bins(s: pd.DataFrame, bin_s: float = UTIL_BIN_S) -> tuple[list[float], 
 
 
 def _utilisation(ax, sa: pd.DataFrame, ncpu) -> None:
-    for series, colour, label in (("tree", "#0072B2", "this job's processes"), ("system", "#D55E00", "whole machine")):
+    # the whole machine first, wide and light, the job's processes on top: where the two are equal
+    # (every busy CPU is the job's) both still show, not the one drawn last alone
+    for series, style in (("system", UTIL_STYLES["system"]), ("tree", UTIL_STYLES["tree"])):
         s = sa[sa["series"] == series].sort_values("t_s")
         if len(s):
             edges, busy = util_bins(s)
-            ax.stairs(busy, edges, color=colour, linewidth=1.4, label=label, baseline=None)
+            ax.stairs(busy, edges, baseline=None, **style)
     ax.set_ylim(0, 105)
     ax.set_yticks([0, 50, 100])
     ax.set_ylabel(f"busy %\nof {cpus_text(ncpu)}", fontsize=8)
@@ -260,8 +269,8 @@ def _legend(timeline: Timeline, kinds: set[str]) -> list:
     if timeline.on_cpu_share:
         handles.append(Patch(color="#777777", alpha=0.3, label="light: wall time; dark fill height: on-CPU share"))
     return handles + [
-        Line2D([], [], color="#0072B2", linewidth=1.4, label="CPU busy: this job's processes"),
-        Line2D([], [], color="#D55E00", linewidth=1.4, label="CPU busy: whole machine"),
+        Line2D([], [], **UTIL_STYLES["tree"]),
+        Line2D([], [], **UTIL_STYLES["system"]),
     ]
 
 

@@ -175,6 +175,21 @@ def test_util_bins_merge_samples_into_means_over_a_tenth_of_a_second():
     assert edges == pytest.approx([0.0, 0.12]) and busy == pytest.approx([100 * 0.02 / 0.12])
 
 
+def test_utilisation_strip_shows_both_lines_where_they_are_equal():
+    # every busy CPU is the job's: the two series read the same, and both must still show (the
+    # job's line once vanished under the machine's, drawn after it, and seemed to end early)
+    t = [0.05, 0.1, 0.15, 0.2]
+    sa = pd.concat(
+        [pd.DataFrame({"t_s": t, "busy_pct": [50.0] * 4, "series": series}) for series in ("tree", "system")]
+    )
+    ax = Figure().subplots()
+    timelines._utilisation(ax, sa, 2)
+    system, tree = ax.patches  # drawing order: the machine beneath, the job's processes on top
+    assert system.get_label() == "CPU busy: whole machine" and tree.get_label() == "CPU busy: this job's processes"
+    assert system.get_linewidth() > 2 * tree.get_linewidth()  # the wide line shows either side of the narrow one
+    assert list(system.get_data().values) == list(tree.get_data().values) == [50.0, 50.0]
+
+
 def test_job_intervals_phases_and_windows():
     jobs = [
         {
