@@ -461,6 +461,12 @@ def fidelity_inputs(wildcards):
         "host": f"results/{host}/host.json",
         "selfcheck": f"results/{host}/selfcheck/metrics.csv",
         "summaries": summary_files(wildcards),
+        # the checks also read the tables beside each summary (a point's own spans and rounds)
+        "tables": [
+            f"results/{host}/{exp}/{table}.csv"
+            for exp in EXPERIMENTS
+            for table in ("replicates", "spans")
+        ],
     }
 
 

@@ -246,7 +246,8 @@ def cmd_fidelity(args) -> int:
     summaries = {}
     for path in args.summaries:  # results/<host>/<experiment>/summary.csv
         summaries[Path(path).parent.name] = read_table(path, Path(path).parent.name)
-    table = checks(summaries, selfcheck, int(host["available_cpus"]), args.sample_hz, host)
+    folders = {Path(path).parent.name: Path(path).parent for path in args.summaries}  # spans.csv etc. beside
+    table = checks(summaries, selfcheck, int(host["available_cpus"]), args.sample_hz, host, folders)
     write_frame(Path(args.out), table)
     for _, r in table.iterrows():
         print(f"{r['verdict']:5} {r['check']}: {r['measured']:.3g} (expected {r['expected']})", file=sys.stderr)

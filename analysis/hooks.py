@@ -11,10 +11,12 @@ import graph has no cycle, the registry's run-time imports included
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 import pandas as pd
 
 from analysis.fidelity import COLUMNS, sampler_checks
+from analysis.tables import read_table
 from analysis.timelines import point_of, spec_timeline
 from lab import registry
 from lab.contract import Context
@@ -68,11 +70,14 @@ def checks(
     ncpu: int,
     sample_hz: float,
     host: dict | None = None,
+    folders: dict[str, Path] | None = None,
 ) -> pd.DataFrame:
     """Run every check: each registered experiment's (its summary, or None if it was not run,
     which gives ``n/a`` rows), then the sampler's. A package's ``fidelity`` hook gets a
-    :class:`lab.contract.Context`: ``ctx.summary`` (or None), ``ctx.ncpu`` (``ncpu``) and
-    ``ctx.host`` (host.json: quota, SMT siblings).
+    :class:`lab.contract.Context`: ``ctx.summary`` (or None), ``ctx.ncpu`` (``ncpu``),
+    ``ctx.host`` (host.json: quota, SMT siblings) and, read on first use from the experiment's
+    folder where ``folders`` names one, its other tables (``ctx.replicates``, ``ctx.spans``,
+    ``ctx.samples``; None where the file is absent).
 
     Args:
         summaries: experiment -> summary table (``analysis.stats.summarise``).
@@ -80,6 +85,7 @@ def checks(
         ncpu: available CPUs of the host.
         sample_hz: the sampler's rate (samples/s).
         host: host.json.
+        folders: experiment -> the folder of its tables (``results/<host>/<experiment>``).
 
     Returns:
         One row per check with columns :data:`COLUMNS`.
@@ -95,7 +101,7 @@ def checks(
         if check is None:
             continue
         try:
-            rows += check(Context(facts, summary=summaries.get(name)))
+            rows += check(Context(facts, loader=_tables(name, (folders or {}).get(name)), summary=summaries.get(name)))
         except KeyError as exc:  # a column its checks read is missing: one line, not a traceback
             raise ValueError(
                 f"{name}'s summary has no column {exc.args[0]!r}, which its checks read: not a summary.csv"
@@ -104,6 +110,18 @@ def checks(
             ) from None
     rows += sampler_checks(selfcheck, ncpu, sample_hz, host)
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _tables(experiment: str, folder: Path | None):
+    """A :class:`~lab.contract.Context` loader of ``experiment``'s CSV tables in ``folder``
+    (``spans`` -> ``spans.csv``); None for a table whose file is absent, and for the run's jobs
+    and findings, which checks do not read."""
+
+    def load(what: str):
+        path = folder / f"{what}.csv" if folder is not None and what not in ("jobs", "findings") else None
+        return read_table(path, experiment) if path is not None and path.exists() else None
+
+    return load
 
 
 def timeline_points(experiment: str, summary: pd.DataFrame) -> list[dict]:

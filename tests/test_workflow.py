@@ -49,6 +49,25 @@ def test_the_gil_findings_say_where_the_processes_time_went(quick_run):
 
 
 @pytest.mark.slow
+def test_the_gil_threads_check_names_the_pace_its_own_spans_measured(quick_run):
+    """Where the CPU-bound threads' check names the loop's pace per CPU-second, it is the pace of
+    the run's own spans (experiments/gil/shortfall.py ``pace``); where that pace differs by 5% or
+    more and the check warns, the reason names it, or a load measured while the threads ran."""
+    from experiments.gil.shortfall import pace, shortfall
+
+    gil = quick_run / "results" / "e2e" / "gil"
+    point = {"interpreter": "default", "workload": "cpu", "mode": "threads", "workers": 2}
+    parts = shortfall(pd.read_csv(gil / "spans.csv"), pd.read_csv(gil / "replicates.csv"), point)
+    table = pd.read_csv(quick_run / "results" / "e2e" / "fidelity.csv")
+    row = table[table["check"] == "CPU-bound Python: 2 threads over sequential"].iloc[0]
+    said = pace(parts, row["measured"])
+    if "per CPU-second" in row["reason"]:
+        assert said and row["reason"].startswith(said), (said, row.to_dict())
+    elif row["verdict"] == "warn" and said:
+        assert " while " in row["reason"], (said, row.to_dict())  # a load measured while they ran comes first
+
+
+@pytest.mark.slow
 def test_every_output_exists(quick_run):
     host = quick_run / "results" / "e2e"
     assert (host / "host.json").exists()

@@ -32,10 +32,14 @@ SEED_MACHINE = "4-core Intel i5-4460, Python 3.5"
 MODE_COLOURS = {"sequential": "#999999", "threads": "#0072B2", "processes": "#E69F00"}
 
 
-def _threads_verdict(r: pd.Series) -> str:
-    """What the CPU-bound threads' speedup says about the GIL, from its CI."""
+def _threads_verdict(r: pd.Series, paced: str = "") -> str:
+    """What the CPU-bound threads' speedup says about the GIL, from its CI; above 1x, with the
+    loop's own pace in the threads where it was measured to differ (``paced``,
+    :func:`experiments.gil.shortfall.pace`)."""
     hi = r["speedup_ci_high"] if np.isfinite(r["speedup_ci_high"]) else r["speedup"]
     lo = r["speedup_ci_low"] if np.isfinite(r["speedup_ci_low"]) else r["speedup"]
+    if lo > 1 and paced:
+        return f"Threads running pure-Python bytecode gave {r['speedup']:.2f}x (95% CI {lo:.2f}-{hi:.2f}), and {paced}"
     if hi < 0.85:
         return (
             f"Threads running pure-Python bytecode were slower than sequential ({r['speedup']:.2f}x), "
@@ -99,13 +103,16 @@ def _shortfall_lines(ctx: Context, summary: pd.DataFrame, label: str, prefix: st
     return out
 
 
-def _verdict(summary: pd.DataFrame, label: str, prefix: str) -> list[str]:
+def _verdict(
+    summary: pd.DataFrame, label: str, prefix: str, spans: pd.DataFrame | None = None, replicates=None
+) -> list[str]:
     r = pick(summary, interpreter=label, workload="cpu", mode="threads")
     if r is None or not np.isfinite(r["speedup"]):
         return []
     if gil_on(summary, label):
+        paced = shortfall.pace(checks.threads_pace(spans, replicates, label), r["speedup"]) if r["workers"] == 2 else ""
         return [
-            prefix + _threads_verdict(r) + ". The GIL lets one thread execute bytecode at a time; "
+            prefix + _threads_verdict(r, paced) + ". The GIL lets one thread execute bytecode at a time; "
             "sleeping and C code that releases it (hashlib, PyTorch operators) let threads overlap."
         ]
     return [
@@ -141,7 +148,7 @@ def findings(ctx: Context) -> list[str]:
         prefix = f"Under {name(label, host)}: " if several else ""
         out += _point_lines(summary, label, prefix, host)
         out += _shortfall_lines(ctx, summary, label, prefix)
-        out += _verdict(summary, label, prefix)
+        out += _verdict(summary, label, prefix, ctx.spans, ctx.replicates)
     for workload in ("cpu", "release", "shared"):
         line = across(summary, host, workload)
         if line:
@@ -324,8 +331,9 @@ def timeline_points(ctx: Context) -> list[dict]:
 def fidelity(ctx: Context) -> list[dict]:
     """The theory checks per interpreter (:func:`experiments.gil.checks.fidelity`, where they
     live): reads ``ctx.summary`` (None when the experiment did not run), ``ctx.ncpu`` (the
-    available CPUs) and ``ctx.host`` (quota, SMT siblings, what was measured while it ran)."""
-    return checks.fidelity(ctx.summary, ctx.ncpu, ctx.host)
+    available CPUs), ``ctx.host`` (quota, SMT siblings, what was measured while it ran) and
+    ``ctx.spans`` and ``ctx.replicates`` (the threads' own pace)."""
+    return checks.fidelity(ctx.summary, ctx.ncpu, ctx.host, ctx.spans, ctx.replicates)
 
 
 ANALYSIS = Analysis(

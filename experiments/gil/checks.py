@@ -9,6 +9,7 @@ import pandas as pd
 
 from analysis.capacity import DELIVERED_WHOLE, capacity_reason, causes
 from analysis.fidelity import scaling_check, speedup_check
+from experiments.gil import shortfall
 
 
 def with_interpreter(summary: pd.DataFrame | None) -> pd.DataFrame | None:
@@ -61,9 +62,11 @@ def _scaling_checks(
     return rows
 
 
-def _threads_reason(r: pd.Series | None, s: float | None, host: dict) -> str:
+def _threads_reason(r: pd.Series | None, s: float | None, host: dict, parts: dict | None = None) -> str:
     """Why CPU-bound threads under the GIL left 0.70x-1.15x of sequential: what was measured
     while they ran (other processes, steal, quota; :func:`analysis.capacity.causes`) first,
+    then the loop's own pace in the threads against the sequential loop's (``parts``, the
+    threads point's :func:`experiments.gil.shortfall.shortfall`; :func:`~experiments.gil.shortfall.pace`),
     then an interval that reaches into the range (noise), else that nothing measured explains
     it. The GIL itself was measured on (the check runs only then)."""
     if r is None or s is None or not np.isfinite(s):
@@ -76,6 +79,9 @@ def _threads_reason(r: pd.Series | None, s: float | None, host: dict) -> str:
         )
     lo, hi = r.get("speedup_ci_low", np.nan), r.get("speedup_ci_high", np.nan)
     short = _short_cpus(r)
+    paced = shortfall.pace(parts, s)
+    if paced:
+        return f"{paced}; {short}" if short else paced
     if np.isfinite(lo) and np.isfinite(hi) and lo <= 1.15 and hi >= 0.7:
         noise = f"its 95% CI ({lo:.2f}-{hi:.2f}) reaches into the range the GIL allows: measurement noise"
         return f"{noise}; {short}" if short else noise
@@ -103,7 +109,9 @@ def _short_cpus(r: pd.Series) -> str:
     )
 
 
-def _interpreter_checks(summary: pd.DataFrame | None, label: str, tag: str, ncpu: int, host: dict) -> list[dict]:
+def _interpreter_checks(
+    summary: pd.DataFrame | None, label: str, tag: str, ncpu: int, host: dict, paces: dict
+) -> list[dict]:
     rows = []
     if summary is None or gil_on(summary, label):
         rows.append(
@@ -114,7 +122,7 @@ def _interpreter_checks(summary: pd.DataFrame | None, label: str, tag: str, ncpu
                 "0.70x to 1.15x",
                 lambda s: 0.7 <= s <= 1.15,
                 "the GIL lets one thread run bytecode at a time",
-                lambda r, sp: _threads_reason(r, sp, host),
+                lambda r, sp: _threads_reason(r, sp, host, paces.get(label)),
             )
         )
     workers = sorted(summary["workers"].unique()) if summary is not None else [2]
@@ -133,23 +141,39 @@ def _interpreter_checks(summary: pd.DataFrame | None, label: str, tag: str, ncpu
     return rows + _scaling_checks(summary, label, tag, workers, ncpu, host)
 
 
-def fidelity(summary: pd.DataFrame | None, ncpu: int, host: dict) -> list[dict]:
+def threads_pace(spans: pd.DataFrame | None, replicates: pd.DataFrame | None, label: str) -> dict | None:
+    """:func:`experiments.gil.shortfall.shortfall` of interpreter ``label``'s 2 CPU-bound threads
+    (the point the threads check judges); None without their spans."""
+    point = {"interpreter": label, "workload": "cpu", "mode": "threads", "workers": 2}
+    return shortfall.shortfall(spans, replicates, point)
+
+
+def fidelity(
+    summary: pd.DataFrame | None,
+    ncpu: int,
+    host: dict,
+    spans: pd.DataFrame | None = None,
+    replicates: pd.DataFrame | None = None,
+) -> list[dict]:
     """Theory checks per interpreter: under the GIL, CPU-bound Python on 2 threads 0.70x to
     1.15x of sequential (the GIL serialises bytecode); with the GIL off, CPU-bound threads at
     least 0.7 min(N, CPUs); N sleeping threads at least 0.9 N (sleep releases the GIL); C code
     that releases the GIL (sha256) on N threads and CPU-bound Python on N processes at least
     0.7 min(N, available CPUs), under any build. A workload not measured gives no check
-    (``speedup_check`` on a missing point reports it as not measured)."""
+    (``speedup_check`` on a missing point reports it as not measured). ``spans`` and
+    ``replicates`` (spans.csv, replicates.csv) give the threads' own pace, which the threads
+    check names where it differs from the sequential loop's (:func:`threads_pace`)."""
     summary = with_interpreter(summary)
     if summary is None:
-        return _interpreter_checks(None, "default", "", ncpu, host)[:1]
+        return _interpreter_checks(None, "default", "", ncpu, host, {})[:1]
     measured = summary[summary["status"] == "ok"] if "status" in summary.columns else summary
     several = measured["interpreter"].nunique() > 1
     rows = []
     for label in dict.fromkeys(measured["interpreter"]):
         tag = f" ({label})" if several else ""
         present = set(summary.loc[summary["interpreter"] == label, "workload"])
-        checks = _interpreter_checks(summary, label, tag, ncpu, host)
+        paces = {label: threads_pace(spans, replicates, label)}
+        checks = _interpreter_checks(summary, label, tag, ncpu, host, paces)
         rows += [r for r in checks if _workload_of(r["check"]) in present]
     return rows
 
