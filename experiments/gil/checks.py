@@ -110,7 +110,7 @@ def _short_cpus(r: pd.Series) -> str:
 
 
 def _interpreter_checks(
-    summary: pd.DataFrame | None, label: str, tag: str, ncpu: int, host: dict, paces: dict
+    summary: pd.DataFrame | None, label: str, tag: str, ncpu: int, host: dict, threads_parts: dict | None
 ) -> list[dict]:
     rows = []
     if summary is None or gil_on(summary, label):
@@ -122,7 +122,7 @@ def _interpreter_checks(
                 "0.70x to 1.15x",
                 lambda s: 0.7 <= s <= 1.15,
                 "the GIL lets one thread run bytecode at a time",
-                lambda r, sp: _threads_reason(r, sp, host, paces.get(label)),
+                lambda r, sp: _threads_reason(r, sp, host, threads_parts),
             )
         )
     workers = sorted(summary["workers"].unique()) if summary is not None else [2]
@@ -165,15 +165,15 @@ def fidelity(
     check names where it differs from the sequential loop's (:func:`threads_pace`)."""
     summary = with_interpreter(summary)
     if summary is None:
-        return _interpreter_checks(None, "default", "", ncpu, host, {})[:1]
+        return _interpreter_checks(None, "default", "", ncpu, host, None)[:1]
     measured = summary[summary["status"] == "ok"] if "status" in summary.columns else summary
     several = measured["interpreter"].nunique() > 1
     rows = []
     for label in dict.fromkeys(measured["interpreter"]):
         tag = f" ({label})" if several else ""
         present = set(summary.loc[summary["interpreter"] == label, "workload"])
-        paces = {label: threads_pace(spans, replicates, label)}
-        checks = _interpreter_checks(summary, label, tag, ncpu, host, paces)
+        parts = threads_pace(spans, replicates, label)
+        checks = _interpreter_checks(summary, label, tag, ncpu, host, parts)
         rows += [r for r in checks if _workload_of(r["check"]) in present]
     return rows
 
