@@ -486,6 +486,16 @@ def test_a_point_started_without_its_openmp_setting_stops_before_it_measures(tmp
     assert not any(tmp_path.iterdir())  # nothing measured, nothing written
 
 
+def _argv(pid: int) -> list[str]:
+    """``pid``'s command line; [] where it cannot be read yet."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).cmdline()
+    except psutil.Error:
+        return []
+
+
 def test_short_cmdline_names_another_directory(tmp_path):
     """A process of another checkout (its own working directory) is named with it; one in this
     directory, or in /, is not; a process that has gone is its name."""
@@ -498,6 +508,11 @@ def test_short_cmdline_names_another_directory(tmp_path):
         for cwd in (tmp_path, deep, "/", None)
     ]
     try:
+        # a child read between its fork and its exec has no command line yet (the name alone, which
+        # a CI run once read): wait until each shows the one it was started with
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not all("-c" in _argv(p.pid) for p in procs):
+            time.sleep(0.01)
         here, long_, root, same = (short_cmdline(p.pid, "python") for p in procs)
     finally:
         for p in procs:
