@@ -271,8 +271,9 @@ def startmethod_latency(ctx: Context) -> Figure:
         fig,
         "Medians over epochs, each with a new DataLoader; error bars: 95% CI of the median. Steady state: "
         "batches after the first num_workers x 2; under each label the medians of the rounds its ratio pairs"
-        " (fork's measured in the same job), under fork's its own job's. forkserver's server was started"
-        " before the measured epochs.",
+        " (fork's measured in the same job: where rounds scatter, their quotient can differ from the bar, the"
+        " median of the rounds' ratios), under fork's its own job's. forkserver's server was started before"
+        " the measured epochs.",
     )
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     return fig
