@@ -227,9 +227,9 @@ def _steady_panel(ax, ctx: Context, sub: pd.DataFrame, x) -> None:
 
 def _steady_label(ctx: Context, label: str, row: pd.Series) -> str:
     """``label`` over the steady batches/s that its bar's ratio pairs: a method's own against
-    fork's in the same job's rounds (``1,025 batches/s\nfork's 1,281 here``), so that the
-    numbers under the bars agree with their heights; fork's own job's median under fork, and a
-    method's own job's median where it has no paired rounds."""
+    fork's in the same job's rounds (``1,025 batches/s\nfork's 1,281 here``), the rounds its bar
+    is the median ratio of (their quotient differs from the bar where rounds scatter); fork's own
+    job's median under fork, and a method's own job's median where it has no paired rounds."""
     both = _paired(ctx, row["start_method"], STEADY) if row["start_method"] != "fork" else None
     if both is None or both.empty:
         return f"{label}\n{num(row[STEADY], '').strip()} batches/s"
