@@ -8,8 +8,10 @@ points measured in 2 or more workers, every interleaved interval of the experime
 ``F`` of the log round ratios grouped by worker, made unbiased). So one point whose workers
 disagree widens every point of its experiment: a CI run at 84ae4dc read passive's speedup in
 multiprocessing at 0.11x for its low bound because the default point's spinning workers
-disagreed. The other rules:
+disagreed; since 2026-12-07 the mean leaves out oversubscribed points, which the rest's ``S``
+widens. The other rules:
 
+* ``with-oversubscribed``: the mean over every point, oversubscribed ones too (the lab's rule before);
 * ``experiment-median``: the median ``lambda`` of the experiment instead of the mean;
 * ``per-point``: each point by its own ``lambda`` alone;
 * ``none``: no widening.
@@ -53,7 +55,7 @@ from lab.fileio import emit, output_args_problem, write_frame  # noqa: E402
 from lab.host import Host  # noqa: E402
 
 THE_LABS = st.worker_scale
-RULES = ("experiment-mean", "experiment-median", "per-point", "none")
+RULES = ("experiment-mean", "with-oversubscribed", "experiment-median", "per-point", "none")
 #: (label, figure, first screen only, interval kind) of the coverage rows, as repeatability.py names them
 VIEWS = (
     ("first screen, rerun interval", "lead", True, "rerun"),
@@ -64,7 +66,8 @@ VIEWS = (
 
 def lambdas(summary: pd.DataFrame) -> dict:
     """``{row index: (lambda, workers, rounds)}`` of a pre-widening summary's interleaved points
-    measured in 2 or more workers (the points :func:`analysis.stats.worker_scale` pools)."""
+    measured in 2 or more workers (the points :func:`analysis.stats.worker_scale` pools, and the
+    oversubscribed ones it leaves out)."""
     out = {}
     for idx, r in summary.iterrows():
         if r["_is_base"] or not len(r["_ratios"]) or r["speedup_source"] != "interleaved":
@@ -87,6 +90,8 @@ def rule(name: str, seen: list):
             return THE_LABS(summary)
         if name == "none" or not values:
             return 1.0
+        if name == "with-oversubscribed":
+            return float(np.sqrt(max(1.0, float(np.mean(values)))))
         if name == "experiment-median":
             return float(np.sqrt(max(1.0, float(np.median(values)))))
         return pd.Series([np.sqrt(max(1.0, lam[i][0])) if i in lam else 1.0 for i in summary.index], summary.index)

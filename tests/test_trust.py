@@ -444,9 +444,11 @@ def test_worker_scale_is_one_without_a_difference_between_workers_and_grows_with
 
 def test_the_worker_scale_benchmark_applies_each_rule_and_the_lambda_null():
     """benchmarks/worker_scale.py's rules on a pre-widening summary of a baseline, a point whose
-    3 workers agree and one whose workers disagree: the lab's rule is analysis.stats.worker_scale
-    itself, per point scales each point by its own lambda, none by 1. The null share of lambda
-    above 2 with 2 workers and 6 rounds is P(F(1, 4) > 4) = P(|t_4| > 2) = 11.6% (Student's t)."""
+    3 workers agree, one whose workers disagree and an oversubscribed one whose workers disagree
+    far more: the lab's rule is analysis.stats.worker_scale itself, the mean over the points not
+    oversubscribed; with-oversubscribed takes the third in, per point scales each point by its
+    own lambda, none by 1. The null share of lambda above 2 with 2 workers and 6 rounds is
+    P(F(1, 4) > 4) = P(|t_4| > 2) = 11.6% (Student's t)."""
     from conftest import ROOT
 
     from analysis.stats import worker_inflation, worker_scale
@@ -457,21 +459,24 @@ def test_the_worker_scale_benchmark_applies_each_rule_and_the_lambda_null():
     workers = np.array([0, 0, 1, 1, 2, 2])
     agree = np.array([1.50, 1.62, 1.55, 1.58, 1.61, 1.52])
     disagree = np.array([0.50, 0.52, 1.20, 1.25, 0.80, 0.83])
+    spinning = np.array([0.01, 0.012, 1.20, 1.25, 0.80, 0.83])  # one worker's windows ran to the cap
     summary = pd.DataFrame(
         {
-            "_is_base": [True, False, False],
-            "_ratios": [np.array([]), agree, disagree],
-            "_workers": [np.array([]), workers, workers],
-            "speedup_source": ["baseline", "interleaved", "interleaved"],
+            "_is_base": [True, False, False, False],
+            "_ratios": [np.array([]), agree, disagree, spinning],
+            "_workers": [np.array([]), workers, workers, workers],
+            "speedup_source": ["baseline", "interleaved", "interleaved", "interleaved"],
+            "oversubscribed": [False, False, False, True],
         }
     )
-    lam = [worker_inflation(r, workers) for r in (agree, disagree)]
-    assert lam[0] < 1 < 100 < lam[1]
+    lam = [worker_inflation(r, workers) for r in (agree, disagree, spinning)]
+    assert lam[0] < 1 < 100 < lam[1] < lam[2]
     seen = []
-    assert bench.rule("experiment-mean", seen)(summary) == worker_scale(summary) == np.sqrt(np.mean(lam))
-    assert [s[1:] for s in seen] == [(3, 6), (3, 6)] and [s[0] for s in seen] == lam
+    assert bench.rule("experiment-mean", seen)(summary) == worker_scale(summary) == np.sqrt(np.mean(lam[:2]))
+    assert [s[1:] for s in seen] == [(3, 6)] * 3 and [s[0] for s in seen] == lam
+    assert bench.rule("with-oversubscribed", [])(summary) == np.sqrt(np.mean(lam)) > worker_scale(summary)
     per = bench.rule("per-point", [])(summary)
-    assert per.tolist() == [1.0, 1.0, np.sqrt(lam[1])]
+    assert per.tolist() == [1.0, 1.0, np.sqrt(lam[1]), np.sqrt(lam[2])]
     assert bench.rule("experiment-median", [])(summary) == np.sqrt(np.median(lam))
     assert bench.rule("none", [])(summary) == 1.0
     table = bench.lambda_table([(0.5, 2, 6), (3.0, 2, 6)])

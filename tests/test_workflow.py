@@ -324,11 +324,11 @@ def test_oversubscribed_threads_that_sleep_while_they_wait_beat_threads_that_spi
     gives p < 0.01. On 18 quick runs on the 2-vCPU EPYC VM every passive round read above every
     default round (0.64-1.65x against 0.01-0.92x).
 
-    Not the points' intervals: the worker scale factor (:func:`analysis.stats.worker_scale`)
-    widens every interleaved interval of the experiment by the spread between worker processes
-    of all its points, and the default point's workers can disagree several-fold (one spinning
-    through capped 2 s windows, the next finishing in 0.4 s). A CI run read the default at 0.16x
-    (95% CI 0.007-2.89), and another read passive's interval down to 0.11x."""
+    Not the points' intervals: the default point's workers can disagree several-fold (one
+    spinning through capped 2 s windows, the next finishing in 0.4 s), and its own rounds then
+    span two orders of magnitude. A CI run read the default at 0.16x (95% CI 0.007-2.89), and
+    another, before the worker scale factor (:func:`analysis.stats.worker_scale`) left
+    oversubscribed points out of its mean, read passive's interval down to 0.11x."""
     host = quick_run / "results" / "e2e"
     physics.conditions(host).require()
     s = pd.read_csv(host / "multiprocessing" / "summary.csv")
