@@ -69,7 +69,11 @@ def fmt_transfer(row, kind: str = "rerun") -> str:
     point's busy CPUs (its speedup on whole cores, :mod:`analysis.stats` ``speedup_norm``, differs
     from the measured one by more than 3%), the speedup on whole cores with its interval and
     what was measured: ``1.97x on whole cores (95% rerun interval 1.75-2.16; 1.33x measured while
-    2 CPUs delivered 1.35)``; else :func:`fmt_x`. Where the capacity readings' own spread widens
+    each busy CPU got 0.68 of a core; 2 CPUs delivered 1.35)``, the share being what the measured
+    figure is divided by (measured over on whole cores: the point's share of a core per busy CPU
+    over its baseline's, which is 1 for a one-CPU baseline; it is below the CPUs delivered over
+    the CPUs asked where the point kept fewer CPUs busy than it asked for, :mod:`analysis.stats`
+    ``_with_share``); else :func:`fmt_x`. Where the capacity readings' own spread widens
     the 95% CI on whole cores across 1 while the measured one lies clear of it, the measured
     figure (which the winner rules decide on, :func:`winner`) leads and the other follows as too
     wide to decide on: ``1.90x (...); on whole cores 2.21x (...), too wide to decide on``. So it
@@ -106,7 +110,11 @@ def fmt_transfer(row, kind: str = "rerun") -> str:
             " (the probe's loop is not this work)"
         )
     text += "; " if text else ""
-    return f"{bound(norm)}x on whole cores ({text}{bound(s)}x measured while {int(asked)} CPUs delivered {got:.2f})"
+    share = f"{s / norm:.2f}"
+    return (
+        f"{bound(norm)}x on whole cores ({text}{bound(s)}x measured while each busy CPU got {share} of a core;"
+        f" {int(asked)} CPUs delivered {got:.2f})"
+    )
 
 
 def transfer_case(row) -> str:

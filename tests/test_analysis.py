@@ -638,6 +638,8 @@ def test_windows_that_reached_the_cap_are_named_with_the_steps_they_got_done():
     )
     every = capped_findings(reps[reps["steps_done"] < 300])  # every window of 2 x 2 reached the cap
     assert every[0].endswith("2 x 2: all 5 windows, 52-233 of 300 steps (2 processes x 150) done.")
+    same = capped_findings(reps[reps["steps_done"].isin([52, 300])])  # one capped window: one count, not 52-52
+    assert same[0].endswith("2 x 2: 1 of its 2 windows, 52 of 300 steps (2 processes x 150) done.")
     assert capped_findings(reps[reps["processes"] == 1]) == []
     assert capped_findings(reps.drop(columns=["steps_done"])) == []
     assert capped_findings(None) == []

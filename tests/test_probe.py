@@ -220,7 +220,11 @@ def test_the_headline_gives_the_figure_on_whole_cores_unless_its_interval_cannot
 
     row = {"speedup": 1.33, "speedup_ci_low": 1.25, "speedup_ci_high": 1.40, "cpus_asked": 2, "cpus_delivered": 1.35}
     row |= {"speedup_norm": 1.97, "speedup_norm_ci_low": 1.80, "speedup_norm_ci_high": 2.10}
-    assert fmt_transfer(row) == "1.97x on whole cores (95% CI 1.80-2.10; 1.33x measured while 2 CPUs delivered 1.35)"
+    assert (
+        fmt_transfer(row)
+        == "1.97x on whole cores (95% CI 1.80-2.10; 1.33x measured while each busy CPU got 0.68 of a core;"
+        " 2 CPUs delivered 1.35)"
+    )
     assert fmt_transfer(row | {"speedup_norm": 1.35}) == "1.33x (95% CI 1.25-1.40)"  # whole cores: as measured
     # the capacity readings' spread took the interval across 1: the measured figure decides
     wide = row | {"speedup_norm": 2.21, "speedup_norm_ci_low": 0.51, "speedup_norm_ci_high": 8.95}
@@ -259,7 +263,10 @@ def test_the_headline_gives_the_figure_on_whole_cores_unless_its_interval_cannot
     # epochs/s against fork's read "0.07x on whole cores (... 0.038-0.13; 0.06x measured ...)")
     small = {"speedup": 0.058, "speedup_ci_low": 0.05, "speedup_ci_high": 0.066, "cpus_asked": 2}
     small |= {"cpus_delivered": 1.41, "speedup_norm": 0.0746, "speedup_norm_ci_low": 0.06, "speedup_norm_ci_high": 0.09}
-    want = "0.075x on whole cores (95% CI 0.06-0.09; 0.058x measured while 2 CPUs delivered 1.41)"
+    want = (
+        "0.075x on whole cores (95% CI 0.06-0.09; 0.058x measured while each busy CPU got 0.78 of a core;"
+        " 2 CPUs delivered 1.41)"
+    )
     assert fmt_transfer(small) == want
 
 
@@ -277,7 +284,8 @@ def test_the_headlines_give_the_rerun_interval_where_the_summary_has_it():
     assert fmt_x(rerun, "rerun") == "1.33x (95% rerun interval 1.22-1.44)"
     assert fmt_x(row, "rerun") == "1.33x (95% CI 1.25-1.40)"
     assert fmt_transfer(rerun) == (
-        "1.97x on whole cores (95% rerun interval 1.74-2.18; 1.33x measured while 2 CPUs delivered 1.35)"
+        "1.97x on whole cores (95% rerun interval 1.74-2.18; 1.33x measured while each busy CPU got 0.68 of a"
+        " core; 2 CPUs delivered 1.35)"
     )
     assert fmt_transfer(rerun, "ci").startswith("1.97x on whole cores (95% CI 1.80-2.10;")
 

@@ -111,7 +111,8 @@ def capped_findings(replicates) -> list[str]:
         which = f"all {len(g)} windows" if len(g) == len(everyone) else f"{len(g)} of its {len(everyone)} windows"
         steps = int(everyone["steps"].iloc[0])
         planned = f"{int(proc) * steps} steps" + (f" ({int(proc)} processes x {steps})" if int(proc) > 1 else "")
-        parts.append(f"{_split(everyone.iloc[0])}: {which}, {done.min()}-{done.max()} of {planned} done")
+        got = f"{done.min()}" if done.min() == done.max() else f"{done.min()}-{done.max()}"
+        parts.append(f"{_split(everyone.iloc[0])}: {which}, {got} of {planned} done")
     cap = float(capped["max_window_s"].iloc[0])
     return [
         f"Windows that reached the {num(cap, 's')} cap (`max_window_s`) ended there with their work unfinished,"
