@@ -288,11 +288,12 @@ def worker_scale(summary: pd.DataFrame) -> float:
     measured in 2 or more workers.
 
     Oversubscribed points (more threads than CPUs) are left out of the mean, and widened by the
-    rest's ``S``: their workers disagree by design (spinning OpenMP workers run one window
-    through its 2 s cap and the next in 0.4 s), which is their finding, not the machine's. In
-    one run (d1-1, 2026-12-07) the default 2 x 2 point's lambda of 34 made ``S`` 2.85 and
-    widened 2 x 1's CI to 1.01-2.00; over eight pairs of quick runs the rule left the first
-    screen's rerun coverage as it was (90.5% against 90.3%; docs/benchmarks.md)."""
+    rest's ``S`` (1 where every point measured in 2 or more workers is oversubscribed): their
+    workers disagree by design (spinning OpenMP workers run one window through its 2 s cap and
+    the next in 0.4 s), which is their finding, not the machine's. In one run (d1-1,
+    2026-12-07) the default 2 x 2 point's lambda of 34 made ``S`` 2.85 and widened 2 x 1's CI to
+    1.01-2.00; over eight pairs of quick runs the rule left the first screen's rerun coverage as
+    it was (90.5% against 90.3%; docs/benchmarks.md)."""
     found = []
     for _, r in summary.iterrows():
         if r["_is_base"] or not len(r["_ratios"]) or r["speedup_source"] != "interleaved":

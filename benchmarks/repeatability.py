@@ -57,7 +57,7 @@ from calibration import calibration_lines  # noqa: E402
 from runpair import labels_problem, machine_between, runs_differ, stored_pairs  # noqa: E402
 
 from analysis.findings import transfer_case  # noqa: E402
-from analysis.tables import read_table  # noqa: E402
+from analysis.tables import DataError, read_table  # noqa: E402
 from lab import registry  # noqa: E402
 from lab.declare import point_label  # noqa: E402
 from lab.fileio import emit, output_args_problem, write_text  # noqa: E402
@@ -379,7 +379,10 @@ def main(argv: list[str] | None = None) -> int:
         seconds.append(run(a, args.cores))
         time.sleep(60 * args.gap_min)
         seconds.append(run(b, args.cores))
-    df, between = compare_pairs(labels, results)
+    try:
+        df, between = compare_pairs(labels, results)
+    except DataError as e:  # a stored run's file that cannot be read: named, nothing written
+        p.error(f"--label {args.label}: {e}")
     if df.empty:
         p.error(f"--label {args.label}: no point measured in both runs of any pair (no experiment summaries)")
     host = json.loads((results / a / "host.json").read_text())

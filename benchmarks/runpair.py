@@ -94,12 +94,20 @@ def stored_pairs(results: Path) -> list[str]:
     return [label for label in ones if (results / f"{label}-2" / "host.json").is_file()]
 
 
-def labels_problem(text: str, labels: list[str], no_run: bool) -> str | None:
-    """Why ``--label text`` (split into ``labels``) cannot be compared, or None."""
+def labels_problem(text: str, labels: list[str], no_run: bool, option: str = "--label") -> str | None:
+    """Why ``option text`` (split into ``labels``) cannot be compared, or None. A label names
+    the runs ``<label>-1`` and ``<label>-2``, directories under the results directory: a path
+    (``/``, a leading ``.``) would read, or for a benchmark that summarises again write, beside
+    another run's files."""
     if not all(labels):
-        return f"--label {text}: an empty label; give one label, or several separated by commas (x1,w1)"
+        return f"{option} {text}: an empty label; give one label, or several separated by commas (x1,w1)"
+    if bad := [label for label in labels if "/" in label or "\\" in label or label.startswith(".")]:
+        return (
+            f"{option} {text}: {', '.join(repr(b) for b in bad)} is a path; a label is the name of the runs"
+            " <label>-1 and <label>-2 under --results, without '/' or a leading '.'"
+        )
     if len(labels) > 1 and not no_run:
-        return f"--label {text}: several labels pool stored pairs, so only with --no-run; one label to run a pair"
+        return f"{option} {text}: several labels pool stored pairs, so only with --no-run; one label to run a pair"
     if len(set(labels)) < len(labels):
-        return f"--label {text}: a label given twice would count its pair twice; give each once"
+        return f"{option} {text}: a label given twice would count its pair twice; give each once"
     return None

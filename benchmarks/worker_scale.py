@@ -47,9 +47,11 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import repeatability  # noqa: E402
+from runpair import labels_problem  # noqa: E402
 
 import analysis.stats as st  # noqa: E402
 from analysis.load import load_experiment, mark_other_nodes  # noqa: E402
+from analysis.tables import DataError  # noqa: E402
 from lab import registry  # noqa: E402
 from lab.fileio import emit, output_args_problem, write_frame  # noqa: E402
 from lab.host import Host  # noqa: E402
@@ -125,8 +127,13 @@ def evaluate(results: Path, pairs: list[str], name: str, work: Path) -> tuple[di
                 resummarise(results, f"{label}-{i}", work / name)
     finally:
         st.worker_scale = THE_LABS
-    frames = [repeatability.compare(f"{p}-1", f"{p}-2", work / name) for p in pairs]
-    both = pd.concat(frames, ignore_index=True)
+    frames = {p: repeatability.compare(f"{p}-1", f"{p}-2", work / name) for p in pairs}
+    if empty := [p for p, df in frames.items() if df.empty]:
+        raise LookupError(
+            f"no point measured in both runs of {', '.join(empty)} (an interrupted run: no experiment"
+            " summaries); leave such a pair out"
+        )
+    both = pd.concat(frames.values(), ignore_index=True)
     return {view: repeatability.coverage(both, fig, head, kind) for view, fig, head, kind in VIEWS}, seen
 
 
@@ -161,17 +168,24 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if problem := output_args_problem(args):
         p.error(problem)
-    results, pairs = Path(args.results), [s.strip() for s in args.pairs.split(",") if s.strip()]
+    results, pairs = Path(args.results), [s.strip() for s in args.pairs.split(",")]
+    if problem := labels_problem(args.pairs, pairs, True, "--pairs"):
+        p.error(problem)
     absent = [str(results / f"{q}-{i}" / "host.json") for q in pairs for i in (1, 2)]
     absent = [a for a in absent if not Path(a).is_file()]
-    if not pairs or absent:
+    if absent:
         need = "each label L needs results/L-1 and results/L-2 with a host.json"
-        p.error(f"--pairs {args.pairs!r}: {need}; missing: {', '.join(absent) or 'no label given'}")
+        p.error(f"--pairs {args.pairs!r}: {need}; missing: {', '.join(absent)}")
     figures, seen = {}, []
-    with tempfile.TemporaryDirectory(prefix="worker-scale-") as tmp:
-        for name in RULES:
-            figures[name], met = evaluate(results, pairs, name, Path(tmp))
-            seen = seen or met
+    try:
+        with tempfile.TemporaryDirectory(prefix="worker-scale-") as tmp:
+            for name in RULES:
+                figures[name], met = evaluate(results, pairs, name, Path(tmp))
+                seen = seen or met
+    except DataError as e:  # a stored run's file that cannot be read: named, nothing written
+        p.error(f"--pairs {args.pairs}: {e}")
+    except LookupError as e:
+        p.error(f"--pairs {args.pairs}: {e}")
     emit(markdown(figures, pairs, seen), args.markdown)
     return 0
 

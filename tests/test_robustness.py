@@ -374,6 +374,26 @@ def _benchmark(name: str):
     return module
 
 
+def test_the_worker_scale_benchmark_names_a_pair_it_cannot_compare(tmp_path, capsys):
+    """An interrupted run (a host.json, no experiment summaries) and a stored file cut short are
+    named in an error, with no traceback and nothing written."""
+    for run in ("r-1", "r-2"):
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "host.json").write_text('{"cpu_model": "fixture", "available_cpus": 2}')
+    out = tmp_path / "out.md"
+    with pytest.raises(SystemExit) as exit_:
+        _benchmark("worker_scale").main(["--pairs", "r", "--results", str(tmp_path), "--markdown", str(out)])
+    assert exit_.value.code == 2
+    assert "no point measured in both runs of r (an interrupted run" in capsys.readouterr().err
+    point = tmp_path / "r-1" / "jit" / "model~mlp" / "mode~eager"
+    point.mkdir(parents=True)
+    (point / "metrics.csv").write_text("experiment,model,mode,repeat,status,wall_s,samples_per_s\njit,mlp,ea")
+    with pytest.raises(SystemExit) as exit_:
+        _benchmark("worker_scale").main(["--pairs", "r", "--results", str(tmp_path), "--markdown", str(out)])
+    assert exit_.value.code == 2
+    assert "metrics.csv" in capsys.readouterr().err and not out.exists()
+
+
 @pytest.mark.parametrize(
     "script, args, message",
     [
@@ -408,7 +428,10 @@ def _benchmark(name: str):
         ("spin_settle", ["--readings", "2"], "at least 3 readings"),
         ("spin_settle", ["--markdown", "{dir}"], "--markdown {dir} is a directory"),
         ("worker_scale", ["--pairs", "nosuch"], "results/nosuch-1/host.json"),
-        ("worker_scale", ["--pairs", ","], "missing: no label given"),
+        ("worker_scale", ["--pairs", ","], "--pairs ,: an empty label"),
+        ("worker_scale", ["--pairs", "../b1"], "--pairs ../b1: '../b1' is a path"),  # it writes <tmp>/<rule>/<label>-1
+        ("worker_scale", ["--pairs", "x,x"], "--pairs x,x: a label given twice would count its pair twice"),
+        ("repeatability", ["--no-run", "--label", "x,a/b"], "--label x,a/b: 'a/b' is a path"),
         ("worker_scale", ["--pairs", "x", "--markdown", "{dir}"], "--markdown {dir} is a directory"),
         ("window_length", ["--lengths", "-1"], "--lengths must be finite and > 0 s"),
         ("window_length", ["--probe-ms", "nan"], "--probe-ms finite and >= 0"),
