@@ -358,8 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     labels = [label.strip() for label in args.label.split(",")]
     if problem := labels_problem(args.label, labels, args.no_run):
         p.error(problem)
-    a, b = f"{labels[0]}-1", f"{labels[0]}-2"
-    results = Path(args.results)
+    a, b, results = f"{labels[0]}-1", f"{labels[0]}-2", Path(args.results)
     if not args.no_run and results.resolve() != (ROOT / "results").resolve():
         p.error(
             f"--results {results}: the runs write into {ROOT / 'results'}, the pipeline's own;"
@@ -385,9 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--label {args.label}: {e}")
     if df.empty:
         p.error(f"--label {args.label}: no point measured in both runs of any pair (no experiment summaries)")
-    host = json.loads((results / a / "host.json").read_text())
-    text = markdown(df, host, seconds, between)
-    emit(text, args.markdown)
+    emit(markdown(df, json.loads((results / a / "host.json").read_text()), seconds, between), args.markdown)
     if args.json:
         figures = {
             f"{fig}{'_headline' if h else ''}{'' if kind == 'ci' else '_' + kind}": coverage(df, fig, h, kind)
