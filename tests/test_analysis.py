@@ -822,6 +822,12 @@ def test_the_intraop_chart_marks_its_oversubscribed_points_as_multiprocessing_do
     (square,) = [c for c in ax.collections if c.get_label().startswith("oversubscribed")]
     assert square.get_offsets().tolist() == [[4.0, 1.5]]
     assert "oversubscribed (threads > available CPUs)" in [t.get_text() for t in ax.get_legend().get_texts()]
+    # the legend lies beneath the panel: inside, the ideal and CPU-count lines left it no free
+    # corner and it sat on them (a new user's reading, 2026-12-07)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    legend, area = ax.get_legend().get_window_extent(renderer), ax.get_window_extent(renderer)
+    assert legend.y1 < area.y0 and legend.y0 > 0, (legend, area)
 
 
 def test_the_dataloader_chart_marks_the_points_whose_threads_waited():

@@ -165,7 +165,8 @@ def _scaling_panel(ax, sub: pd.DataFrame, colour: str, title: str, ncpu) -> None
     ax.set_ylabel("speedup over 1 thread (x)")
     ax.set_ylim(0, top)
     ax.set_title(f"{title}\n({baseline_text(sub, unit)} at 1 thread)", fontsize=10)
-    ax.legend(loc="best", fontsize=8)  # where it hides no point: the best count differs per workload
+    # beneath the panel: inside, the ideal line and the CPU count's line leave it no free corner
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=8, frameon=False)
 
 
 def intraop_scaling(ctx: Context) -> Figure:
@@ -177,7 +178,7 @@ def intraop_scaling(ctx: Context) -> Figure:
     summary, host = ctx.summary, ctx.host
     workloads = list(summary["workload"].unique())
     ncpu = host.get("available_cpus")
-    fig, axes = plt.subplots(1, len(workloads), figsize=(4.5 * len(workloads), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(workloads), figsize=(4.5 * len(workloads), 4.8), squeeze=False)
     for ax, wl, c in zip(axes[0], workloads, PALETTE):
         sub = summary[summary["workload"] == wl].sort_values("threads")
         if not sub["speedup"].notna().any():
