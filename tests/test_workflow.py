@@ -99,6 +99,12 @@ def test_every_output_exists(quick_run):
             for _, r in not_base.iterrows():
                 title = f"{r['interpreter']}, switch interval {r['switch_interval_ms']:g} ms"
                 assert legends[title].endswith(f"(median {fmt(r['latency_p50_ms'])} ms)"), (legends, r)
+            fig.canvas.draw()  # and it sits above the bars, not across them
+            renderer = fig.canvas.get_renderer()
+            for ax in (a for a in fig.axes if a.get_visible()):
+                box = ax.get_legend().get_window_extent(renderer)
+                bars = [p.get_window_extent(renderer) for p in ax.patches if p.get_height() > 0]
+                assert not any(box.overlaps(b) for b in bars), ax.get_title()
         assert len(not_base) and (not_base["speedup_source"] == "interleaved").all(), exp
     run = json.loads((host / "run.json").read_text())
     assert 0 < run["measured_share_pct"] < 100
