@@ -170,6 +170,12 @@ def test_report_renders_every_section(host_dir):
     assert "![" in mdtext and "(figures/gil_timeline.png)" in mdtext
     assert "(figures/job_schedule.png)" in mdtext and "[traces/gil.json](traces/gil.json)" in mdtext
     assert "## GIL: threads, processes and pure-Python code" in mdtext
+    # the tables' columns are explained once, under the first; the next points back to it
+    explained = "the CI widened on the log scale by"
+    assert mdtext.count(explained) == 1 and mdtext.index(explained) < mdtext.index("## TorchScript")
+    refer = "One row per configuration point; its median, speedup and rerun columns read as under the first table"
+    assert f"{refer} ([GIL: threads, processes and pure-Python code, across interpreters](#gil))." in mdtext
+    assert text.count("widened on the log scale by\n  sqrt(2)") == 1 and text.count("read as under the first") == 1
 
 
 def test_every_figure_has_caption_and_alt_text():
