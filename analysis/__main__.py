@@ -152,7 +152,13 @@ def cmd_config(args) -> int:
     import yaml
 
     header = "# Configuration this host's results were measured with (written by the workflow).\n"
-    write_text(Path(args.out), header + yaml.safe_dump(json.loads(args.json), sort_keys=False))
+    try:
+        config = json.loads(args.json)
+    except ValueError as e:
+        raise ValueError(f"--json: not JSON ({e}); give the configuration as a JSON object") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"--json: a JSON {type(config).__name__}; give the configuration as a JSON object")
+    write_text(Path(args.out), header + yaml.safe_dump(config, sort_keys=False))
     return 0
 
 
