@@ -182,9 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             for name in RULES:
                 figures[name], met = evaluate(results, pairs, name, Path(tmp))
                 seen = seen or met
-    except DataError as e:  # a stored run's file that cannot be read: named, nothing written
-        p.error(f"--pairs {args.pairs}: {e}")
-    except LookupError as e:
+    except (DataError, LookupError) as e:  # a file cut short, an interrupted run: named, nothing written
         p.error(f"--pairs {args.pairs}: {e}")
     emit(markdown(figures, pairs, seen), args.markdown)
     return 0
