@@ -16,7 +16,6 @@ status 1 and a message naming file, row and column.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from pathlib import Path
@@ -27,7 +26,7 @@ from analysis.hooks import findings
 from analysis.load import load_experiment, load_sidecars, mark_other_nodes
 from analysis.stats import summarise
 from analysis.tables import DataError, read_table
-from lab import registry
+from lab import fileio, registry
 from lab.fileio import output_dir_problem, output_file_problem, read_json_object, write_frame, write_json, write_text
 from lab.host import Host
 from lab.params import declaration, sample_hz_field
@@ -152,13 +151,7 @@ def cmd_config(args) -> int:
     import yaml
 
     header = "# Configuration this host's results were measured with (written by the workflow).\n"
-    try:
-        config = json.loads(args.json)
-    except ValueError as e:
-        raise ValueError(f"--json: not JSON ({e}); give the configuration as a JSON object") from None
-    if not isinstance(config, dict):
-        raise ValueError(f"--json: a JSON {type(config).__name__}; give the configuration as a JSON object")
-    write_text(Path(args.out), header + yaml.safe_dump(config, sort_keys=False))
+    write_text(Path(args.out), header + yaml.safe_dump(fileio.json_object(args.json, "--json"), sort_keys=False))
     return 0
 
 

@@ -146,11 +146,25 @@ def read_json_object(path: str | Path) -> dict:
             (a list, a number): one line instead of a traceback from the first key looked up.
     """
     try:
-        data = json.loads(Path(path).read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        text = Path(path).read_text()
+    except UnicodeDecodeError as exc:
         raise ValueError(f"{path}: not a JSON file ({exc})") from None
+    return json_object(text, str(path), "a JSON file")
+
+
+def json_object(text: str, where: str, what: str = "JSON") -> dict:
+    """The JSON object ``text`` holds (a file's text, an option's value).
+
+    Raises:
+        ValueError: naming ``where`` (a file, ``--json``), if ``text`` is not ``what`` (JSON) or
+            holds something other than an object (a list, a number).
+    """
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where}: not {what} ({exc})") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: holds a JSON {type(data).__name__}, where a JSON object ({{...}}) belongs")
+        raise ValueError(f"{where}: holds a JSON {type(data).__name__}, where a JSON object ({{...}}) belongs")
     return data
 
 

@@ -305,7 +305,10 @@ def test_missing_inputs_of_analysis_and_report_are_named_without_a_traceback(tmp
     assert f"error: cannot read {missing}: No such file or directory" in capsys.readouterr().err
     assert analysis_main(["trace", "gil", "--host-dir", str(tmp_path), "--out", str(tmp_path / "t.json")]) == 1
     assert f"cannot read {tmp_path / 'gil' / 'spans.csv'}" in capsys.readouterr().err
-    for given, said in (("{bad", "--json: not JSON (Expecting property name"), ("[1, 2]", "--json: a JSON list;")):
+    for given, said in (
+        ("{bad", "--json: not JSON (Expecting property name"),
+        ("[1, 2]", "--json: holds a JSON list, where a JSON object"),
+    ):
         assert analysis_main(["config", "--json", given, "--out", str(tmp_path / "c.yaml")]) == 1
         assert said in capsys.readouterr().err and not (tmp_path / "c.yaml").exists()
     out = ["--html", str(tmp_path / "r.html"), "--md", str(tmp_path / "r.md")]
