@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import repeatability  # noqa: E402
-from runpair import labels_problem  # noqa: E402
+from runpair import labels_problem, runs_differ  # noqa: E402
 
 import analysis.stats as st  # noqa: E402
 from analysis.load import load_experiment, mark_other_nodes  # noqa: E402
@@ -148,9 +148,13 @@ def lambda_table(seen: list) -> str:
     return "\n".join(rows) + f"\n\n{len(lam)} points; median lambda {np.median(lam):.2f}, mean {np.mean(lam):.2f}."
 
 
-def markdown(figures: dict, pairs: list[str], seen: list) -> str:
+def markdown(figures: dict, pairs: list[str], seen: list, between: dict | None = None) -> str:
+    """The rules' table and the lambda table; ``between``: by pair, what makes its two runs
+    other than two runs of one thing (:func:`runpair.runs_differ`: an experiment in one run only,
+    left out of every figure; other commits or configurations), said under the pairs."""
     head = "| rule | " + " | ".join(f"{v}: coverage, width" for v, *_ in VIEWS) + " |"
-    lines = [f"Pairs: {', '.join(pairs)}.", "", head, "|---" * (len(VIEWS) + 1) + "|"]
+    said = [f"{pair}: {text}" for pair, text in (between or {}).items() if text]
+    lines = [f"Pairs: {', '.join(pairs)}.", *said, "", head, "|---" * (len(VIEWS) + 1) + "|"]
     for name, by_view in figures.items():
         cells = [
             f"{c['coverage']:.1%} of {c['with_ci_1'] + c['with_ci_2']}, {c['ci_width_pct_median']:.1f}%"
@@ -184,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
                 seen = seen or met
     except (DataError, LookupError) as e:  # a file cut short, an interrupted run: named, nothing written
         p.error(f"--pairs {args.pairs}: {e}")
-    emit(markdown(figures, pairs, seen), args.markdown)
+    between = {pair: runs_differ(results, f"{pair}-1", f"{pair}-2") for pair in pairs}
+    emit(markdown(figures, pairs, seen, between), args.markdown)
     return 0
 
 

@@ -481,6 +481,15 @@ def test_the_worker_scale_benchmark_applies_each_rule_and_the_lambda_null():
     assert bench.rule("none", [])(summary) == 1.0
     table = bench.lambda_table([(0.5, 2, 6), (3.0, 2, 6)])
     assert "| 2 | 50.0% | 11.6% |" in table and "| 5 | 0.0% |" in table
+    # what makes a pair's runs differ is said under the pairs (an experiment left out, above all)
+    figures = {
+        "none": {
+            v: {"coverage": 1.0, "with_ci_1": 2, "with_ci_2": 2, "ci_width_pct_median": 10.0} for v, *_ in bench.VIEWS
+        }
+    }
+    left = "gil has a summary in run 1 only: left out."
+    text = bench.markdown(figures, ["r", "s"], [(0.5, 2, 6)], {"r": left, "s": ""})
+    assert text.startswith(f"Pairs: r, s.\nr: {left}\n\n| rule |") and "\ns: " not in text
 
 
 def test_contended_runs_open_the_first_screen_with_a_caveat_and_cap_parallel_speedups():
