@@ -5,7 +5,7 @@ theory checks in :mod:`experiments.gil.analysis`, the report's prose in ``report
 config section's schema, the command line and the parameter table come from its ``Params``.
 """
 
-from lab import interpreters
+from lab import interpreters, workspeed
 from lab.declare import Col, Experiment, Flag, SpanKind, Timeline
 
 
@@ -45,6 +45,7 @@ EXPERIMENT = Experiment(
             "-",
         ),
         **interpreters.COLUMNS,
+        **workspeed.COLUMNS,
     },
     order=10,
 )

@@ -40,6 +40,7 @@ from lab.params import Declared, param, repeats_field, sample_hz_field
 from lab.results import Measured, RunResult, interleave
 from lab.rounds import Rounds
 from lab.window import Meter
+from lab.workspeed import UNIT_CPU_COLUMN, unit_cpu_ms
 
 #: The measured code, started by path under the point's interpreter.
 PAYLOAD = Path(interpreters.__file__).with_name("pytasks.py")
@@ -117,6 +118,11 @@ class Runner:
         self.params, self.meter = params, meter
         self.child = interpreters.Child(entry, PAYLOAD)
         self.request = {"run": params.task_spec()}
+        # the work's own speed (lab.workspeed): processes, or tasks one after another, of work that
+        # is not sleeping, on no more processes than CPUs (threads slow each other down by design)
+        self.shares_nothing = (
+            params.mode != "threads" and params.workload != "io" and params.cpus_requested() <= meter.ncpu
+        )
 
     def warm_up(self) -> None:
         """Wait for the interpreter, then run the untimed warm-up (:meth:`lab.interpreters.Child.warm_up`)."""
@@ -129,6 +135,7 @@ class Runner:
             reply = self.child.ask(self.request)
         spans = [{**s, "start_s": s["start_s"] - win.t0, "end_s": s["end_s"] - win.t0} for s in reply["spans"]]
         row = {"tasks_per_s": p.workers / win.wall_s, "start_method": "fork" if p.mode == "processes" else ""}
+        row[UNIT_CPU_COLUMN] = unit_cpu_ms(reply["spans"]) if self.shares_nothing else float("nan")
         said = self.child.hello  # what the interpreter said of itself when it started
         row |= {"python_version": said["version"], "free_threaded": said["free_threaded"]}
         row["gil_enabled"] = said["gil_enabled"]

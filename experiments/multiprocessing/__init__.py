@@ -5,6 +5,7 @@ figures in :mod:`experiments.multiprocessing.analysis`, the report's prose in ``
 The config section's schema, the command line and the parameter table come from its ``Params``.
 """
 
+from lab import workspeed
 from lab.declare import Col, Experiment, SpanKind, Timeline
 
 
@@ -62,6 +63,7 @@ EXPERIMENT = Experiment(
             "int", "largest `torch.get_num_threads()` the runner's workers reported at start-up", "threads"
         ),
         "oversubscribed": Col("bool", "`processes x threads > available_cpus`", "-"),
+        **workspeed.COLUMNS,
     },
     order=20,
 )
