@@ -72,9 +72,13 @@ def fmt_transfer(row, kind: str = "rerun") -> str:
     each busy CPU got 0.68 of a core; 2 CPUs delivered 1.35)``, the share being what the measured
     figure is divided by (measured over on whole cores: the point's share of a core per busy CPU
     over its baseline's, which is 1 for a one-CPU baseline; it is below the CPUs delivered over
-    the CPUs asked where the point kept fewer CPUs busy than it asked for, :mod:`analysis.stats`
-    ``_with_share``); else :func:`fmt_x`. Where the capacity readings' own spread widens
-    the 95% CI on whole cores across 1 while the measured one lies clear of it, the measured
+    the CPUs asked where the point kept fewer CPUs busy than it asked for,
+    :func:`analysis.wholecores.with_share`). Where the work timed its own units inside the windows
+    (``speedup_norm_source`` ``in-window``), the share is how fast its slowest worker ran a unit
+    against its baseline's: ``1.92x on whole cores (...; 1.48x measured while its slowest worker
+    ran each unit of work at 0.77 of the speed its baseline's did, timed by the work itself; the
+    probe between rounds read 1.98 of 2 CPUs delivered)``. Else :func:`fmt_x`. Where the capacity
+    readings' own spread widens the 95% CI on whole cores across 1 while the measured one lies clear of it, the measured
     figure (which the winner rules decide on, :func:`winner`) leads and the other follows as too
     wide to decide on: ``1.90x (...); on whole cores 2.21x (...), too wide to decide on``. So it
     leads where the correction costs more certainty than it removes bias
@@ -88,6 +92,8 @@ def fmt_transfer(row, kind: str = "rerun") -> str:
     CI whatever ``kind`` is shown."""
     case = transfer_case(row)
     asked, got, norm, s = (row.get(c) for c in ("cpus_asked", "cpus_delivered", "speedup_norm", "speedup"))
+    if row.get("speedup_norm_source") == "in-window" and case in ("overshoots", "on_whole_cores"):
+        return _timed_by_the_work(row, kind, case)
     if case in ("measured", "whole"):
         return fmt_x(row, kind)
     if case == "probe_noise":
@@ -117,6 +123,24 @@ def fmt_transfer(row, kind: str = "rerun") -> str:
     )
 
 
+def _timed_by_the_work(row, kind: str, case: str) -> str:
+    """:func:`fmt_transfer` of a point whose speedup on whole cores the work's own speed inside the
+    windows gave (``speedup_norm_source`` ``in-window``): ``case`` ``on_whole_cores`` or ``overshoots``."""
+    asked, got, norm, s = (row.get(c) for c in ("cpus_asked", "cpus_delivered", "speedup_norm", "speedup"))
+    if case == "overshoots":
+        return (
+            f"{fmt_x(row, kind)}: not corrected, since the correction by the work's own speed would give more than"
+            f" the {int(asked)}x that {int(asked)} whole cores allow"
+        )
+    text = interval_text(row, kind, "speedup_norm")
+    seen = got is not None and np.isfinite(got)
+    probe = f"; the probe between rounds read {got:.2f} of {int(asked)} CPUs delivered" if seen else ""
+    return (
+        f"{bound(norm)}x on whole cores ({text + '; ' if text else ''}{bound(s)}x measured while its slowest worker"
+        f" ran each unit of work at {s / norm:.2f} of the speed its baseline's did, timed by the work itself{probe})"
+    )
+
+
 def transfer_case(row) -> str:
     """Which figure :func:`fmt_transfer` leads with, and why: ``on_whole_cores`` (the speedup on
     whole cores leads) or, where the measured speedup leads, ``measured`` (no probe reading),
@@ -124,11 +148,12 @@ def transfer_case(row) -> str:
     ``too_wide`` (the CI on whole cores holds 1 where the measured one does not), ``spread``
     (:func:`_spread_outweighs`) or ``overshoots`` (above the point's own CPU count)."""
     asked, got, norm, s = (row.get(c) for c in ("cpus_asked", "cpus_delivered", "speedup_norm", "speedup"))
-    if not all(v is not None and np.isfinite(v) for v in (asked, got, norm, s)) or s <= 0:
+    timed = row.get("speedup_norm_source") == "in-window"  # by the work itself: the probe's reading is not used
+    if not all(v is not None and np.isfinite(v) for v in (asked, norm, s, *(() if timed else (got,)))) or s <= 0:
         return "measured"
     if abs(norm / s - 1) <= WHOLE_CORES:
         return "whole"
-    if got > asked * (1 + WHOLE_CORES):  # more CPUs than the point has: the probe's own noise
+    if not timed and got > asked * (1 + WHOLE_CORES):  # more CPUs than the point has: the probe's own noise
         return "probe_noise"
     ci, measured = interval(row, "ci", "speedup_norm"), interval(row, "ci")
     side = _side(*measured) if measured else 0

@@ -20,24 +20,10 @@ Definitions (per configuration point, over its ``ok`` replicates of the throughp
   to the group's baseline point from its own job (``speedup_source = "separate jobs"``):
   ratio of medians, bootstrap resampling both samples independently. A baseline point's
   speedup is 1.
-* ``speedup_norm`` (with ``speedup_norm_ci_low``, ``speedup_norm_ci_high``): the speedup on
-  whole cores, the figure that transfers between runs of a machine whose speed moves. The
-  capacity probe measured beside every round (:mod:`lab.probe`) gives each window's
-  ``share``: the share of a whole core per busy CPU that the machine delivered to the window's
-  work (1 where the cores are whole, 0.67 where two busy vCPUs delivered 1.35 cores, 1 for work
-  that keeps one CPU busy, such as sleeping threads or threads under the GIL: :func:`_with_share`).
-  ``speedup_norm = speedup * k``, ``k`` the median share of the baseline's windows over the
-  median share of the point's, over the job. A point of 2 processes at 1.33x in a job where 2
-  CPUs delivered 1.35 cores has a speedup on whole cores of 1.97x: on a day the machine delivers
-  2 cores it would measure about that. Its interval adds the uncertainty of ``k`` (the
-  order-statistic interval of the point's median share) to the speedup's, in quadrature on the
-  log scale. Why the job's median and not each round's reading: on the 2-vCPU VM the delivered
-  capacity moves within tenths of a second (a 20 ms probe's readings 30 ms apart correlate 0.7,
-  200 ms apart 0.4), and a round's ratio correlated with its own round's reading only 0.14-0.28
-  over 40 rounds, so dividing round by round added the probe's noise without following the
-  window; the job's median follows what moves between jobs and runs (docs/benchmarks.md,
-  "Delivered capacity"). Equal to the speedup where the probe did not run or where both sides
-  keep one CPU busy.
+* ``speedup_norm`` (with ``speedup_norm_ci_low``, ``speedup_norm_ci_high``) and
+  ``speedup_norm_source``: the speedup on whole cores, the figure that transfers between runs of
+  a machine whose speed moves, from the work's own speed inside the windows where it recorded
+  it, else from the capacity probe beside the rounds (:mod:`analysis.wholecores`).
 * ``speedup_rerun_low``, ``speedup_rerun_high`` (and ``speedup_norm_rerun_low``, ``_high``):
   the 95% rerun interval, where a rerun of the point with as many rounds is expected to read its
   speedup: the CI widened on the log scale by ``sqrt(2) t(n - 1, 0.975) / z(0.975)`` for ``n``
@@ -58,10 +44,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from analysis import wholecores
 from analysis.capacity import capacity_columns
 from analysis.rerun import add_rerun, rerun_bound
 from lab import intervals, registry
 from lab.declare import Experiment
+from lab.workspeed import UNIT_CPU_COLUMN
 
 CONFIDENCE = intervals.CONFIDENCE
 N_RESAMPLES = 2000
@@ -165,11 +153,15 @@ def _point_row(spec: Experiment, point: dict, grp: pd.DataFrame, baselines: pd.D
     row |= _flags(spec, grp, ok)
     own_base = baselines[baselines["source"].isin(grp["source"])]
     row |= _capacity(ok, own_base)
-    cols = ["repeat", "value", *(["worker"] if "worker" in ok else [])]
-    paired = ok[cols].merge(own_base[["repeat", "value"]], on="repeat", suffixes=("", "_base"))
+    unit = [UNIT_CPU_COLUMN] if UNIT_CPU_COLUMN in ok and UNIT_CPU_COLUMN in own_base else []
+    cols = ["repeat", "value", *(["worker"] if "worker" in ok else []), *unit]
+    paired = ok[cols].merge(own_base[["repeat", "value", *unit]], on="repeat", suffixes=("", "_base"))
     row["_values"], row["_base_values"] = values, own_base["value"].to_numpy(dtype=float)
     row["_ratios"] = (paired["value"] / paired["value_base"]).to_numpy(dtype=float)
-    row["_shares"] = tuple(_with_share(x)["_share"].to_numpy(dtype=float) for x in (ok, own_base))
+    row["_unit_k"] = wholecores.unit_ratios(paired)
+    probed = "cpus_delivered" in ok and ok["cpus_delivered"].notna().any()
+    shares = (wholecores.with_share(x)["_share"].to_numpy(dtype=float) for x in (ok, own_base))
+    row["_shares"] = tuple(shares) if probed else (np.array([]), np.array([]))
     row["_workers"] = paired["worker"].fillna(0).to_numpy() if "worker" in paired else np.zeros(len(paired))
     row["_is_base"] = spec.is_baseline(point)
     return row
@@ -178,27 +170,6 @@ def _point_row(spec: Experiment, point: dict, grp: pd.DataFrame, baselines: pd.D
 def _median(values) -> float:
     v = pd.to_numeric(pd.Series(values), errors="coerce").dropna()
     return float(v.median()) if len(v) else np.nan
-
-
-def _with_share(rows: pd.DataFrame) -> pd.DataFrame:
-    """``rows`` with ``_share``: per window, the share of a whole core per busy CPU that the
-    machine delivered to the window's work (1 where the probe did not run: nothing to correct).
-
-    The work's busy CPUs ``u`` are what it used (``cpu_util_pct`` x available CPUs / 100),
-    between 1 and the CPUs it asked for: sleeping threads and threads under the GIL keep one CPU
-    busy at most, so the machine's parallel capacity does not limit them and their share is 1.
-    The CPUs delivered to ``u`` busy CPUs are interpolated linearly between 1 (one CPU delivers
-    itself) and ``cpus_delivered`` at ``cpus_asked``: ``share = D(u) / u``."""
-    need = ("cpus_delivered", "cpus_asked", "cpu_util_pct", "available_cpus")
-    if any(c not in rows for c in need) or not len(rows):
-        return rows.assign(_share=1.0)
-    asked = pd.to_numeric(rows["cpus_asked"], errors="coerce")
-    got = pd.to_numeric(rows["cpus_delivered"], errors="coerce")
-    used = pd.to_numeric(rows["cpu_util_pct"], errors="coerce") * pd.to_numeric(rows["available_cpus"]) / 100
-    u = used.clip(lower=1.0).where(asked > 1, 1.0).clip(upper=asked)
-    delivered = 1 + (u - 1) * (got - 1) / (asked - 1).where(asked > 1)
-    share = (delivered / u).where(asked > 1, 1.0)
-    return rows.assign(_share=share.where(share > 0).fillna(1.0))
 
 
 def _capacity(ok: pd.DataFrame, base: pd.DataFrame) -> dict:
@@ -234,25 +205,6 @@ def _speedup(r: pd.Series, group_base: np.ndarray) -> tuple[str, list[float]]:
     else:
         speedup, (lo, hi) = ratio_of_medians, ratio_ci(vals, base)
     return source, [float(np.median(base)), ratio_of_medians, speedup, lo, hi]
-
-
-def _norm(r: pd.Series) -> list[float]:
-    """:data:`NORM_COLUMNS` of one summary row (the module docstring's ``speedup_norm``)."""
-    if r["_is_base"]:
-        return [1.0, 1.0, 1.0]
-    point, base = r["_shares"]
-    sp, lo, hi = r["speedup"], r["speedup_ci_low"], r["speedup_ci_high"]
-    if not (len(point) and np.isfinite(sp)):
-        return [sp, lo, hi]
-    share_p, share_b = float(np.median(point)), float(np.median(base)) if len(base) else 1.0
-    k = share_b / share_p if share_p > 0 else 1.0
-    if not (np.isfinite(lo) and np.isfinite(hi) and lo > 0):
-        return [sp * k, lo * k, hi * k]
-    k_lo, k_hi = median_ci(point)  # the point's median share; the baseline's is 1 for one CPU
-    spread = np.log(k_hi / k_lo) / 2 if np.isfinite(k_lo) and k_lo > 0 else 0.0
-    down = np.hypot(np.log(sp / lo), spread)
-    up = np.hypot(np.log(hi / sp), spread)
-    return [sp * k, sp * k * np.exp(-down), sp * k * np.exp(up)]
 
 
 def worker_inflation(ratios: np.ndarray, workers: np.ndarray) -> float | None:
@@ -353,7 +305,7 @@ def summarise(replicates: pd.DataFrame, experiment: str) -> pd.DataFrame:
         ``top_other_cpu_pct``, ``rounds_stopped``), ``oversubscribed``, each declared extra column
         with ``<column>_ci_low`` and ``<column>_ci_high``, each declared flag, ``speedup_source``
         (interleaved, separate jobs, baseline; empty where the point or its baseline has no ok
-        replicate), :data:`SPEEDUP_COLUMNS`, :data:`NORM_COLUMNS`,
+        replicate), :data:`SPEEDUP_COLUMNS`, :data:`NORM_COLUMNS`, ``speedup_norm_source``,
         :data:`analysis.rerun.RERUN_COLUMNS`, the probe's :data:`CAPACITY_COLUMNS` with
         ``delivered_cpus_ci_low`` and ``_ci_high``, ``best`` and ``parallel_efficiency`` (see the
         module docstring).
@@ -375,7 +327,7 @@ def summarise(replicates: pd.DataFrame, experiment: str) -> pd.DataFrame:
             source, values = _speedup(r, group_base)
             summary.loc[idx, "speedup_source"] = source
             summary.loc[idx, SPEEDUP_COLUMNS] = values
-            summary.loc[idx, NORM_COLUMNS] = _norm(summary.loc[idx])
+            summary.loc[idx, NORM_COLUMNS], summary.loc[idx, "speedup_norm_source"] = wholecores.norm(summary.loc[idx])
     summary["worker_scale"] = worker_scale(summary)
     _widen(summary)
     add_rerun(summary, SPEEDUP_COLUMNS[2:], NORM_COLUMNS)
@@ -389,4 +341,5 @@ def summarise(replicates: pd.DataFrame, experiment: str) -> pd.DataFrame:
         for s, r in zip(summary["speedup"], summary[keys].to_dict("records"))
     ]
     summary.insert(0, "experiment", experiment)
-    return summary.drop(columns=["_values", "_base_values", "_ratios", "_shares", "_workers", "_is_base"])
+    drop = ["_values", "_base_values", "_ratios", "_unit_k", "_shares", "_workers", "_is_base"]
+    return summary.drop(columns=drop)

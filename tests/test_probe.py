@@ -559,3 +559,57 @@ def test_a_calibrating_loop_the_host_slowed_does_not_leave_every_later_loop_shor
         assert p.iterations < 0.5 * right
         p.measure()
         assert 0.5 * right < p.iterations < 2 * right
+
+
+def test_a_unit_of_work_is_timed_on_the_slowest_worker():
+    """``unit_cpu_ms``: each worker's CPU time over its units, the largest, in ms; spans without
+    CPU time or units are left out; no span at all reads NaN."""
+    from lab.workspeed import unit_cpu_ms
+
+    spans = [
+        {"actor": "process-0", "cpu_s": 0.005},
+        {"actor": "process-0", "cpu_s": 0.007},
+        {"actor": "process-1", "cpu_s": 0.010},
+        {"actor": "process-1", "cpu_s": None},
+    ]
+    assert unit_cpu_ms(spans) == pytest.approx(10.0)  # process-1's one timed unit, not the mean 7.3
+    steps = [{"actor": "a", "cpu_s": 0.3, "steps": 15}, {"actor": "a", "cpu_s": 0.1, "steps": 5}]
+    assert unit_cpu_ms(steps, units="steps") == pytest.approx(20.0)
+    assert math.isnan(unit_cpu_ms([{"actor": "a", "cpu_s": 0.1, "steps": 0}], units="steps"))
+    assert math.isnan(unit_cpu_ms([]))
+
+
+def _timed(ratio: list[float], slower: list[float]) -> pd.DataFrame:
+    """:func:`_rounds` with whole cores by the probe, and the work's own unit times: the point's
+    slowest worker ``slower[r]`` times the baseline's 5 ms in round ``r``."""
+    df = _rounds(ratio, 2.0)
+    point = df["role"] == "point"
+    df["unit_cpu_ms"] = 5.0
+    df.loc[point, "unit_cpu_ms"] = [5.0 * k for k in slower]
+    return df
+
+
+def test_the_speedup_on_whole_cores_divides_each_round_by_the_work_s_own_speed():
+    """Where the work timed its own units in every round, each round's ratio is multiplied by how
+    much slower the point's slowest worker ran a unit than the baseline did in that round: rounds
+    at 1.0-1.1x where the workers ran at half speed read 2.0-2.2x, and the median of those is the
+    figure, whatever the probe between rounds read (whole cores here). A round without the unit
+    time falls back to the probe's correction, which finds nothing to correct."""
+    from analysis.findings import fmt_transfer
+    from analysis.stats import summarise
+
+    ratios = [1.0, 1.05, 1.1, 1.9, 1.95, 2.0, 1.92, 1.0]
+    slower = [2.0, 2.0, 2.0, 1.0, 1.0, 1.0, 1.0, 2.0]
+    s = summarise(_timed(ratios, slower), "gil").set_index("mode").loc["processes"]
+    whole = sorted(r * k for r, k in zip(ratios, slower))
+    assert s["speedup_norm_source"] == "in-window"
+    assert s["speedup"] == pytest.approx(np.median(ratios))
+    assert s["speedup_norm"] == pytest.approx(np.median(whole)) and s["speedup_norm"] > 1.9
+    assert s["speedup_norm_ci_low"] == pytest.approx(whole[0]) and s["speedup_norm_ci_high"] == pytest.approx(whole[-1])
+    line = fmt_transfer(s.to_dict())
+    assert line.startswith(f"{s['speedup_norm']:.2f}x on whole cores") and "timed by the work itself" in line, line
+    assert "probe between rounds read 2.00 of 2 CPUs delivered" in line, line
+    gap = _timed(ratios, slower)
+    gap.loc[(gap["role"] == "point") & (gap["repeat"] == 3), "unit_cpu_ms"] = np.nan
+    fallback = summarise(gap, "gil").set_index("mode").loc["processes"]
+    assert fallback["speedup_norm_source"] == "probe" and fallback["speedup_norm"] == pytest.approx(fallback["speedup"])
