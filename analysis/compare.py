@@ -20,7 +20,8 @@ Per configuration point present on both hosts with the same parameters:
 * where the capacity probe ran on both (:mod:`lab.probe`): ``ratio_norm``, the ratio at
   equal one-CPU speed (times the baseline host's ``capacity_1cpu_per_s`` over this host's, the
   probe's median beside the point) and on whole cores (times the share of a core per busy CPU
-  each host's machine delivered to the point, as ``speedup_norm``: analysis/stats.py). Two runs
+  each host's machine delivered to the point, as ``speedup_norm``: analysis/wholecores.py, from
+  the work's own units where it timed them). Two runs
   of one machine whose speed moved between them (the history of one host under two labels)
   then compare as the machine, not as its two moments; for different machines it says how they
   differ beyond the speed of one core and the cores they delivered. Not for a point whose work
@@ -65,7 +66,17 @@ COLUMNS = [
 
 
 def _share(s) -> float:
-    """The share of a core per busy CPU a summary row's machine delivered to it (1 without a probe)."""
+    """The share of a core per busy CPU a summary row's machine delivered to it: where its work
+    timed its own units (``speedup_norm_source`` ``in-window``, :mod:`analysis.wholecores`), the
+    measured speedup over the one on whole cores; else the probe's CPUs delivered over asked (1
+    without a probe)."""
+    if s.get("speedup_norm_source") == "in-window":
+        try:
+            share = float(s.get("speedup")) / float(s.get("speedup_norm"))
+        except (TypeError, ValueError, ZeroDivisionError):
+            share = math.nan
+        if math.isfinite(share) and share > 0:
+            return share
     asked, got = s.get("cpus_asked"), s.get("cpus_delivered")
     try:
         share = float(got) / float(asked)

@@ -76,8 +76,8 @@ def fmt_transfer(row, kind: str = "rerun") -> str:
     :func:`analysis.wholecores.with_share`). Where the work timed its own units inside the windows
     (``speedup_norm_source`` ``in-window``), the share is how fast its slowest worker ran a unit
     against its baseline's: ``1.92x on whole cores (...; 1.48x measured while its slowest worker
-    ran each unit of work at 0.77 of the speed its baseline's did, timed by the work itself; the
-    probe between rounds read 1.98 of 2 CPUs delivered)``. Else :func:`fmt_x`. Where the capacity
+    ran at 0.77 of its baseline's speed, timed by the work's own units; the probe between rounds
+    read 1.98 of 2 CPUs delivered)``. Else :func:`fmt_x`. Where the capacity
     readings' own spread widens the 95% CI on whole cores across 1 while the measured one lies clear of it, the measured
     figure (which the winner rules decide on, :func:`winner`) leads and the other follows as too
     wide to decide on: ``1.90x (...); on whole cores 2.21x (...), too wide to decide on``. So it
@@ -137,7 +137,7 @@ def _timed_by_the_work(row, kind: str, case: str) -> str:
     probe = f"; the probe between rounds read {got:.2f} of {int(asked)} CPUs delivered" if seen else ""
     return (
         f"{bound(norm)}x on whole cores ({text + '; ' if text else ''}{bound(s)}x measured while its slowest worker"
-        f" ran each unit of work at {s / norm:.2f} of the speed its baseline's did, timed by the work itself{probe})"
+        f" ran at {s / norm:.2f} of its baseline's speed, timed by the work's own units{probe})"
     )
 
 

@@ -102,6 +102,31 @@ def mark_oversubscribed(ax, x, y, what: str) -> None:
         ax.scatter(x, y, zorder=5, label=f"oversubscribed ({what} > available CPUs)", **OVERSUBSCRIBED_MARK)
 
 
+def mark_whole_cores(ax, x, sub: pd.DataFrame) -> np.ndarray:
+    """A black diamond with its 95% CI at each point of ``sub`` (rows in the order of ``x``) whose
+    headline leads with the speedup on whole cores (:func:`analysis.findings.transfer_case`
+    ``on_whole_cores``), labelled ``on whole cores`` for the legend; returns the mask of the
+    points marked (none drawn where it is all False)."""
+    from analysis.findings import transfer_case
+
+    marked = np.array([transfer_case(r) == "on_whole_cores" for r in sub.to_dict("records")], dtype=bool)
+    if marked.any():
+        shown = sub[marked]
+        ax.errorbar(
+            np.asarray(x, dtype=float)[marked],
+            shown["speedup_norm"],
+            yerr=yerr(shown, "speedup_norm", "speedup_norm_ci_low", "speedup_norm_ci_high"),
+            fmt="D",
+            color="black",
+            markersize=5,
+            capsize=2,
+            elinewidth=1,
+            zorder=5,
+            label="on whole cores",
+        )
+    return marked
+
+
 def hatch_noisy(bars, sub: pd.DataFrame) -> None:
     """Hatch the bars of ``sub``'s noisy points (:func:`noisy_mask`); ``bars`` drawn from its rows in order."""
     for b, noisy in zip(bars, noisy_mask(sub)):

@@ -521,3 +521,15 @@ def test_a_baseline_host_without_the_experiment_keeps_each_hosts_own_figures(two
     assert proc["median"] == pytest.approx(2 * np.median(SEQ))
     assert proc["median_per_cpu"] == pytest.approx(np.median(SEQ))
     assert np.isnan(proc["ratio"])
+
+
+def test_a_point_timed_by_its_own_work_is_compared_at_the_share_its_work_got():
+    """Where a point's speedup on whole cores came from its own work's unit times, the share of a
+    core it got is its measured speedup over that one, not the probe's reading between rounds."""
+    from analysis.compare import _share
+
+    timed = {"speedup_norm_source": "in-window", "speedup": 1.5, "speedup_norm": 2.0}
+    assert _share(timed | {"cpus_asked": 2, "cpus_delivered": 2.0}) == pytest.approx(0.75)
+    assert _share({"speedup_norm_source": "probe", "speedup": 1.5, "speedup_norm": 2.0, "cpus_asked": 2}) == 1.0
+    assert _share({"cpus_asked": 2, "cpus_delivered": 1.5}) == pytest.approx(0.75)
+    assert _share(timed | {"speedup_norm": float("nan"), "cpus_asked": 2, "cpus_delivered": 1.6}) == pytest.approx(0.8)

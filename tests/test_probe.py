@@ -607,9 +607,29 @@ def test_the_speedup_on_whole_cores_divides_each_round_by_the_work_s_own_speed()
     assert s["speedup_norm"] == pytest.approx(np.median(whole)) and s["speedup_norm"] > 1.9
     assert s["speedup_norm_ci_low"] == pytest.approx(whole[0]) and s["speedup_norm_ci_high"] == pytest.approx(whole[-1])
     line = fmt_transfer(s.to_dict())
-    assert line.startswith(f"{s['speedup_norm']:.2f}x on whole cores") and "timed by the work itself" in line, line
+    assert line.startswith(f"{s['speedup_norm']:.2f}x on whole cores") and "timed by the work's own units" in line, line
     assert "probe between rounds read 2.00 of 2 CPUs delivered" in line, line
     gap = _timed(ratios, slower)
     gap.loc[(gap["role"] == "point") & (gap["repeat"] == 3), "unit_cpu_ms"] = np.nan
     fallback = summarise(gap, "gil").set_index("mode").loc["processes"]
     assert fallback["speedup_norm_source"] == "probe" and fallback["speedup_norm"] == pytest.approx(fallback["speedup"])
+
+
+def test_the_gil_chart_marks_the_speedup_on_whole_cores_where_the_headline_gives_it():
+    """A black diamond with its CI, beside the measured bar, at the figure the headline leads with;
+    the footnote says what it is. A chart with no such point draws none and says nothing of it."""
+    from analysis.stats import summarise
+    from experiments.gil.analysis import gil_speedup
+    from lab.contract import Context
+
+    ratios = [1.0, 1.05, 1.1, 1.9, 1.95, 2.0, 1.92, 1.0]
+    s = summarise(_timed(ratios, [2.0, 2.0, 2.0, 1.0, 1.0, 1.0, 1.0, 2.0]), "gil")
+    fig = gil_speedup(Context({"available_cpus": 2}, summary=s))
+    ax = fig.axes[0]
+    diamonds = [line for line in ax.lines if line.get_marker() == "D"]
+    assert len(diamonds) == 1 and diamonds[0].get_ydata()[0] == pytest.approx(s["speedup_norm"].max())
+    assert "on whole cores" in [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any("Black diamond" in t.get_text() for t in fig.texts)
+    plain = gil_speedup(Context({"available_cpus": 2}, summary=summarise(_rounds([1.9] * 8, 2.0), "gil")))
+    assert not [line for line in plain.axes[0].lines if line.get_marker() == "D"]
+    assert not any("Black diamond" in t.get_text() for t in plain.texts)

@@ -11,8 +11,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.capacity import cpus_text, note, one_cpu_note
-from analysis.findings import fmt_transfer, fmt_x, in_order, pick, unranked, winner
-from analysis.plotting import SPEEDUP, bar_legend, hatch_noisy, plt, yerr
+from analysis.findings import fmt_transfer, fmt_x, in_order, pick, transfer_case, unranked, winner
+from analysis.plotting import SPEEDUP, bar_legend, hatch_noisy, mark_whole_cores, plt, yerr
 from experiments.gil import MODES, WORKLOADS, checks, shortfall
 from experiments.gil.checks import gil_on, with_interpreter
 from lab.contract import Analysis, Context
@@ -235,9 +235,12 @@ def tables(ctx: Context) -> list[dict]:
     ]
 
 
-def _bars(ax, sub: pd.DataFrame, workers: list, modes: list[str]) -> None:
+def _bars(ax, sub: pd.DataFrame, workers: list, modes: list[str]) -> bool:
+    """One bar per mode and task count, with the speedup on whole cores marked where the headline
+    gives it (:func:`analysis.plotting.mark_whole_cores`); whether any was marked."""
     width = 0.8 / len(modes)
     x = np.arange(len(workers))
+    any_marked = False
     for j, mode in enumerate(modes):
         m = sub[sub["mode"] == mode].set_index("workers").reindex(workers)
         bars = ax.bar(
@@ -252,10 +255,22 @@ def _bars(ax, sub: pd.DataFrame, workers: list, modes: list[str]) -> None:
             linewidth=0.5,
         )
         hatch_noisy(bars, m)
-        for b, v, hi in zip(bars, m["speedup"], m["speedup_ci_high"]):
+        centres = [b.get_x() + b.get_width() / 2 for b in bars]
+        marked = mark_whole_cores(ax, [c + 0.3 * width for c in centres], m)  # beside the bar's own CI
+        any_marked |= bool(marked.any())
+        tops = m["speedup_ci_high"].where(~marked, np.fmax(m["speedup_ci_high"], m["speedup_norm_ci_high"]))
+        for c, v, hi in zip(centres, m["speedup"], tops):
             if np.isfinite(v):
-                pos = (b.get_x() + b.get_width() / 2, max(v, hi) if np.isfinite(hi) else v)
+                pos = (c, max(v, hi) if np.isfinite(hi) else v)
                 ax.annotate(f"{v:.2f}x", pos, xytext=(0, 12), textcoords="offset points", ha="center", fontsize=8)
+    return any_marked
+
+
+#: The footnote's words for :func:`analysis.plotting.mark_whole_cores`'s diamonds.
+WHOLE_CORES_NOTE = (
+    " Black diamond: the speedup on whole cores with its 95% CI, where the headline gives it (each round's"
+    " ratio divided by the share of a core its work got, timed by its own units or by the probe)."
+)
 
 
 def _ideal(workload: str, workers: int, ncpu: int) -> float:
@@ -276,14 +291,17 @@ def gil_speedup(ctx: Context) -> Figure:
     fig, axes = plt.subplots(
         len(interps), len(workloads), figsize=(4.3 * len(workloads), 3.6 * len(interps)), squeeze=False
     )
-    top_all = summary["speedup_ci_high"].fillna(summary["speedup"])
+    shown = [transfer_case(r) == "on_whole_cores" for r in summary.to_dict("records")]  # the diamonds drawn
+    whole_top = summary["speedup_norm_ci_high"].where(shown)
+    top_all = np.fmax(summary["speedup_ci_high"].fillna(summary["speedup"]), whole_top)
     ymax = max(float(np.nanmax(top_all)) if top_all.notna().any() else 1.0, float(summary["workers"].max())) * 1.4
+    whole = False
     for row, label in zip(axes, interps):
         for ax, workload in zip(row, workloads):
             sub = summary[(summary["workload"] == workload) & (summary["interpreter"] == label)]
             workers = sorted(sub["workers"].unique())
             modes = in_order(sub["mode"], MODES)
-            _bars(ax, sub, workers, modes)
+            whole |= _bars(ax, sub, workers, modes)
             for w_i, w in enumerate(workers):
                 ideal = _ideal(workload, w, ncpu)
                 ax.hlines(ideal, w_i - 0.45, w_i + 0.45, colors="#444444", linestyles=":", linewidth=1)
@@ -299,7 +317,8 @@ def gil_speedup(ctx: Context) -> Figure:
     fig.text(
         0.01,
         0.005,
-        "Error bars: 95% CI of the speedup (median of paired ratios). Hatched: noisy point.",
+        "Error bars: 95% CI of the speedup (median of paired ratios). Hatched: noisy point."
+        + (WHOLE_CORES_NOTE if whole else ""),
         fontsize=8,
         color="#555555",
     )
