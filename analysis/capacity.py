@@ -213,6 +213,11 @@ def _delivered_reason(r, s: float, n: int, got: float, what: str, used: float, f
         text = f"{what} ran {s:.2f}x with {got:.2f} cores delivered: {share:.0%} of what the machine gave; {probe}"
         return text + (f", while {'; '.join(found)}" if found else ", with nothing measured inside it taking them")
     text = f"{probe}, yet {what} ran only {s:.2f}x: {share:.0%} of it, a shortfall the host's cores do not explain"
+    inside = _inside_windows(r, s)
+    if inside:
+        return f"{probe}, yet {what} ran only {s:.2f}x; {inside}" + (
+            f"; measured while it ran: {'; '.join(found)}" if found else ""
+        )
     if found:
         return text + f"; measured while it ran: {'; '.join(found)}"
     if np.isfinite(used) and used < 0.8 * n:
@@ -220,6 +225,20 @@ def _delivered_reason(r, s: float, n: int, got: float, what: str, used: float, f
     if np.isfinite(used):
         return text + f": its work kept {used:.2f} CPUs busy but each did less than the probe's loop on a core"
     return text
+
+
+def _inside_windows(r, s: float) -> str:
+    """Where the work timed its own units inside the windows (``speedup_norm_source``
+    ``in-window``, :mod:`analysis.wholecores`) and its slowest worker ran them more than 3%
+    slower than its baseline did in the same rounds, that measurement in words; else ""."""
+    norm = _value(r, "speedup_norm")
+    if r.get("speedup_norm_source") != "in-window" or not (np.isfinite(norm) and norm > 0 and s / norm < 0.97):
+        return ""
+    return (
+        f"its own units, timed inside the windows, ran at {s / norm:.2f} of its baseline's speed on its slowest worker"
+        f" (CPU time a unit): the machine delivered less inside the windows than the probe saw between them;"
+        f" on whole cores {norm:.2f}x"
+    )
 
 
 def _median_of(df: pd.DataFrame, col: str) -> float:

@@ -633,3 +633,18 @@ def test_the_gil_chart_marks_the_speedup_on_whole_cores_where_the_headline_gives
     plain = gil_speedup(Context({"available_cpus": 2}, summary=summarise(_rounds([1.9] * 8, 2.0), "gil")))
     assert not [line for line in plain.axes[0].lines if line.get_marker() == "D"]
     assert not any("Black diamond" in t.get_text() for t in plain.texts)
+
+
+def test_a_shortfall_the_probe_missed_is_named_from_the_work_s_own_units():
+    """The probe between rounds saw 1.98 of 2 CPUs delivered, yet 2 processes ran 1.48x: where the
+    work timed its own units inside the windows, the check says how fast its slowest worker ran
+    them against the baseline, and the figure on whole cores, instead of a shortfall nothing
+    explains."""
+    from analysis.capacity import capacity_reason
+
+    r = {"speedup": 1.48, "cpus_asked": 2, "cpus_delivered": 1.98, "cpu_util_pct": 90.0, "speedup_ci_low": 1.2}
+    timed = r | {"speedup_norm": 1.92, "speedup_norm_source": "in-window"}
+    text = capacity_reason(timed, 1.48, 2, "possibilities", {"available_cpus": 2}, "2 processes")
+    assert "ran at 0.77 of its baseline's speed on its slowest worker" in text and "on whole cores 1.92x" in text, text
+    plain = capacity_reason(r | {"speedup_norm": 1.48}, 1.48, 2, "possibilities", {"available_cpus": 2}, "2 processes")
+    assert "do not explain" in plain and "slowest worker" not in plain, plain
