@@ -12,10 +12,13 @@ would read had each of its busy CPUs delivered a whole core, as its baseline's d
   the median of those products with the same distribution-free 95% interval as the speedup's
   (:func:`lab.intervals.median_ci`). A point of 2 processes whose slowest worker ran its units at
   1.3x the baseline's CPU time in a round where it read 1.48x reads 1.92x in that round.
-  Round by round, because the correction is measured inside the very window it corrects: on the
-  2-vCPU VM gil's 2 CPU-bound processes read 1.32-1.93x over six quick runs and 1.89-2.03x so
-  corrected, and multiprocessing's 2 x 1 read 1.47-1.96x and 1.91-1.96x (docs/benchmarks.md,
-  2026-12-07 afternoon).
+  Round by round, because the correction is measured inside the very window it corrects: over
+  the 20 stored quick runs of an AVX-512 EPYC VM (2 vCPUs), gil's 2 CPU-bound processes read
+  1.08-2.00x and 1.87-1.93x so corrected, and multiprocessing's 2 x 1 read 1.47-1.98x and
+  1.88-1.99x (docs/benchmarks.md, 2026-12-07 afternoon). What it cannot tell from the host's
+  doing is a slowdown the workers cause each other through the hardware they share (memory
+  bandwidth, a shared cache): such work is measured as it runs, and its figure on whole cores
+  reads too high by that much; the measured speedup stands beside it.
 * ``probe``: the capacity probe measured beside every round (:mod:`lab.probe`) gives each
   window's ``share``: the share of a whole core per busy CPU that the machine delivered to the
   window's work (1 where the cores are whole, 0.67 where two busy vCPUs delivered 1.35 cores,
