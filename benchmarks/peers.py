@@ -14,7 +14,8 @@ Points, the same work for every tool:
   lab's kind of figure) and the steal time over their measurement;
 * the lab, by its own command line with interleaved baselines, 2 worker processes and the
   capacity probe (``python -m lab.point gil``, ``lab.point intraop``): the same points with
-  their 95% intervals, raw and on whole cores (``speedup_norm``, analysis/stats.py), and their
+  their 95% intervals, raw and on whole cores (``speedup_norm``, analysis/wholecores.py: from
+  the work's own units where gil's processes timed them), and their
   95% rerun intervals (the CI widened on the log scale, :mod:`analysis.rerun`: where another measurement of
   the point is expected to read, the interval the report's headlines give). A peer's value is
   another measurement, so the rerun interval is the lab's statement it should be judged by; both
