@@ -12,19 +12,35 @@ import time
 from pathlib import Path
 
 
-def agreement(first: dict, second: dict, interval: str = "") -> tuple[int, int]:
+def agreement(first: dict, second: dict, interval: str = "", headline: bool = False) -> tuple[int, int]:
     """``(inside, compared)``: values of one tool whose second measurement lies inside the
     first one's stated interval, and the reverse, over the values both passes have;
-    ``interval="rerun_"`` judges by the lab's rerun interval (``rerun_low``, ``rerun_high``)."""
-    lo, hi = f"{interval}low", f"{interval}high"
+    ``interval="rerun_"`` judges by the lab's rerun interval (``rerun_low``, ``rerun_high``);
+    ``headline``: the lab's figure as its headline gives it (:func:`headline_of`)."""
     inside = total = 0
     for name, a in first.items():
         b = second.get(name)
-        if b is None or lo not in a or lo not in b:
+        if b is None:
             continue
-        inside += (a[lo] <= b["value"] <= a[hi]) + (b[lo] <= a["value"] <= b[hi])
+        (av, alo, ahi), (bv, blo, bhi) = (_figure(v, interval, headline) for v in (a, b))
+        if alo is None or blo is None:
+            continue
+        inside += (alo <= bv <= ahi) + (blo <= av <= bhi)
         total += 2
     return inside, total
+
+
+def _figure(v: dict, interval: str, headline: bool) -> tuple:
+    """``(value, low, high)`` of a value's ``interval`` (``""`` or ``rerun_``), on whole cores where
+    ``headline`` and the lab's headline gives that figure (``v["headline"] == "norm"``); low and
+    high None where the value has no such interval."""
+    norm = headline and v.get("headline") == "norm"
+    key, lo, hi = (
+        ("norm", f"norm_{interval}low", f"norm_{interval}high")
+        if norm
+        else ("value", f"{interval}low", f"{interval}high")
+    )
+    return (v[key], v[lo], v[hi]) if lo in v else (v[key], None, None)
 
 
 def _ncpu_of(name: str) -> int:
@@ -43,6 +59,8 @@ def against_lab(peer: dict, lab: dict) -> list[dict]:
         row["inside"] = bool(mine["low"] <= v["value"] <= mine["high"])
         row |= {"lab_rerun_low": mine["rerun_low"], "lab_rerun_high": mine["rerun_high"]}
         row["inside_rerun"] = bool(mine["rerun_low"] <= v["value"] <= mine["rerun_high"])
+        _, lo, hi = _figure(mine, "rerun_", headline=True)  # the figure the lab's headline gives
+        row |= {"lab_headline_low": lo, "lab_headline_high": hi, "inside_headline": bool(lo <= v["value"] <= hi)}
         if "sustained" in v:  # torch.utils.benchmark's calls, stalled ones included: the lab's kind of figure
             row["sustained"] = v["sustained"]
             row["inside_sustained"] = bool(mine["low"] <= v["sustained"] <= mine["high"])
@@ -97,9 +115,11 @@ def markdown(passes: list[dict]) -> str:
         ("tub", "", "tub"),
         ("lab", "", "lab (95% CI)"),
         ("lab", "rerun_", "lab (95% rerun interval)"),
+        ("lab", "rerun_+", "lab as its headlines give it (95% rerun interval)"),
     ):
         if len(passes) > 1:
-            inside, total = agreement(passes[0][tool]["values"], passes[1][tool]["values"], interval)
+            first, second = passes[0][tool]["values"], passes[1][tool]["values"]
+            inside, total = agreement(first, second, interval.rstrip("+"), headline=interval.endswith("+"))
             agree = f"{inside}/{total} ({100 * inside / total:.0f}%)" if total else ""
         else:
             agree = ""
@@ -107,7 +127,8 @@ def markdown(passes: list[dict]) -> str:
         lines.append(f"| {label} | {agree} | {walls} |")
     lines += ["", "| pass | point | peer | lab 95% CI | inside | lab rerun interval | inside |"]
     lines[-1] += " peer on whole cores | lab on whole cores (CI; rerun interval) | inside (CI; rerun) |"
-    lines += ["|---|---|---|---|---|---|---|---|---|---|"]
+    lines[-1] += " lab as its headline gives it (rerun interval) | peer inside |"
+    lines += ["|---|---|---|---|---|---|---|---|---|---|---|---|"]
     sustained = []
     for i, p in enumerate(passes, 1):
         for tool in ("pyperf", "tub"):
@@ -123,7 +144,7 @@ def markdown(passes: list[dict]) -> str:
                 lines.append(
                     f"| {i} | {tool}: {r['point']} | {r['peer']:.3g} | {r['lab_low']:.3g}-{r['lab_high']:.3g} |"
                     f" {r['inside']} | {r['lab_rerun_low']:.3g}-{r['lab_rerun_high']:.3g} | {r['inside_rerun']} |"
-                    f" {norm} |"
+                    f" {norm} | {r['lab_headline_low']:.3g}-{r['lab_headline_high']:.3g} | {r['inside_headline']} |"
                 )
                 if "sustained" in r:
                     sustained.append(

@@ -600,3 +600,30 @@ def test_a_summary_without_a_column_its_checks_read_is_named_by_the_fidelity_com
     err = capsys.readouterr().err
     assert "error: gil's summary has no column " in err and "which its checks read" in err, err
     assert not (tmp_path / "f.csv").exists()
+
+
+def test_the_peers_tables_judge_the_lab_by_the_figure_its_headline_gives():
+    """Two passes in which the lab's 2 processes read 1.20x and 1.70x measured but 1.88x and
+    1.87x on whole cores (its headline's figure): their raw rerun intervals disagree, the
+    headline's agree; a peer at 1.90x lies inside the headline's interval only."""
+    import sys
+
+    from conftest import ROOT
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    tables = _benchmark("peer_tables")
+
+    def lab(v, lo, hi, n, nlo, nhi):
+        raw = {"value": v, "low": lo, "high": hi, "rerun_low": lo, "rerun_high": hi}
+        return raw | {"norm": n, "norm_rerun_low": nlo, "norm_rerun_high": nhi}
+
+    one = {"x": lab(1.20, 1.10, 1.30, 1.88, 1.85, 1.93)}
+    two = {"x": lab(1.70, 1.30, 1.90, 1.87, 1.84, 1.91)}
+    assert tables.agreement(one, two, "rerun_") == (0, 2)
+    assert tables.agreement(one, two, "rerun_", headline=True) == (0, 2)  # not the headline's figure: as measured
+    for v in (*one.values(), *two.values()):
+        v["headline"] = "norm"
+    assert tables.agreement(one, two, "rerun_", headline=True) == (2, 2)
+    peer = {"values": {"x": {"value": 1.90}}, "delivered": 2.0}
+    row = tables.against_lab(peer, {"values": one})[0]
+    assert not row["inside_rerun"] and row["inside_headline"]
