@@ -213,7 +213,7 @@ def _delivered_reason(r, s: float, n: int, got: float, what: str, used: float, f
         text = f"{what} ran {s:.2f}x with {got:.2f} cores delivered: {share:.0%} of what the machine gave; {probe}"
         return text + (f", while {'; '.join(found)}" if found else ", with nothing measured inside it taking them")
     text = f"{probe}, yet {what} ran only {s:.2f}x: {share:.0%} of it, a shortfall the host's cores do not explain"
-    inside = _inside_windows(r, s)
+    inside = _inside_windows(r, s, n)
     if inside:
         return f"{probe}, yet {what} ran only {s:.2f}x; {inside}" + (
             f"; measured while it ran: {'; '.join(found)}" if found else ""
@@ -227,12 +227,15 @@ def _delivered_reason(r, s: float, n: int, got: float, what: str, used: float, f
     return text
 
 
-def _inside_windows(r, s: float) -> str:
+def _inside_windows(r, s: float, n: int) -> str:
     """Where the work timed its own units inside the windows (``speedup_norm_source``
     ``in-window``, :mod:`analysis.wholecores`) and its slowest worker ran them more than 3%
-    slower than its baseline did in the same rounds, that measurement in words; else ""."""
+    slower than its baseline did in the same rounds, that measurement in words; else "", and
+    where the figure on whole cores would exceed the ``n`` CPUs the point could use (which no
+    machine gives: the report's headline does not correct it either)."""
     norm = _value(r, "speedup_norm")
-    if r.get("speedup_norm_source") != "in-window" or not (np.isfinite(norm) and norm > 0 and s / norm < 0.97):
+    timed = r.get("speedup_norm_source") == "in-window"
+    if not (timed and np.isfinite(norm) and norm > 0 and s / norm < 0.97 and norm <= 1.03 * n):
         return ""
     return (
         f"its own units, timed inside the windows, ran at {s / norm:.2f} of its baseline's speed on its slowest worker"

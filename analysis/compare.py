@@ -44,6 +44,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from analysis.findings import transfer_case
 from analysis.hosts import HostResults, best_table, environment_table, load_host, point_key
 from analysis.stats import ratio_ci
 from lab import registry
@@ -68,9 +69,10 @@ COLUMNS = [
 def _share(s) -> float:
     """The share of a core per busy CPU a summary row's machine delivered to it: where its work
     timed its own units (``speedup_norm_source`` ``in-window``, :mod:`analysis.wholecores`), the
-    measured speedup over the one on whole cores; else the probe's CPUs delivered over asked (1
-    without a probe)."""
-    if s.get("speedup_norm_source") == "in-window":
+    measured speedup over the one on whole cores (not where that would exceed its CPUs, which its
+    headline does not correct either); else the probe's CPUs delivered over asked (1 without a
+    probe)."""
+    if s.get("speedup_norm_source") == "in-window" and transfer_case(s) != "overshoots":  # as the headline does
         try:
             share = float(s.get("speedup")) / float(s.get("speedup_norm"))
         except (TypeError, ValueError, ZeroDivisionError):

@@ -76,7 +76,7 @@ def fmt_transfer(row, kind: str = "rerun") -> str:
     :func:`analysis.wholecores.with_share`). Where the work timed its own units inside the windows
     (``speedup_norm_source`` ``in-window``), the share is how fast its slowest worker ran a unit
     against its baseline's: ``1.92x on whole cores (...; 1.48x measured while its slowest worker
-    ran at 0.77 of its baseline's speed, timed by the work's own units; the probe between rounds
+    ran at about 0.77 of its baseline's speed, timed by the work's own units; the probe between rounds
     read 1.98 of 2 CPUs delivered)``. Else :func:`fmt_x`. Where the capacity
     readings' own spread widens the 95% CI on whole cores across 1 while the measured one lies clear of it, the measured
     figure (which the winner rules decide on, :func:`winner`) leads and the other follows as too
@@ -126,7 +126,8 @@ def fmt_transfer(row, kind: str = "rerun") -> str:
 def _timed_by_the_work(row, kind: str, case: str) -> str:
     """:func:`fmt_transfer` of a point whose speedup on whole cores the work's own speed inside the
     windows gave (``speedup_norm_source`` ``in-window``): ``case`` ``on_whole_cores`` or ``overshoots``."""
-    asked, got, norm, s = (row.get(c) for c in ("cpus_asked", "cpus_delivered", "speedup_norm", "speedup"))
+    got, norm, s = (row.get(c) for c in ("cpus_delivered", "speedup_norm", "speedup"))
+    asked = cpus_of(row)
     if case == "overshoots":
         return (
             f"{fmt_x(row, kind)}: not corrected, since the correction by the work's own speed would give more than"
@@ -137,7 +138,7 @@ def _timed_by_the_work(row, kind: str, case: str) -> str:
     probe = f"; the probe between rounds read {got:.2f} of {int(asked)} CPUs delivered" if seen else ""
     return (
         f"{bound(norm)}x on whole cores ({text + '; ' if text else ''}{bound(s)}x measured while its slowest worker"
-        f" ran at {s / norm:.2f} of its baseline's speed, timed by the work's own units{probe})"
+        f" ran at about {s / norm:.2f} of its baseline's speed, timed by the work's own units{probe})"
     )
 
 
@@ -149,6 +150,8 @@ def transfer_case(row) -> str:
     (:func:`_spread_outweighs`) or ``overshoots`` (above the point's own CPU count)."""
     asked, got, norm, s = (row.get(c) for c in ("cpus_asked", "cpus_delivered", "speedup_norm", "speedup"))
     timed = row.get("speedup_norm_source") == "in-window"  # by the work itself: the probe's reading is not used
+    if timed:  # the probe may not have run (rounds.probe_ms 0): the CPUs the point asked for from its own units
+        asked = cpus_of(row)
     if not all(v is not None and np.isfinite(v) for v in (asked, norm, s, *(() if timed else (got,)))) or s <= 0:
         return "measured"
     if abs(norm / s - 1) <= WHOLE_CORES:
@@ -164,6 +167,17 @@ def transfer_case(row) -> str:
     if norm > asked * (1 + WHOLE_CORES):  # more than its CPUs can give: the probe's loop is not this work
         return "overshoots"
     return "on_whole_cores"
+
+
+def cpus_of(row) -> float:
+    """The CPUs a point asked for at once: the probe's ``cpus_asked``, else its parallel units
+    (``speedup / parallel_efficiency``, :mod:`analysis.stats`); NaN where neither is known."""
+    asked = row.get("cpus_asked")
+    if asked is not None and np.isfinite(asked):
+        return float(asked)
+    s, eff = row.get("speedup"), row.get("parallel_efficiency")
+    ok = all(v is not None and np.isfinite(v) for v in (s, eff)) and eff > 0
+    return float(s / eff) if ok else float("nan")
 
 
 def _spread_outweighs(correction: float, norm_ci: tuple, measured_ci: tuple) -> bool:

@@ -57,15 +57,28 @@ def unit_cpu_ms(spans: list[dict], units: str | None = None) -> float:
 
     Returns:
         ``1000 max_a (sum of actor a's cpu_s / sum of its units)``; NaN where no span has CPU
-        time and units.
+        time and units. A span whose CPU time is negative or not a finite number, or whose units
+        are not a finite positive number, is left out; spans without ``actor`` count as one worker.
     """
     cpu: dict[str, float] = {}
     done: dict[str, float] = {}
     for s in spans:
-        c, n = s.get("cpu_s"), (s.get(units) if units else 1)
-        if c is None or n is None or not n > 0 or not math.isfinite(c):
+        c, n = _number(s.get("cpu_s")), (_number(s.get(units)) if units else 1.0)
+        if not (c >= 0 and 0 < n < math.inf):  # NaN compares False: a span without either is left out
             continue
-        cpu[s["actor"]] = cpu.get(s["actor"], 0.0) + float(c)
-        done[s["actor"]] = done.get(s["actor"], 0.0) + float(n)
+        actor = str(s.get("actor", ""))
+        cpu[actor] = cpu.get(actor, 0.0) + c
+        done[actor] = done.get(actor, 0.0) + n
     per_unit = [cpu[a] / done[a] for a in cpu if done[a] > 0]
     return 1000.0 * max(per_unit) if per_unit else math.nan
+
+
+def _number(v) -> float:
+    """``v`` as a float, NaN for None, booleans, infinities and what is not a number."""
+    if v is None or isinstance(v, bool):
+        return math.nan
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return math.nan
+    return x if math.isfinite(x) else math.nan

@@ -648,3 +648,57 @@ def test_a_shortfall_the_probe_missed_is_named_from_the_work_s_own_units():
     assert "ran at 0.77 of its baseline's speed on its slowest worker" in text and "on whole cores 1.92x" in text, text
     plain = capacity_reason(r | {"speedup_norm": 1.48}, 1.48, 2, "possibilities", {"available_cpus": 2}, "2 processes")
     assert "do not explain" in plain and "slowest worker" not in plain, plain
+
+
+def test_unit_times_leave_out_what_is_not_a_unit_of_work():
+    """Negative or non-finite CPU time, units that are not a finite positive number, booleans: left
+    out (NaN where nothing is left); a span without an actor counts as one worker."""
+    from lab.workspeed import unit_cpu_ms
+
+    assert math.isnan(unit_cpu_ms([{"actor": "a", "cpu_s": -0.01}]))
+    assert math.isnan(unit_cpu_ms([{"actor": "a", "cpu_s": True}]))
+    assert math.isnan(unit_cpu_ms([{"actor": "a", "cpu_s": 0.1, "steps": float("inf")}], units="steps"))
+    assert unit_cpu_ms([{"cpu_s": 0.01}, {"cpu_s": 0.03}]) == pytest.approx(20.0)
+    assert unit_cpu_ms([{"actor": "a", "cpu_s": 0.03, "steps": "3"}], units="steps") == pytest.approx(10.0)
+
+
+def test_a_correction_by_the_work_s_own_units_holds_without_the_probe_and_never_overshoots():
+    """With the probe off (no ``cpus_asked``), the point's own parallel units bound the figure;
+    a figure on whole cores above its CPUs is refused alike by the headline, the check's reason
+    and the comparison of hosts."""
+    from analysis.capacity import capacity_reason
+    from analysis.compare import _share
+    from analysis.findings import fmt_transfer, transfer_case
+
+    row = {"speedup": 1.5, "speedup_ci_low": 1.4, "speedup_ci_high": 1.6, "parallel_efficiency": 0.75}
+    row |= {"speedup_norm": 1.9, "speedup_norm_ci_low": 1.85, "speedup_norm_ci_high": 1.95}
+    row["speedup_norm_source"] = "in-window"
+    assert transfer_case(row) == "on_whole_cores"
+    assert fmt_transfer(row, "ci").startswith("1.90x on whole cores (95% CI 1.85-1.95; 1.50x measured"), row
+    over = row | {"speedup_norm": 2.4, "speedup_norm_ci_low": 2.3, "speedup_norm_ci_high": 2.5}
+    assert transfer_case(over) == "overshoots" and "not corrected" in fmt_transfer(over, "ci")
+    assert _share(row) == pytest.approx(1.5 / 1.9) and _share(over) == 1.0
+    probed = over | {"cpus_asked": 2, "cpus_delivered": 1.98, "cpu_util_pct": 90.0}
+    text = capacity_reason(probed, 1.5, 2, "possibilities", {"available_cpus": 2}, "2 processes")
+    assert "on whole cores" not in text and "2.40" not in text, text
+
+
+def test_the_processes_finding_counts_the_rounds_the_machine_slowed_a_process():
+    """Round by round, the slower process's CPU time a chunk over the sequential loop's: a round
+    where one process ran at half speed is counted, and the finding says so beside the medians
+    over all chunks, which hide it."""
+    from experiments.gil import shortfall
+
+    spans, reps = [], []
+    for r in range(6):
+        slow = 2.0 if r < 2 else 1.0
+        for _ in range(20):
+            spans.append({"repeat": r, "role": "baseline", "actor": "main", "cpu_s": 0.005})
+            spans += [{"repeat": r, "role": "point", "actor": "process-0", "cpu_s": 0.005}]
+            spans += [{"repeat": r, "role": "point", "actor": "process-1", "cpu_s": 0.005 * slow}]
+        reps += [{"repeat": r, "role": "point", "wall_s": 0.12}, {"repeat": r, "role": "baseline", "wall_s": 0.2}]
+    sp = pd.DataFrame(spans).assign(start_s=0.0, end_s=0.01, workload="cpu", mode="processes")
+    parts = shortfall.shortfall(sp, pd.DataFrame(reps).assign(workload="cpu", mode="processes"), {"workload": "cpu"})
+    assert parts["chunk_ratio"] == pytest.approx(1.0) and parts["timed_rounds"] == 6
+    assert parts["slow_rounds"] == 2 and parts["slowest_max"] == pytest.approx(2.0)
+    assert "over 1.15x in 2 of 6 rounds, up to 2.00x" in shortfall.line(parts, 2, "CPU-bound Python")
