@@ -239,7 +239,7 @@ def _inside_windows(r, s: float, n: int) -> str:
         return ""
     return (
         f"its own units, timed inside the windows, ran at {s / norm:.2f} of its baseline's speed on its slowest worker"
-        f" (CPU time a unit): the machine delivered less inside the windows than the probe saw between them;"
+        f" (time a unit): the machine delivered less inside the windows than the probe saw between them;"
         f" on whole cores {norm:.2f}x"
     )
 

@@ -49,7 +49,7 @@ from analysis.capacity import capacity_columns
 from analysis.rerun import add_rerun, rerun_bound
 from lab import intervals, registry
 from lab.declare import Experiment
-from lab.workspeed import UNIT_CPU_COLUMN
+from lab.workspeed import UNIT_COLUMN
 
 CONFIDENCE = intervals.CONFIDENCE
 N_RESAMPLES = 2000
@@ -153,7 +153,7 @@ def _point_row(spec: Experiment, point: dict, grp: pd.DataFrame, baselines: pd.D
     row |= _flags(spec, grp, ok)
     own_base = baselines[baselines["source"].isin(grp["source"])]
     row |= _capacity(ok, own_base)
-    unit = [UNIT_CPU_COLUMN] if UNIT_CPU_COLUMN in ok and UNIT_CPU_COLUMN in own_base else []
+    unit = [UNIT_COLUMN] if UNIT_COLUMN in ok and UNIT_COLUMN in own_base else []
     cols = ["repeat", "value", *(["worker"] if "worker" in ok else []), *unit]
     paired = ok[cols].merge(own_base[["repeat", "value", *unit]], on="repeat", suffixes=("", "_base"))
     row["_values"], row["_base_values"] = values, own_base["value"].to_numpy(dtype=float)

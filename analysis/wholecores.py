@@ -5,7 +5,7 @@ would read had each of its busy CPUs delivered a whole core, as its baseline's d
 ``speedup_norm_source`` says what it was measured from:
 
 * ``in-window``: the work's own speed inside the windows (:mod:`lab.workspeed`), where the point
-  and its baseline both recorded ``unit_cpu_ms`` (the CPU time of one fixed unit of work on the
+  and its baseline both recorded ``unit_ms`` (the time one fixed unit of work took on the
   window's slowest worker) in every round. Each round's paired ratio ``point_r / baseline_r`` is
   multiplied by ``k_r = unit_point_r / unit_baseline_r`` (how much slower the CPUs ran the same
   work in the point's window than in the baseline's, next to it in time), and ``speedup_norm`` is
@@ -43,7 +43,7 @@ import numpy as np
 import pandas as pd
 
 from lab import intervals
-from lab.workspeed import UNIT_CPU_COLUMN
+from lab.workspeed import UNIT_COLUMN
 
 
 def with_share(rows: pd.DataFrame) -> pd.DataFrame:
@@ -70,8 +70,8 @@ def with_share(rows: pd.DataFrame) -> pd.DataFrame:
 def unit_ratios(paired: pd.DataFrame) -> np.ndarray:
     """Per paired round, ``k_r = unit_point_r / unit_baseline_r`` (the module docstring), from a
     point's rows merged with its baseline's on ``repeat`` (the baseline's columns suffixed
-    ``_base``); empty unless both sides recorded ``unit_cpu_ms`` in every round."""
-    cols = (UNIT_CPU_COLUMN, f"{UNIT_CPU_COLUMN}_base")
+    ``_base``); empty unless both sides recorded ``unit_ms`` in every round."""
+    cols = (UNIT_COLUMN, f"{UNIT_COLUMN}_base")
     if not len(paired) or any(c not in paired for c in cols):
         return np.array([])
     k = (pd.to_numeric(paired[cols[0]], errors="coerce") / pd.to_numeric(paired[cols[1]], errors="coerce")).to_numpy()

@@ -1,4 +1,4 @@
-"""The work's own speed inside a measured window: the CPU time of one fixed unit of its work.
+"""The work's own speed inside a measured window: the time one fixed unit of its work took.
 
 The capacity probe (:mod:`lab.probe`) measures the machine between rounds, for a few
 milliseconds. On the 2-vCPU VM the machine's slowdowns come and go within tenths of a second,
@@ -10,19 +10,28 @@ of those rounds read 1.89-2.03 CPUs delivered. The point read 1.48x against 1.93
 run, and 1.90x and 1.88x so corrected (docs/benchmarks.md, 2026-12-07 afternoon).
 
 A worker that runs fixed units of work (a loop's equal chunks, training steps of one model)
-times each unit with its own CPU clock. A unit's CPU time is what one unit of the work cost on
-the CPU it got: it grows where the machine delivered less than a whole core to that CPU (a busy
-SMT sibling, a host thread on the same core, a lower clock), and it does not grow where the
-guest's own scheduler let the worker wait (more workers than CPUs: the point's own cost, which
-no correction may remove). So, per window, :func:`unit_cpu_ms` is the CPU time of one unit on the
-window's slowest worker, the one the window waited for; the point's value over its baseline's
-in the same round is how much slower the CPUs ran the work in the point's window than in the
-baseline's (``analysis.stats``: the speedup on whole cores).
+times each unit. The time a unit took is what one unit of the work cost on the CPU it got: it
+grows where the machine delivered less than a whole core to that CPU (a busy SMT sibling, a host
+thread on the same core, a lower clock, the host taking the vCPU away) and where another process
+took the CPU while the unit ran, which is the capacity probe's own measure (its loops' elapsed
+time) applied to the work itself, inside the window. Time outside the units (starting and joining
+processes, handing results back) is not in it: that is the point's own cost. Nor may the point's
+own workers wait for each other's CPUs: only points with no more workers than CPUs record it.
+So, per window, :func:`unit_ms` is the time of one unit on the window's slowest worker, the one
+the window waited for; the point's value over its baseline's in the same round is how much
+slower the machine ran the work in the point's window than in the baseline's
+(:mod:`analysis.wholecores`: the speedup on whole cores).
+
+Why elapsed time and not the unit's CPU time: CPU time sees the slower CPU but not a CPU that
+another process held. In a new user's quick run beside another agent's work, 2 processes read
+0.83x with their chunks on a CPU 51% of their time; divided by their chunks' CPU time alone they
+read 1.03x "on whole cores", by their chunks' elapsed time 1.74x, where runs on an idle machine
+read 1.92-1.96x so (docs/benchmarks.md, 2026-12-07 afternoon).
 
 Only work whose workers share nothing may record it: threads on one shared list, or intra-op
 threads of one matrix product, slow each other down by design, and that slowdown is what such a
-point measures. On a guest whose kernel accounts steal time, a thread's CPU time leaves out the
-time the host took the vCPU away; the unit's CPU time then sees only slowdowns while it ran.
+point measures. Nor can it tell from the host's doing a slowdown the workers cause each other
+through hardware they share (memory bandwidth, a shared cache).
 """
 
 from __future__ import annotations
@@ -32,44 +41,45 @@ import math
 from lab.declare import Col
 
 #: The metrics column (docs/csv-schema.md).
-UNIT_CPU_COLUMN = "unit_cpu_ms"
+UNIT_COLUMN = "unit_ms"
 
 #: Its declaration, for an experiment's :attr:`lab.declare.Experiment.columns`.
 COLUMNS = {
-    UNIT_CPU_COLUMN: Col(
+    UNIT_COLUMN: Col(
         "float",
-        "CPU time of one fixed unit of the window's work on its slowest worker (each worker's CPU time over"
-        " its units, the largest; `lab.workspeed`), only where the workers share nothing and are no more than"
-        " the CPUs; empty elsewhere",
+        "time one fixed unit of the window's work took on its slowest worker (each worker's time inside its"
+        " units over its units, the largest; `lab.workspeed`), only where the workers share nothing and are no"
+        " more than the CPUs; empty elsewhere",
         "ms",
     )
 }
 
 
-def unit_cpu_ms(spans: list[dict], units: str | None = None) -> float:
-    """CPU time of one unit of a window's work on its slowest worker, ms.
+def unit_ms(spans: list[dict], units: str | None = None) -> float:
+    """Time one unit of a window's work took on its slowest worker, ms.
 
     Args:
-        spans: the window's work spans, each with ``actor`` (a worker) and ``cpu_s`` (CPU time in
-            the span, s); spans without ``cpu_s`` are left out.
+        spans: the window's work spans, each with ``actor`` (a worker), ``start_s`` and ``end_s``
+            (its start and end on one clock, s).
         units: the span key holding how many units of work the span did (``steps``); None where
             every span is one unit (equal chunks of a loop).
 
     Returns:
-        ``1000 max_a (sum of actor a's cpu_s / sum of its units)``; NaN where no span has CPU
-        time and units. A span whose CPU time is negative or not a finite number, or whose units
-        are not a finite positive number, is left out; spans without ``actor`` count as one worker.
+        ``1000 max_a (sum of actor a's end_s - start_s / sum of its units)``; NaN where no span
+        has both. A span whose length is negative or not a finite number, or whose units are not
+        a finite positive number, is left out; spans without ``actor`` count as one worker.
     """
-    cpu: dict[str, float] = {}
+    took: dict[str, float] = {}
     done: dict[str, float] = {}
     for s in spans:
-        c, n = _number(s.get("cpu_s")), (_number(s.get(units)) if units else 1.0)
-        if not (c >= 0 and 0 < n < math.inf):  # NaN compares False: a span without either is left out
+        t = _number(s.get("end_s")) - _number(s.get("start_s"))
+        n = _number(s.get(units)) if units else 1.0
+        if not (t >= 0 and 0 < n < math.inf):  # NaN compares False: a span without either is left out
             continue
         actor = str(s.get("actor", ""))
-        cpu[actor] = cpu.get(actor, 0.0) + c
+        took[actor] = took.get(actor, 0.0) + t
         done[actor] = done.get(actor, 0.0) + n
-    per_unit = [cpu[a] / done[a] for a in cpu if done[a] > 0]
+    per_unit = [took[a] / done[a] for a in took if done[a] > 0]
     return 1000.0 * max(per_unit) if per_unit else math.nan
 
 

@@ -561,22 +561,23 @@ def test_a_calibrating_loop_the_host_slowed_does_not_leave_every_later_loop_shor
         assert 0.5 * right < p.iterations < 2 * right
 
 
-def test_a_unit_of_work_is_timed_on_the_slowest_worker():
-    """``unit_cpu_ms``: each worker's CPU time over its units, the largest, in ms; spans without
-    CPU time or units are left out; no span at all reads NaN."""
-    from lab.workspeed import unit_cpu_ms
+def _span(actor: str, took: float, **more) -> dict:
+    """A work span of ``took`` seconds (its start at 1.0 s on the window's clock)."""
+    return {"actor": actor, "start_s": 1.0, "end_s": 1.0 + took, **more}
 
-    spans = [
-        {"actor": "process-0", "cpu_s": 0.005},
-        {"actor": "process-0", "cpu_s": 0.007},
-        {"actor": "process-1", "cpu_s": 0.010},
-        {"actor": "process-1", "cpu_s": None},
-    ]
-    assert unit_cpu_ms(spans) == pytest.approx(10.0)  # process-1's one timed unit, not the mean 7.3
-    steps = [{"actor": "a", "cpu_s": 0.3, "steps": 15}, {"actor": "a", "cpu_s": 0.1, "steps": 5}]
-    assert unit_cpu_ms(steps, units="steps") == pytest.approx(20.0)
-    assert math.isnan(unit_cpu_ms([{"actor": "a", "cpu_s": 0.1, "steps": 0}], units="steps"))
-    assert math.isnan(unit_cpu_ms([]))
+
+def test_a_unit_of_work_is_timed_on_the_slowest_worker():
+    """``unit_ms``: each worker's time inside its units over its units, the largest, in ms; spans
+    without a length or units are left out; no span at all reads NaN."""
+    from lab.workspeed import unit_ms
+
+    spans = [_span("process-0", 0.005), _span("process-0", 0.007), _span("process-1", 0.010)]
+    spans.append({"actor": "process-1", "start_s": 1.0, "end_s": None})
+    assert unit_ms(spans) == pytest.approx(10.0)  # process-1's one timed unit, not the mean 7.3
+    steps = [_span("a", 0.3, steps=15), _span("a", 0.1, steps=5)]
+    assert unit_ms(steps, units="steps") == pytest.approx(20.0)
+    assert math.isnan(unit_ms([_span("a", 0.1, steps=0)], units="steps"))
+    assert math.isnan(unit_ms([]))
 
 
 def _timed(ratio: list[float], slower: list[float]) -> pd.DataFrame:
@@ -584,8 +585,8 @@ def _timed(ratio: list[float], slower: list[float]) -> pd.DataFrame:
     slowest worker ``slower[r]`` times the baseline's 5 ms in round ``r``."""
     df = _rounds(ratio, 2.0)
     point = df["role"] == "point"
-    df["unit_cpu_ms"] = 5.0
-    df.loc[point, "unit_cpu_ms"] = [5.0 * k for k in slower]
+    df["unit_ms"] = 5.0
+    df.loc[point, "unit_ms"] = [5.0 * k for k in slower]
     return df
 
 
@@ -610,7 +611,7 @@ def test_the_speedup_on_whole_cores_divides_each_round_by_the_work_s_own_speed()
     assert line.startswith(f"{s['speedup_norm']:.2f}x on whole cores") and "timed by the work's own units" in line, line
     assert "probe between rounds read 2.00 of 2 CPUs delivered" in line, line
     gap = _timed(ratios, slower)
-    gap.loc[(gap["role"] == "point") & (gap["repeat"] == 3), "unit_cpu_ms"] = np.nan
+    gap.loc[(gap["role"] == "point") & (gap["repeat"] == 3), "unit_ms"] = np.nan
     fallback = summarise(gap, "gil").set_index("mode").loc["processes"]
     assert fallback["speedup_norm_source"] == "probe" and fallback["speedup_norm"] == pytest.approx(fallback["speedup"])
 
@@ -651,15 +652,17 @@ def test_a_shortfall_the_probe_missed_is_named_from_the_work_s_own_units():
 
 
 def test_unit_times_leave_out_what_is_not_a_unit_of_work():
-    """Negative or non-finite CPU time, units that are not a finite positive number, booleans: left
-    out (NaN where nothing is left); a span without an actor counts as one worker."""
-    from lab.workspeed import unit_cpu_ms
+    """A span that ends before it starts, times that are not finite numbers or are booleans, units
+    that are not a finite positive number: left out (NaN where nothing is left); a span without
+    an actor counts as one worker."""
+    from lab.workspeed import unit_ms
 
-    assert math.isnan(unit_cpu_ms([{"actor": "a", "cpu_s": -0.01}]))
-    assert math.isnan(unit_cpu_ms([{"actor": "a", "cpu_s": True}]))
-    assert math.isnan(unit_cpu_ms([{"actor": "a", "cpu_s": 0.1, "steps": float("inf")}], units="steps"))
-    assert unit_cpu_ms([{"cpu_s": 0.01}, {"cpu_s": 0.03}]) == pytest.approx(20.0)
-    assert unit_cpu_ms([{"actor": "a", "cpu_s": 0.03, "steps": "3"}], units="steps") == pytest.approx(10.0)
+    assert math.isnan(unit_ms([_span("a", -0.01)]))
+    assert math.isnan(unit_ms([{"actor": "a", "start_s": True, "end_s": 2.0}]))
+    assert math.isnan(unit_ms([{"actor": "a", "start_s": 0.0, "end_s": float("inf")}]))
+    assert math.isnan(unit_ms([_span("a", 0.1, steps=float("inf"))], units="steps"))
+    assert unit_ms([{"start_s": 0.0, "end_s": 0.01}, {"start_s": 0.0, "end_s": 0.03}]) == pytest.approx(20.0)
+    assert unit_ms([_span("a", 0.03, steps="3")], units="steps") == pytest.approx(10.0)
 
 
 def test_a_correction_by_the_work_s_own_units_holds_without_the_probe_and_never_overshoots():
@@ -693,11 +696,11 @@ def test_the_processes_finding_counts_the_rounds_the_machine_slowed_a_process():
     for r in range(6):
         slow = 2.0 if r < 2 else 1.0
         for _ in range(20):
-            spans.append({"repeat": r, "role": "baseline", "actor": "main", "cpu_s": 0.005})
-            spans += [{"repeat": r, "role": "point", "actor": "process-0", "cpu_s": 0.005}]
-            spans += [{"repeat": r, "role": "point", "actor": "process-1", "cpu_s": 0.005 * slow}]
+            spans.append(_span("main", 0.005, repeat=r, role="baseline", cpu_s=0.005))
+            spans.append(_span("process-0", 0.005, repeat=r, role="point", cpu_s=0.005))
+            spans.append(_span("process-1", 0.005 * slow, repeat=r, role="point", cpu_s=0.005 * slow))
         reps += [{"repeat": r, "role": "point", "wall_s": 0.12}, {"repeat": r, "role": "baseline", "wall_s": 0.2}]
-    sp = pd.DataFrame(spans).assign(start_s=0.0, end_s=0.01, workload="cpu", mode="processes")
+    sp = pd.DataFrame(spans).assign(workload="cpu", mode="processes")
     parts = shortfall.shortfall(sp, pd.DataFrame(reps).assign(workload="cpu", mode="processes"), {"workload": "cpu"})
     assert parts["chunk_ratio"] == pytest.approx(1.0) and parts["timed_rounds"] == 6
     assert parts["slow_rounds"] == 2 and parts["slowest_max"] == pytest.approx(2.0)

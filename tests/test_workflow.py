@@ -54,18 +54,18 @@ def test_processes_time_their_own_units_and_threads_do_not(quick_run):
     slowest worker in every window (lab.workspeed), equal to what the window's spans give, and
     the speedup on whole cores of 2 processes comes from it; threads, which may slow each other
     down by design, record none."""
-    from lab.workspeed import unit_cpu_ms
+    from lab.workspeed import unit_ms
 
     gil = quick_run / "results" / "e2e" / "gil"
     reps = pd.read_csv(gil / "replicates.csv")
     spans = pd.read_csv(gil / "spans.csv")
     cpu = reps[(reps["workload"] == "cpu") & (reps["status"] == "ok")]
     timed = cpu[cpu["mode"] != "threads"]
-    assert len(timed) and (timed["unit_cpu_ms"] > 0).all() and cpu[cpu["mode"] == "threads"]["unit_cpu_ms"].isna().all()
+    assert len(timed) and (timed["unit_ms"] > 0).all() and cpu[cpu["mode"] == "threads"]["unit_ms"].isna().all()
     one = timed[timed["mode"] == "processes"].iloc[0]
     keys = {"workload": "cpu", "mode": "processes", "repeat": one["repeat"], "role": "point"}
     mine = spans[np.logical_and.reduce([spans[k] == v for k, v in keys.items()])]
-    assert one["unit_cpu_ms"] == pytest.approx(unit_cpu_ms(mine.to_dict("records")))
+    assert one["unit_ms"] == pytest.approx(unit_ms(mine.to_dict("records")))
     summary = pd.read_csv(gil / "summary.csv")
     row = summary.query("workload == 'cpu' and mode == 'processes'").iloc[0]
     assert row["speedup_norm_source"] == "in-window" and row["speedup_norm"] > 0, row

@@ -40,7 +40,7 @@ from lab.params import Declared, param, repeats_field, sample_hz_field
 from lab.results import Measured, RunResult, interleave
 from lab.rounds import Rounds
 from lab.window import Meter
-from lab.workspeed import UNIT_CPU_COLUMN, unit_cpu_ms
+from lab.workspeed import UNIT_COLUMN, unit_ms
 
 #: The measured code, started by path under the point's interpreter.
 PAYLOAD = Path(interpreters.__file__).with_name("pytasks.py")
@@ -135,7 +135,7 @@ class Runner:
             reply = self.child.ask(self.request)
         spans = [{**s, "start_s": s["start_s"] - win.t0, "end_s": s["end_s"] - win.t0} for s in reply["spans"]]
         row = {"tasks_per_s": p.workers / win.wall_s, "start_method": "fork" if p.mode == "processes" else ""}
-        row[UNIT_CPU_COLUMN] = unit_cpu_ms(reply["spans"]) if self.shares_nothing else float("nan")
+        row[UNIT_COLUMN] = unit_ms(reply["spans"]) if self.shares_nothing else float("nan")
         said = self.child.hello  # what the interpreter said of itself when it started
         row |= {"python_version": said["version"], "free_threaded": said["free_threaded"]}
         row["gil_enabled"] = said["gil_enabled"]

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.timelines import select
-from lab.workspeed import unit_cpu_ms
+from lab.workspeed import unit_ms
 
 
 def _of(df: pd.DataFrame | None, point: dict, role: str) -> pd.DataFrame:
@@ -51,8 +51,8 @@ def shortfall(spans: pd.DataFrame | None, replicates: pd.DataFrame | None, point
     Returns:
         ``chunk_ratio``, ``chunk_ms`` and ``baseline_chunk_ms`` (median CPU time of a chunk, ms;
         wall time where a span has no ``cpu_s``), ``on_cpu_pct``, ``outside_pct`` and
-        ``imbalance_pct`` (0-100), ``rounds`` (windows with spans), and round by round the CPU
-        time of a chunk on the point's slowest worker over the baseline's (:func:`_slowest_ratios`):
+        ``imbalance_pct`` (0-100), ``rounds`` (windows with spans), and round by round the time
+        a chunk took on the point's slowest worker over the baseline's (:func:`_slowest_ratios`):
         ``slowest_ratio`` (median), ``slowest_max``, ``slow_rounds`` (over :data:`SLOW`) of
         ``timed_rounds``; None where the point or its baseline recorded no chunk.
     """
@@ -90,15 +90,15 @@ def shortfall(spans: pd.DataFrame | None, replicates: pd.DataFrame | None, point
     }
 
 
-#: A round whose slower process ran a chunk at more than this many times the sequential loop's CPU
-#: time in the same round is one the machine slowed inside the window (the finding counts them).
+#: A round whose slower process took more than this many times as long for a chunk as the sequential
+#: loop did in the same round is one the machine slowed inside the window (the finding counts them).
 SLOW = 1.15
 
 
 def _slowest_ratios(p: pd.DataFrame, b: pd.DataFrame) -> np.ndarray:
-    """Per round with both, the CPU time of a chunk on the point's slowest worker over the
-    baseline's (:func:`lab.workspeed.unit_cpu_ms` of each side's spans in that round)."""
-    units = [{rep: unit_cpu_ms(g.to_dict("records")) for rep, g in side.groupby("repeat")} for side in (p, b)]
+    """Per round with both, the time a chunk took on the point's slowest worker over the
+    baseline's (:func:`lab.workspeed.unit_ms` of each side's spans in that round)."""
+    units = [{rep: unit_ms(g.to_dict("records")) for rep, g in side.groupby("repeat")} for side in (p, b)]
     ratios = [units[0][r] / units[1][r] for r in units[0] if units[1].get(r, 0) > 0]
     return np.array([x for x in ratios if np.isfinite(x)], dtype=float)
 
@@ -119,9 +119,10 @@ def line(parts: dict, workers: int, what: str) -> str:
         text += f", and they were on a CPU {parts['on_cpu_pct']:.0f}% of their wall time"
     if parts.get("slow_rounds"):
         text += (
-            f"; round by round, the slower process's chunks took a median {parts['slowest_ratio']:.2f}x the"
-            f" sequential loop's CPU time in the same round (over {SLOW:.2f}x in {parts['slow_rounds']} of"
-            f" {parts['timed_rounds']} rounds, up to {parts['slowest_max']:.2f}x): the machine slowed a process"
+            f"; round by round, a chunk on the slower process took a median {parts['slowest_ratio']:.2f}x the"
+            f" time a chunk of the sequential loop took in the same round (over {SLOW:.2f}x in"
+            f" {parts['slow_rounds']} of {parts['timed_rounds']} rounds, up to {parts['slowest_max']:.2f}x):"
+            " the machine slowed a process"
             " inside those windows, and the window waited for it, which the speedup on whole cores divides out"
         )
     if parts["rounds"]:
