@@ -171,9 +171,11 @@ def capacity_paragraph(drift: dict, vm: dict | None = None) -> str:
     cost = f" The probe took {share:.1f}% of the measurement phase." if share == share and share is not None else ""
     return (
         "Capacity over the run, measured by a fixed-work loop on one CPU and on all of them before every round "
-        f"(lab/probe.py): {capacity_text(drift)}. Each speedup is also given on whole cores: divided by "
-        "the share of a core per busy CPU the machine delivered to its job (the probe's median over the job's "
-        f"rounds), the figure that transfers to a rerun on the same machine.{cost}"
+        f"(lab/probe.py): {capacity_text(drift)}. A speedup is also given on whole cores, the figure that "
+        "transfers to a rerun on the same machine: divided by the share of a core its work got, timed by the "
+        "work's own units inside the windows where its workers share nothing (each round, the time a unit took "
+        "on the slowest worker against the baseline's: lab/workspeed.py), else by the probe (the share of a "
+        f"core per busy CPU, its median over the job's rounds).{cost}"
         + (f" {events}" if (events := vm_events_text(vm or {})) else "")
     )
 

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from analysis import plotting
 from analysis.capacity import cpus_text, note, one_cpu_note
 from analysis.findings import fmt_transfer, fmt_x, in_order, pick, transfer_case, unranked, winner
 from analysis.plotting import SPEEDUP, bar_legend, hatch_noisy, mark_whole_cores, plt, yerr
@@ -256,8 +257,11 @@ def _bars(ax, sub: pd.DataFrame, workers: list, modes: list[str]) -> bool:
         )
         hatch_noisy(bars, m)
         centres = [b.get_x() + b.get_width() / 2 for b in bars]
-        marked = mark_whole_cores(ax, [c + 0.3 * width for c in centres], m)  # beside the bar's own CI
+        beside = [c + 0.3 * width for c in centres]  # beside the bar's own CI
+        marked = mark_whole_cores(ax, beside, m)
         any_marked |= bool(marked.any())
+        for xb, v in zip(np.asarray(beside)[marked], m["speedup_norm"].to_numpy()[marked]):
+            ax.annotate(f"{v:.2f}x", (xb, v), xytext=(5, -3), textcoords="offset points", fontsize=7, weight="bold")
         tops = m["speedup_ci_high"].where(~marked, np.fmax(m["speedup_ci_high"], m["speedup_norm_ci_high"]))
         for c, v, hi in zip(centres, m["speedup"], tops):
             if np.isfinite(v):
@@ -268,8 +272,9 @@ def _bars(ax, sub: pd.DataFrame, workers: list, modes: list[str]) -> bool:
 
 #: The footnote's words for :func:`analysis.plotting.mark_whole_cores`'s diamonds.
 WHOLE_CORES_NOTE = (
-    " Black diamond: the speedup on whole cores with its 95% CI, where the headline gives it (each round's"
-    " ratio divided by the share of a core its work got, timed by its own units or by the probe)."
+    " Black diamond: the speedup on whole cores with its 95% CI (each round's ratio divided by the share of a"
+    " core its work got, timed by its own units or by the probe), where it is the figure to quote: more than 3%"
+    " from the measured one, and surer than the correction is large."
 )
 
 
@@ -314,15 +319,9 @@ def gil_speedup(ctx: Context) -> Figure:
             ax.set_ylim(0, ymax)
             bar_legend(ax, loc="upper center", ncol=len(modes) + 1, fontsize=7.5, columnspacing=0.8, handlelength=1.4)
     fig.suptitle(f"GIL: threads vs processes on {cpus_text(ncpu)} available (dotted: ideal)", fontsize=11)
-    fig.text(
-        0.01,
-        0.005,
-        "Error bars: 95% CI of the speedup (median of paired ratios). Hatched: noisy point."
-        + (WHOLE_CORES_NOTE if whole else ""),
-        fontsize=8,
-        color="#555555",
-    )
-    fig.tight_layout(rect=(0, 0.03, 1, 0.97))
+    footnote = "Error bars: 95% CI of the speedup (median of paired ratios). Hatched: noisy point."
+    plotting.note(fig, footnote + (WHOLE_CORES_NOTE if whole else ""))  # wrapped to the figure's width
+    fig.tight_layout(rect=(0, 0.06 if whole else 0.03, 1, 0.97))
     return fig
 
 
