@@ -14,8 +14,9 @@ would read had each of its busy CPUs delivered a whole core, as its baseline's d
   1.3x the baseline's CPU time in a round where it read 1.48x reads 1.92x in that round.
   Round by round, because the correction is measured inside the very window it corrects: over
   the 20 stored quick runs of an AVX-512 EPYC VM (2 vCPUs), gil's 2 CPU-bound processes read
-  1.08-2.00x and 1.87-1.93x so corrected, and multiprocessing's 2 x 1 read 1.47-1.98x and
-  1.88-1.99x (docs/benchmarks.md, 2026-12-07 afternoon). What it cannot tell from the host's
+  1.08-2.00x and 1.93-1.96x so corrected, and multiprocessing's 2 x 1 read 1.47-1.98x and
+  1.99-2.00x (docs/benchmarks.md, 2026-12-07 afternoon): what is left below 2 is the point's own
+  cost outside its units (starting and joining processes, handing results back). What it cannot tell from the host's
   doing is a slowdown the workers cause each other through the hardware they share (memory
   bandwidth, a shared cache): such work is measured as it runs, and its figure on whole cores
   reads too high by that much; the measured speedup stands beside it.

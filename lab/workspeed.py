@@ -6,8 +6,9 @@ and they land inside the windows, where the probe cannot look: in a quick run 30
 another, in 7 of the 14 rounds of gil's 2 CPU-bound processes the slower process ran its loop's
 chunks at 1.33-2.19x the CPU time a chunk of the sequential baseline took in the same round
 (each process on a CPU for 93-99% of its chunks' wall time, steal 0), while the probe beside six
-of those rounds read 1.89-2.03 CPUs delivered. The point read 1.48x against 1.93x in the first
-run, and 1.90x and 1.88x so corrected (docs/benchmarks.md, 2026-12-07 afternoon).
+of those rounds read 1.89-2.03 CPUs delivered. The point read 1.93x in the first run and 1.48x
+in the second, and 1.93x and 1.94x on whole cores by the time its own chunks took
+(docs/benchmarks.md, 2026-12-07 afternoon).
 
 A worker that runs fixed units of work (a loop's equal chunks, training steps of one model)
 times each unit. The time a unit took is what one unit of the work cost on the CPU it got: it
