@@ -58,6 +58,7 @@ import signal
 import socket
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from lab import jobclient
@@ -104,7 +105,11 @@ def _child(request: dict, fds: list[int]) -> None:
         # (else runpy warns that it was, in every job's log)
         sys.modules.pop(f"{request['module']}.__main__", None)
         try:
-            runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+            with warnings.catch_warnings():
+                # a preloaded module (lab.hostinfo) runs afresh as __main__ all the same: runpy's
+                # warning that it was imported would stand in every such job's log
+                warnings.filterwarnings("ignore", r".*found in sys\.modules after import of package", RuntimeWarning)
+                runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
             code = 0
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)

@@ -351,6 +351,8 @@ def test_a_preloaded_package_runs_as_main_without_a_warning(job_server):
     out = _run(path, d, "analysis", "--help")
     assert out.returncode == 0 and "summarise" in out.stdout, out.stderr
     assert "RuntimeWarning" not in out.stderr, out.stderr  # analysis.__main__ is preloaded by the server
+    host = _run(path, d, "lab.hostinfo", "--help")  # a module the server preloads, not a package
+    assert host.returncode == 0 and "RuntimeWarning" not in host.stderr, host.stderr
 
 
 def test_a_served_job_dies_with_its_client_and_relays_signals(job_server):
