@@ -19,6 +19,7 @@ from analysis.plotting import (
     baseline_text,
     cpus_text,
     mark_oversubscribed,
+    mark_whole_cores,
     plt,
     speedup_line,
     speedup_note,
@@ -298,6 +299,7 @@ def multiprocessing_throughput(ctx: Context) -> Figure:
     threads_order = sorted(summary["threads"].unique())
     policies = sorted(summary["omp_wait_policy"].astype(str).unique(), key=lambda v: (v != DEFAULT, v))
     top = speedup_top(summary, ncpu or 1)
+    whole = False
     for (policy, threads), sub in summary.groupby([summary["omp_wait_policy"].astype(str), "threads"]):
         sub = sub.sort_values("processes")
         label = f"{plural(threads, 'thread')} per process"
@@ -308,6 +310,7 @@ def multiprocessing_throughput(ctx: Context) -> Figure:
         )
         over = sub[sub["oversubscribed"].astype(bool)]
         mark_oversubscribed(ax, _x(over, policies), over["speedup"], "P x T")
+        whole |= bool(mark_whole_cores(ax, _x(sub, policies) + 0.02, sub).any())  # beside the point's own CI
     _mark_capped(ax, summary, ctx.replicates, policies)
     if ncpu:
         label = f"{'the' if ncpu == 1 else 'all'} {cpus_text(ncpu)} busy (ideal)"
@@ -328,7 +331,9 @@ def multiprocessing_throughput(ctx: Context) -> Figure:
         fontsize=10,
     )
     waits = "" if policies == [DEFAULT] else " Dashed: OMP_WAIT_POLICY as labelled; solid: unset (the default)."
-    speedup_note(fig, " Orange square: oversubscribed; arrowhead: a CI above the axis (its bound beside it)." + waits)
+    diamond = " Black diamond: on whole cores, as the headline gives it (its 95% CI)." if whole else ""
+    marks = " Orange square: oversubscribed; arrowhead: a CI above the axis (its bound beside it)."
+    speedup_note(fig, marks + diamond + waits)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     return fig
 
