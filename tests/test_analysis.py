@@ -855,6 +855,17 @@ def test_the_dataloader_chart_marks_the_points_whose_threads_waited():
     label = "oversubscribed (workers + threads > available CPUs)"
     assert label in [t.get_text() for t in cpu.get_legend().get_texts()]
     assert not [c for c in io.collections if c.get_label().startswith("oversubscribed")]
+    assert not [line for ax in fig.axes for line in ax.lines if line.get_marker() == "D"]  # none on whole cores
+    # the CPU-heavy workers at 1.3x where the probe saw 1.6 of 2 CPUs delivered: 1.63x on whole cores
+    whole = s["speedup"].where(s["num_workers"] == 0, s["speedup"] * 1.25)  # a baseline's is its own 1
+    probed = s.assign(cpus_asked=2.0, cpus_delivered=1.6, speedup_norm=whole)
+    probed = probed.assign(
+        speedup_norm_ci_low=probed["speedup_norm"] * 0.97, speedup_norm_ci_high=probed["speedup_norm"] * 1.03
+    )
+    fig = dataloader_throughput(Context({"available_cpus": 2}, summary=probed))
+    (diamond,) = [line for line in fig.axes[0].lines if line.get_marker() == "D"]
+    assert diamond.get_ydata()[0] == pytest.approx(1.3 * 1.25) and diamond.get_xdata()[0] > 2.0
+    assert any("Black diamond" in t.get_text() for t in fig.texts)
 
 
 def test_a_long_footnote_wraps_inside_the_figure_instead_of_widening_it():

@@ -25,6 +25,7 @@ from analysis.plotting import (
     circle_best,
     cpus_text,
     mark_oversubscribed,
+    mark_whole_cores,
     note,
     plt,
     speedup_line,
@@ -110,11 +111,13 @@ def dataloader_throughput(ctx: Context) -> Figure:
     summary, host = ctx.summary, ctx.host
     datasets = in_order(summary["dataset"], DATASETS)
     fig, axes = plt.subplots(1, len(datasets), figsize=(4.3 * len(datasets), 4.6), squeeze=False)
+    whole = False
     for ax, ds, c in zip(axes[0], datasets, PALETTE):
         sub = summary[summary["dataset"] == ds].sort_values("num_workers")
         speedup_line(ax, sub["num_workers"], sub, c)
         over = sub[sub["oversubscribed"].fillna(False).astype(bool)] if "oversubscribed" in sub else sub.iloc[:0]
         mark_oversubscribed(ax, over["num_workers"], over["speedup"], "workers + threads")
+        whole |= bool(mark_whole_cores(ax, sub["num_workers"] + 0.06 * sub["num_workers"].max(), sub).any())
         b = winner(measured(sub)) if sub["median"].notna().any() else None
         if b is not None:
             circle_best(ax, b["num_workers"], b["speedup"], f"best: num_workers={int(b['num_workers'])}")
@@ -134,7 +137,8 @@ def dataloader_throughput(ctx: Context) -> Figure:
     speedup_note(
         fig,
         f" Orange square: oversubscribed, where the kernel also measured threads waiting for a CPU over"
-        f" {WAITED_PCT:.0f}% of the time (workers that sleep are not).",
+        f" {WAITED_PCT:.0f}% of the time (workers that sleep are not)."
+        + (" Black diamond, beside its point: on whole cores, as the headline gives it (its 95% CI)." if whole else ""),
     )
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     return fig
