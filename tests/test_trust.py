@@ -223,6 +223,7 @@ def test_jit_gives_torch_compile_cold_and_with_the_cache_filled():
         noisy=False
     )
     fig = jit_latency(Context({"available_cpus": 2}, summary=summary))
+    assert {"1.00x", "2.00x"} <= {t.get_text() for t in fig.axes[0].texts}  # each bar's value above it
     upfront = fig.axes[1]
     said = [t.get_text() for t in upfront.get_legend().get_texts()]  # the panel's own legend: each mode, the dash
     assert said == ["eager", "compile", "the same, compile cache filled"]

@@ -105,7 +105,10 @@ def jit_latency(ctx: Context) -> Figure:
         bars = ax1.bar(pos, m["speedup"].where(ok, 0), width, yerr=yerr(m, *SPEEDUP), capsize=3, **style)
         hatch_noisy(bars, m)
         lows.extend(_upfront(ax2, m, pos, style))
-        for p, is_ok, st in zip(pos, ok, m["status"]):
+        for p, is_ok, st, v, hi in zip(pos, ok, m["status"], m["speedup"], m["speedup_ci_high"]):
+            if is_ok and np.isfinite(v):  # the value above its bar and CI, as the gil chart gives it
+                top = max(v, hi) if np.isfinite(hi) else v
+                ax1.annotate(f"{v:.2f}x", (p, top), xytext=(0, 4), textcoords="offset points", ha="center", fontsize=8)
             if not is_ok:
                 for ax in (ax1, ax2):
                     ax.annotate(
