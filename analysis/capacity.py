@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.findings import WHOLE_CORES
 from lab.window import CONTENDED_PCT
 
 #: Steal time (% of the available CPUs' time) from which it is named as a cause.
@@ -235,7 +236,9 @@ def _inside_windows(r, s: float, n: int) -> str:
     machine gives: the report's headline does not correct it either)."""
     norm = _value(r, "speedup_norm")
     timed = r.get("speedup_norm_source") == "in-window"
-    if not (timed and np.isfinite(norm) and norm > 0 and s / norm < 0.97 and norm <= 1.03 * n):
+    if not (timed and np.isfinite(norm) and norm > 0):
+        return ""
+    if s / norm >= 1 - WHOLE_CORES or norm > (1 + WHOLE_CORES) * n:  # within 3%, or above its CPUs
         return ""
     return (
         f"its own units, timed inside the windows, ran at {s / norm:.2f} of its baseline's speed on its slowest worker"

@@ -102,6 +102,14 @@ def mark_oversubscribed(ax, x, y, what: str) -> None:
         ax.scatter(x, y, zorder=5, label=f"oversubscribed ({what} > available CPUs)", **OVERSUBSCRIBED_MARK)
 
 
+#: The footnote's words for :func:`mark_whole_cores`'s diamonds, on every chart that draws them.
+WHOLE_CORES_NOTE = (
+    " Black diamond, beside its point: the speedup on whole cores with its 95% CI (each round's ratio divided by"
+    " the share of a core its work got, timed by its own units or by the probe), where it is the figure to quote:"
+    " more than 3% from the measured one, and surer than the correction is large."
+)
+
+
 def mark_whole_cores(ax, x, sub: pd.DataFrame) -> np.ndarray:
     """A black diamond with its 95% CI at each point of ``sub`` (rows in the order of ``x``) whose
     headline leads with the speedup on whole cores (:func:`analysis.findings.transfer_case`

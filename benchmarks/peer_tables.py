@@ -16,7 +16,7 @@ def agreement(first: dict, second: dict, interval: str = "", headline: bool = Fa
     """``(inside, compared)``: values of one tool whose second measurement lies inside the
     first one's stated interval, and the reverse, over the values both passes have;
     ``interval="rerun_"`` judges by the lab's rerun interval (``rerun_low``, ``rerun_high``);
-    ``headline``: the lab's figure as its headline gives it (:func:`headline_of`)."""
+    ``headline``: the lab's figure as its headline gives it (:func:`_figure`)."""
     inside = total = 0
     for name, a in first.items():
         b = second.get(name)

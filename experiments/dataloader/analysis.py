@@ -21,6 +21,7 @@ from analysis.findings import (
 )
 from analysis.plotting import (
     PALETTE,
+    WHOLE_CORES_NOTE,
     baseline_text,
     circle_best,
     cpus_text,
@@ -137,8 +138,7 @@ def dataloader_throughput(ctx: Context) -> Figure:
     speedup_note(
         fig,
         f" Orange square: oversubscribed, where the kernel also measured threads waiting for a CPU over"
-        f" {WAITED_PCT:.0f}% of the time (workers that sleep are not)."
-        + (" Black diamond, beside its point: on whole cores, as the headline gives it (its 95% CI)." if whole else ""),
+        f" {WAITED_PCT:.0f}% of the time (workers that sleep are not)." + (WHOLE_CORES_NOTE if whole else ""),
     )
     fig.tight_layout(rect=(0, 0.03, 1, 1))
     return fig

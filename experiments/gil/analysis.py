@@ -270,14 +270,6 @@ def _bars(ax, sub: pd.DataFrame, workers: list, modes: list[str]) -> bool:
     return any_marked
 
 
-#: The footnote's words for :func:`analysis.plotting.mark_whole_cores`'s diamonds.
-WHOLE_CORES_NOTE = (
-    " Black diamond: the speedup on whole cores with its 95% CI (each round's ratio divided by the share of a"
-    " core its work got, timed by its own units or by the probe), where it is the figure to quote: more than 3%"
-    " from the measured one, and surer than the correction is large."
-)
-
-
 def _ideal(workload: str, workers: int, ncpu: int) -> float:
     """The ideal speedup: sleepers ``workers``; CPU work that can run in parallel
     ``min(workers, CPUs)`` (under the GIL, pure-Python threads cannot: drawn at the same line,
@@ -320,7 +312,7 @@ def gil_speedup(ctx: Context) -> Figure:
             bar_legend(ax, loc="upper center", ncol=len(modes) + 1, fontsize=7.5, columnspacing=0.8, handlelength=1.4)
     fig.suptitle(f"GIL: threads vs processes on {cpus_text(ncpu)} available (dotted: ideal)", fontsize=11)
     footnote = "Error bars: 95% CI of the speedup (median of paired ratios). Hatched: noisy point."
-    plotting.note(fig, footnote + (WHOLE_CORES_NOTE if whole else ""))  # wrapped to the figure's width
+    plotting.note(fig, footnote + (plotting.WHOLE_CORES_NOTE if whole else ""))  # wrapped to the figure's width
     fig.tight_layout(rect=(0, 0.06 if whole else 0.03, 1, 0.97))
     return fig
 

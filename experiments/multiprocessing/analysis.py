@@ -16,6 +16,7 @@ from analysis.capacity import note, one_cpu_note
 from analysis.findings import bound, fmt_transfer, fmt_x, measured, num, plural, unranked_text, winner
 from analysis.plotting import (
     PALETTE,
+    WHOLE_CORES_NOTE,
     baseline_text,
     cpus_text,
     mark_oversubscribed,
@@ -331,7 +332,7 @@ def multiprocessing_throughput(ctx: Context) -> Figure:
         fontsize=10,
     )
     waits = "" if policies == [DEFAULT] else " Dashed: OMP_WAIT_POLICY as labelled; solid: unset (the default)."
-    diamond = " Black diamond: on whole cores, as the headline gives it (its 95% CI)." if whole else ""
+    diamond = WHOLE_CORES_NOTE if whole else ""
     marks = " Orange square: oversubscribed; arrowhead: a CI above the axis (its bound beside it)."
     speedup_note(fig, marks + diamond + waits)
     fig.tight_layout(rect=(0, 0.03, 1, 1))
