@@ -140,7 +140,7 @@ def dataloader_throughput(ctx: Context) -> Figure:
         f" Orange square: oversubscribed, where the kernel also measured threads waiting for a CPU over"
         f" {WAITED_PCT:.0f}% of the time (workers that sleep are not)." + (WHOLE_CORES_NOTE if whole else ""),
     )
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.tight_layout(rect=(0, 0.07 if whole else 0.03, 1, 1))  # room for the longer footnote
     return fig
 
 

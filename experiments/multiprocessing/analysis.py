@@ -335,7 +335,7 @@ def multiprocessing_throughput(ctx: Context) -> Figure:
     diamond = WHOLE_CORES_NOTE if whole else ""
     marks = " Orange square: oversubscribed; arrowhead: a CI above the axis (its bound beside it)."
     speedup_note(fig, marks + diamond + waits)
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.tight_layout(rect=(0, 0.07 if whole else 0.03, 1, 1))  # room for the longer footnote
     return fig
 
 
