@@ -48,8 +48,10 @@ def _ncpu_of(name: str) -> int:
 
 
 def against_lab(peer: dict, lab: dict) -> list[dict]:
-    """Each peer value against the lab's interval of the same point (same pass): raw, and for
-    speedups on whole cores (the peer's speedup x CPUs / the CPUs the probe saw delivered around it)."""
+    """Each peer value against the lab's interval of the same point (same pass): raw; for
+    speedups on whole cores (pyperf's processes by their loops' own pace, ``norm``;
+    torch.utils.benchmark's speedup x CPUs / the CPUs the probe saw delivered around it); and
+    against the interval the lab's headline gives, by the peer's figure of the same kind."""
     out = []
     for name, v in peer["values"].items():
         mine = lab["values"].get(name)
@@ -60,7 +62,7 @@ def against_lab(peer: dict, lab: dict) -> list[dict]:
         row |= {"lab_rerun_low": mine["rerun_low"], "lab_rerun_high": mine["rerun_high"]}
         row["inside_rerun"] = bool(mine["rerun_low"] <= v["value"] <= mine["rerun_high"])
         _, lo, hi = _figure(mine, "rerun_", headline=True)  # the figure the lab's headline gives
-        row |= {"lab_headline_low": lo, "lab_headline_high": hi, "inside_headline": bool(lo <= v["value"] <= hi)}
+        row |= {"lab_headline_low": lo, "lab_headline_high": hi}
         if "sustained" in v:  # torch.utils.benchmark's calls, stalled ones included: the lab's kind of figure
             row["sustained"] = v["sustained"]
             row["inside_sustained"] = bool(mine["low"] <= v["sustained"] <= mine["high"])
@@ -75,6 +77,9 @@ def against_lab(peer: dict, lab: dict) -> list[dict]:
             row |= {"peer_norm": peer_norm, "lab_norm_low": mine["norm_low"], "lab_norm_high": mine["norm_high"]}
             row["inside_norm"] = bool(mine["norm_low"] <= peer_norm <= mine["norm_high"])
             row["inside_norm_rerun"] = bool(mine["norm_rerun_low"] <= peer_norm <= mine["norm_rerun_high"])
+        # the peer's figure of the same kind as the headline's: on whole cores where the lab leads with it
+        same = row["peer_norm"] if "peer_norm" in row and mine.get("headline") == "norm" else v["value"]
+        row["inside_headline"] = bool(lo <= same <= hi)
         out.append(row)
     return out
 
@@ -90,6 +95,10 @@ def _cell(v: dict) -> str:
     text = f"{v['value']:.3g} ({v['low']:.3g}-{v['high']:.3g})"
     if "drift_corrected" in v:
         text += f"; drift taken out {v['drift_corrected']:.3g}"
+    if "units" in v:  # pyperf's loops, timed by themselves: the loop's pace in each benchmark
+        (_, base), (mode, point) = v["units"].items()
+        text += f"; a loop {base['elapsed_ms']:.1f} ms sequential, {point['elapsed_ms']:.1f} ms"
+        text += f" ({point['cpu_ms']:.1f} ms on a CPU) in {mode.removeprefix('cpu_')}"
     if "sustained" in v:
         text += f"; sustained {v['sustained']:.3g}"
     if not math.isnan(v.get("steal_pct", math.nan)):

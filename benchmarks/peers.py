@@ -6,7 +6,9 @@ Points, the same work for every tool:
 * pyperf (``bench_func``, ``--fast``: 6 worker processes): the seed's CPU-bound counting loop
   run twice sequentially, in 2 threads and in 2 forked processes; the sleep loop sequentially
   and in 2 threads; speedups = sequential mean / mode mean, with pyperf's own uncertainty (its
-  mean +- standard deviation, propagated to the ratio);
+  mean +- standard deviation, propagated to the ratio). Each counting loop also times itself,
+  so the loop's own pace in every benchmark is known, and the processes' speedup is put on
+  whole cores the way the lab puts its own (:func:`pyperf_units`);
 * torch.utils.benchmark (``Timer.blocked_autorange``, at least 1 s each): a 1024 x 1024 float32
   matmul at 1 and 2 threads (GFLOP/s = 2 n^3 / median time) and one SGD step of the lab's MLP
   (samples/s); its stated uncertainty is the interquartile range of its blocks. The matmul points
@@ -22,8 +24,9 @@ Points, the same work for every tool:
   are reported.
 
 Around every peer measurement the capacity probe (:mod:`lab.probe`) measures the CPUs
-the machine delivered, so a peer's speedup can be put on whole cores the lab's way
-(``speedup x CPUs / delivered``) before it is compared with the lab's interval.
+the machine delivered, so torch.utils.benchmark's speedup can be put on whole cores
+(``speedup x CPUs / delivered``) before it is compared with the lab's interval; pyperf's
+processes are put there by their loops' own times, as the lab's are.
 
 It reports every value with its stated uncertainty, each tool's rerun agreement (the share of
 values whose second measurement lies inside the first one's stated interval, and the reverse;
@@ -93,20 +96,37 @@ def run_pyperf(work: Path) -> dict:
     """pyperf's points: speedups with their propagated standard deviation, and wall time. Each
     benchmark runs on its own, after a 1 s probe reading, so its ratio can also be given with
     the drift between the two benchmarks taken out (``drift_corrected``: each mean time times
-    the single-CPU speed the probe read before it) and on whole cores (``norm``: that, times the
-    CPUs over the CPUs delivered before the parallel one); not for the sleep loop, whose time
-    does not follow the CPU's speed (a correction there read 1.11x and 2.33x for a raw 1.99x)."""
+    the single-CPU speed the probe read before it); not for the sleep loop, whose time
+    does not follow the CPU's speed (a correction there read 1.11x and 2.33x for a raw 1.99x).
+
+    Every counting loop also timed itself (``PEER_UNITS``, peer_pyperf.py), so each CPU-bound
+    speedup gets the loop's own pace in both benchmarks (:func:`pyperf_units`): ``units``, and
+    for the processes ``norm``, the speedup on whole cores the lab's way
+    (:mod:`analysis.wholecores`): the ratio of the two benchmarks' calls, each measured in its
+    own loops (``call_in_loops``), the speedup had both run their loops at the same pace."""
     import pyperf
 
     script = Path(__file__).with_name("peer_pyperf.py")
     t = time.perf_counter()
-    stats, probes = {}, {}
+    stats, probes, units = {}, {}, {}
     for name in PYPERF_BENCHMARKS:
         probes[name] = probe_reading()
-        out = work / f"pyperf-{name}.json"
-        subprocess.run([sys.executable, str(script), name, "--fast", "--quiet", "-o", str(out)], check=True)
+        out, loops = work / f"pyperf-{name}.json", work / f"pyperf-{name}.units"
+        cmd = [
+            sys.executable,
+            str(script),
+            name,
+            "--fast",
+            "--quiet",
+            "-o",
+            str(out),
+            "--inherit-environ",
+            "PEER_UNITS",
+        ]
+        subprocess.run(cmd, check=True, env=os.environ | {"PEER_UNITS": str(loops)})
         b = pyperf.Benchmark.load(str(out))
         stats[name] = (b.mean(), b.stdev())
+        units[name] = pyperf_units(loops) if name.startswith("cpu") else None
     wall = time.perf_counter() - t
     values = {}
     for name, base, mode in (
@@ -115,15 +135,60 @@ def run_pyperf(work: Path) -> dict:
         ("gil io: 2 threads over sequential", "io_sequential", "io_threads"),
     ):
         s, sd = _ratio(stats[base], stats[mode])
-        drift = probes[base][0] / probes[mode][0]  # time x speed: the work in one CPU's units
-        # sleeping threads and threads under the GIL keep one CPU busy: no parallel capacity to correct for
-        delivered = min(2.0, probes[mode][1]) if mode == "cpu_processes" else 2.0
         values[name] = {"value": s, "low": s - sd, "high": s + sd, "stated": "mean +- stdev"}
         values[name] |= {"single_before": (probes[base][0], probes[mode][0])}
         if base == "io_sequential":  # a sleep's length does not follow the CPU's speed: no drift to take out
             continue
-        values[name] |= {"drift_corrected": s * drift, "norm": s * drift * 2 / delivered, "delivered": delivered}
+        drift = probes[base][0] / probes[mode][0]  # time x speed: the work in one CPU's units
+        values[name] |= {"drift_corrected": s * drift, "units": {"sequential": units[base], mode: units[mode]}}
+        if mode == "cpu_processes":  # each child's loop ran alone on a CPU: its pace is the machine's
+            values[name]["norm"] = units[base]["call_in_loops"] / units[mode]["call_in_loops"]
     return {"wall_s": wall, "values": values}
+
+
+def pyperf_units(path: Path) -> dict:
+    """The counting loop's own times in one pyperf benchmark, from the lines its loops and calls
+    appended to ``path`` (peer_pyperf.py), calibration and warm-up calls included::
+
+        {"loops": n, "calls": n,
+         "elapsed_ms", "cpu_ms": medians over the loops (ms per loop of CPU_ITERATIONS),
+         "slowest_ms": median over the calls of the slowest process's mean time per loop,
+         "call_in_loops": median over the calls of the call's time over that}
+
+    ``slowest_ms`` is the lab's ``unit_ms`` (:mod:`lab.workspeed`: a sequential call's one
+    process, a processes call's slower child). ``call_in_loops`` is the call's length in its own
+    loops: about 2 for two loops one after another, 1 for two at once, plus what the call spent
+    outside them (forking, joining). Two benchmarks' ratio of it is their speedup had their loops
+    run at the same pace, the lab's speedup on whole cores (:mod:`analysis.wholecores`), taken
+    call by call, as the lab takes it round by round. A loop's CPU time against its elapsed time
+    is the share of it on a CPU (under the GIL, threads wait for it: their elapsed time is not
+    the loop's pace).
+
+    Raises:
+        ValueError: where the file holds no loop (pyperf's workers did not inherit ``PEER_UNITS``).
+    """
+    calls: dict[str, dict[str, list[tuple[float, float]]]] = {}
+    text = path.read_text() if path.exists() else ""
+    for line in text.splitlines():
+        call, pid, wall, cpu = line.split()
+        calls.setdefault(call, {}).setdefault(pid, []).append((float(wall), float(cpu)))
+    loops = [u for by_pid in calls.values() for pid, us in by_pid.items() if pid != "call" for u in us]
+    if not loops:
+        raise ValueError(f"{path}: no loop timed itself; pyperf's workers must inherit PEER_UNITS")
+    slowest, in_loops = [], []
+    for by_pid in calls.values():
+        unit = max(statistics.mean(w for w, _ in us) for pid, us in by_pid.items() if pid != "call")
+        slowest.append(unit)
+        if "call" in by_pid:
+            in_loops.append(by_pid["call"][0][0] / unit)
+    return {
+        "loops": len(loops),
+        "calls": len(calls),
+        "elapsed_ms": 1e3 * statistics.median(w for w, _ in loops),
+        "cpu_ms": 1e3 * statistics.median(c for _, c in loops),
+        "slowest_ms": 1e3 * statistics.median(slowest),
+        "call_in_loops": statistics.median(in_loops) if in_loops else math.nan,
+    }
 
 
 def _steal_s() -> float | None:

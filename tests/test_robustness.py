@@ -605,7 +605,9 @@ def test_a_summary_without_a_column_its_checks_read_is_named_by_the_fidelity_com
 def test_the_peers_tables_judge_the_lab_by_the_figure_its_headline_gives():
     """Two passes in which the lab's 2 processes read 1.20x and 1.70x measured but 1.88x and
     1.87x on whole cores (its headline's figure): their raw rerun intervals disagree, the
-    headline's agree; a peer at 1.90x lies inside the headline's interval only."""
+    headline's agree; a peer at 1.90x lies inside the headline's interval only; a peer's
+    processes at 1.50x measured are judged against the headline's interval on whole cores by
+    their own figure there (1.90x inside, 2.10x not)."""
     import sys
 
     from conftest import ROOT
@@ -627,3 +629,34 @@ def test_the_peers_tables_judge_the_lab_by_the_figure_its_headline_gives():
     peer = {"values": {"x": {"value": 1.90}}, "delivered": 2.0}
     row = tables.against_lab(peer, {"values": one})[0]
     assert not row["inside_rerun"] and row["inside_headline"]
+    # a parallel point the peer also put on whole cores is judged by that figure against the headline's
+    mine = lab(1.20, 1.10, 1.30, 1.88, 1.85, 1.93) | {"headline": "norm", "norm_low": 1.86, "norm_high": 1.90}
+    name = "gil cpu: 2 processes over sequential"
+    for peer_norm, inside in ((1.90, True), (2.10, False)):
+        peer = {"values": {name: {"value": 1.50, "norm": peer_norm}}}
+        row = tables.against_lab(peer, {"values": {name: mine}})[0]
+        assert (row["inside_rerun"], row["inside_headline"]) == (False, inside), row
+
+
+def test_pyperfs_loops_time_themselves_and_put_its_processes_on_whole_cores(tmp_path):
+    """peer_pyperf's benchmark calls, run directly with ``PEER_UNITS`` set: the loops are grouped
+    by call and process; a sequential call lasts at least its two loops one after another
+    (``call_in_loops`` >= 2) and a processes call at least its slower child's loop (>= 1), and
+    the slowest process's time per loop is at least the median loop's in a processes call. A
+    file without loops is named with what to do."""
+    import math
+
+    peers, pyperf_side = _benchmark("peers"), _benchmark("peer_pyperf")
+    n = 200_000  # about 5-15 ms a loop on the CPUs seen
+    for name in ("cpu_sequential", "cpu_processes"):
+        pyperf_side.UNITS = str(tmp_path / f"{name}.units")
+        mode, fn, _ = pyperf_side.BENCHMARKS[name]
+        for _ in range(3):
+            mode(fn, n)
+    seq = peers.pyperf_units(tmp_path / "cpu_sequential.units")
+    par = peers.pyperf_units(tmp_path / "cpu_processes.units")
+    assert (seq["calls"], seq["loops"], par["calls"], par["loops"]) == (3, 6, 3, 6)
+    assert seq["call_in_loops"] >= 2 and par["call_in_loops"] >= 1, (seq, par)
+    assert par["slowest_ms"] >= par["elapsed_ms"] and math.isfinite(seq["cpu_ms"])
+    with pytest.raises(ValueError, match="PEER_UNITS"):
+        peers.pyperf_units(tmp_path / "none.units")
