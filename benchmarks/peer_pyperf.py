@@ -16,10 +16,15 @@ process that ran the loop; and each call of the counting loop's benchmarks appen
 
 import multiprocessing
 import os
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pyperf
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the lab, for its file helper
+from lab.fileio import append_line  # noqa: E402
 
 N, IO = 2_000_000, 10  # CPU_ITERATIONS and IO_ITERATIONS of peers.py
 
@@ -35,8 +40,7 @@ def _new_call():
 
 def _end_call(fn, t):
     if UNITS and fn is count:
-        with open(UNITS, "a") as f:
-            f.write(f"{_call[0]} call {time.perf_counter() - t:.6f} 0\n")
+        append_line(UNITS, f"{_call[0]} call {time.perf_counter() - t:.6f} 0")
 
 
 def count(n):
@@ -44,8 +48,7 @@ def count(n):
     for i in range(n):
         i = i + 1
     if UNITS:
-        with open(UNITS, "a") as f:  # O_APPEND: one short write, whole, even from two processes
-            f.write(f"{_call[0]} {os.getpid()} {time.perf_counter() - t:.6f} {time.thread_time() - c:.6f}\n")
+        append_line(UNITS, f"{_call[0]} {os.getpid()} {time.perf_counter() - t:.6f} {time.thread_time() - c:.6f}")
 
 
 def sleep_loop(n):

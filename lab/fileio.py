@@ -10,7 +10,8 @@ process is interrupted, the temporary file is removed and the target is left as 
 The helpers below are the only ways the project writes files: CSV rows (:func:`write_csv`),
 pandas frames (:func:`write_frame`), JSON (:func:`write_json`), text (:func:`write_text`) and
 matplotlib figures as PNG (:func:`write_figure`); and a process's running log
-(:func:`log_stream`, not atomic: it is read only by people). This module imports neither pandas nor
+(:func:`log_stream`, not atomic: it is read only by people); and lines appended to a record
+that several processes add to at once (:func:`append_line`). This module imports neither pandas nor
 matplotlib: measurement jobs use it too.
 """
 
@@ -67,6 +68,18 @@ def log_stream(path: str | Path) -> IO:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     return open(path, "w", encoding="utf-8")  # noqa: SIM115 - the caller owns it
+
+
+def append_line(path: str | Path, line: str) -> None:
+    """Append ``line`` and a newline to ``path`` (created if missing) in one ``write`` to a
+    descriptor opened with ``O_APPEND``: lines that several processes append at once land whole,
+    one after another (POSIX: each write goes to the end of the file as one operation). For short
+    records (benchmarks/peer_pyperf.py's timed loops), not for results."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
 
 
 def write_text(path: str | Path, text: str) -> Path:
