@@ -99,6 +99,9 @@ def _cell(v: dict) -> str:
         (_, base), (mode, point) = v["units"].items()
         text += f"; a loop {base['elapsed_ms']:.1f} ms sequential, {point['elapsed_ms']:.1f} ms"
         text += f" ({point['cpu_ms']:.1f} ms on a CPU) in {mode.removeprefix('cpu_')}"
+        if mode == "cpu_threads":  # one thread runs at a time: the speedup at the sequential loop's pace
+            # (the lab's experiments.gil.shortfall.pace: speedup x the loop's CPU time in the threads over sequential)
+            text += f"; at the sequential loop's pace {v['value'] * point['cpu_ms'] / base['cpu_ms']:.3g}"
     if "sustained" in v:
         text += f"; sustained {v['sustained']:.3g}"
     if not math.isnan(v.get("steal_pct", math.nan)):

@@ -660,3 +660,8 @@ def test_pyperfs_loops_time_themselves_and_put_its_processes_on_whole_cores(tmp_
     assert par["slowest_ms"] >= par["elapsed_ms"] and math.isfinite(seq["cpu_ms"])
     with pytest.raises(ValueError, match="PEER_UNITS"):
         peers.pyperf_units(tmp_path / "none.units")
+    # the tables give each benchmark's loop pace, and GIL-bound threads at the sequential loop's pace
+    tables = _benchmark("peer_tables")
+    units = {"sequential": seq, "cpu_threads": seq | {"cpu_ms": seq["cpu_ms"] / 2}}
+    cell = tables._cell({"value": 1.2, "low": 1.0, "high": 1.4, "units": units})
+    assert f"a loop {seq['elapsed_ms']:.1f} ms sequential" in cell and "sequential loop's pace 0.6" in cell, cell
