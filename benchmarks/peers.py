@@ -177,7 +177,10 @@ def pyperf_units(path: Path) -> dict:
         raise ValueError(f"{path}: no loop timed itself; pyperf's workers must inherit PEER_UNITS")
     slowest, in_loops = [], []
     for by_pid in calls.values():
-        unit = max(statistics.mean(w for w, _ in us) for pid, us in by_pid.items() if pid != "call")
+        per_process = [statistics.mean(w for w, _ in us) for pid, us in by_pid.items() if pid != "call"]
+        if not per_process:  # a call whose loops did not report (a child that failed): nothing to time it by
+            continue
+        unit = max(per_process)
         slowest.append(unit)
         if "call" in by_pid:
             in_loops.append(by_pid["call"][0][0] / unit)
