@@ -59,6 +59,7 @@ from peer_tables import markdown  # noqa: E402
 
 from lab.fileio import output_args_problem, write_json, write_text  # noqa: E402
 from lab.probe import Probe  # noqa: E402
+from lab.workspeed import unit_ms  # noqa: E402
 
 #: Iterations of the counting loop per task: about 0.1-0.2 s on the CPUs seen here, as in the
 #: quick config.
@@ -155,8 +156,8 @@ def pyperf_units(path: Path) -> dict:
          "slowest_ms": median over the calls of the slowest process's mean time per loop,
          "call_in_loops": median over the calls of the call's time over that}
 
-    ``slowest_ms`` is the lab's ``unit_ms`` (:mod:`lab.workspeed`: a sequential call's one
-    process, a processes call's slower child). ``call_in_loops`` is the call's length in its own
+    ``slowest_ms`` is the lab's :func:`lab.workspeed.unit_ms` of each call's loops (a sequential
+    call's one process, a processes call's slower child). ``call_in_loops`` is the call's length in its own
     loops: about 2 for two loops one after another, 1 for two at once, plus what the call spent
     outside them (forking, joining). Two benchmarks' ratio of it is their speedup had their loops
     run at the same pace, the lab's speedup on whole cores (:mod:`analysis.wholecores`), taken
@@ -177,10 +178,20 @@ def pyperf_units(path: Path) -> dict:
         raise ValueError(f"{path}: no loop timed itself; pyperf's workers must inherit PEER_UNITS")
     slowest, in_loops = [], []
     for by_pid in calls.values():
-        per_process = [statistics.mean(w for w, _ in us) for pid, us in by_pid.items() if pid != "call"]
-        if not per_process:  # a call whose loops did not report (a child that failed): nothing to time it by
+        # each loop a span of its process; a call whose loops did not report (a child that failed) gives NaN
+        unit = (
+            unit_ms(
+                [
+                    {"actor": pid, "start_s": 0.0, "end_s": w}
+                    for pid, us in by_pid.items()
+                    for w, _ in us
+                    if pid != "call"
+                ]
+            )
+            / 1e3
+        )
+        if not unit > 0:
             continue
-        unit = max(per_process)
         slowest.append(unit)
         if "call" in by_pid:
             in_loops.append(by_pid["call"][0][0] / unit)
