@@ -17,18 +17,16 @@ Per configuration point present on both hosts with the same parameters:
   3 vs 3), which the verdict then says;
 * ``ratio_per_cpu``: the ratio with each host's median divided by its available CPUs, so a
   2-CPU and a 16-CPU host can be read together;
-* where the capacity probe ran on both (:mod:`lab.probe`): ``ratio_norm``, the ratio at
-  equal one-CPU speed (times the baseline host's ``capacity_1cpu_per_s`` over this host's, the
-  probe's median beside the point) and on whole cores (times the share of a core per busy CPU
-  each host's machine delivered to the point, as ``speedup_norm``: analysis/wholecores.py, from
-  the work's own units where it timed them). Two runs
-  of one machine whose speed moved between them (the history of one host under two labels)
-  then compare as the machine, not as its two moments; for different machines it says how they
-  differ beyond the speed of one core and the cores they delivered. Not for a point whose work
-  kept under half a CPU busy (:data:`MIN_BUSY_CPUS`), nor for an experiment whose metric does not
-  follow a core's speed (``follows_core_speed``: the convoy's sleeping thread, set by the switch
-  interval beside a CPU-bound thread): a sleep does not follow a core's speed.
-  Each host's own ``speedup_norm`` and its interval come along.
+* no ratio is put at equal one-CPU speed. Measured on 19 pairs of quick runs of one 2-vCPU VM
+  (``benchmarks/rate_transfer.py``, docs/benchmarks.md): a rate moved with the capacity probe's
+  one-CPU speed (``capacity_1cpu_per_s``) at elasticities of 0.01 (the convoy's sleeping thread)
+  to 0.66 by metric, never 1, and multiplying by the probe's speed ratio beside each point moved
+  the two runs' ratios further from 1 (median ``|ln ratio|`` 0.034 to 0.069; 0.047 to 0.202
+  where the probe's speed moved more than 10%). The figures that transfer between runs are each
+  host's own speedups, on whole cores where it gives one (``speedup_norm``), which come along
+  with the probe's ``capacity_1cpu_per_s`` and ``cpus_delivered`` beside the point;
+  :func:`analysis.hosts.environment_table` gives each host's probe readings over its run, so a
+  reader sees where the machines' speed differed.
 
 Points that cannot be compared are kept with the reason, never silently joined or dropped: a
 point measured on one host only, a point whose other parameters differ (e.g. ``cpu_iterations``),
@@ -44,7 +42,6 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from analysis.findings import transfer_case
 from analysis.hosts import HostResults, best_table, environment_table, load_host, point_key
 from analysis.stats import ratio_ci
 from lab import registry
@@ -62,50 +59,8 @@ COLUMNS = [
     *("n", "median", "ci_low", "ci_high", "available_cpus", "median_per_cpu"),
     *("speedup", "speedup_ci_low", "speedup_ci_high", "best"),
     *("speedup_norm", "speedup_norm_ci_low", "speedup_norm_ci_high", "capacity_1cpu_per_s", "cpus_delivered"),
-    *("ratio", "ratio_ci_low", "ratio_ci_high", "ratio_per_cpu", "ratio_norm", "mannwhitney_u", "p_value", "verdict"),
+    *("ratio", "ratio_ci_low", "ratio_ci_high", "ratio_per_cpu", "mannwhitney_u", "p_value", "verdict"),
 ]
-
-
-def _share(s) -> float:
-    """The share of a core per busy CPU a summary row's machine delivered to it: where its work
-    timed its own units (``speedup_norm_source`` ``in-window``, :mod:`analysis.wholecores`), the
-    measured speedup over the one on whole cores (not where that would exceed its CPUs, which its
-    headline does not correct either); else the probe's CPUs delivered over asked (1 without a
-    probe)."""
-    if s.get("speedup_norm_source") == "in-window" and transfer_case(s) != "overshoots":  # as the headline does
-        try:
-            share = float(s.get("speedup")) / float(s.get("speedup_norm"))
-        except (TypeError, ValueError, ZeroDivisionError):
-            share = math.nan
-        if math.isfinite(share) and share > 0:
-            return share
-    asked, got = s.get("cpus_asked"), s.get("cpus_delivered")
-    try:
-        share = float(got) / float(asked)
-    except (TypeError, ValueError, ZeroDivisionError):
-        return 1.0
-    return share if math.isfinite(share) and share > 0 else 1.0
-
-
-#: A point whose work kept fewer CPUs than this busy (median over its windows) on either host is
-#: not put at equal one-CPU speed: a loop that sleeps does not run faster on a faster core (on one
-#: machine under two labels such a correction read 0.51-0.57x for the sleep loop).
-MIN_BUSY_CPUS = 0.5
-
-
-def _capacity_factor(base, mine, base_cpus: float, my_cpus: float) -> float:
-    """What turns a host's median over the baseline host's into the ratio at equal one-CPU speed
-    and on whole cores (``ratio_norm``, the module docstring): NaN where either lacks the probe,
-    or where the point's work kept fewer than :data:`MIN_BUSY_CPUS` CPUs busy on either host
-    (``cpu_util_pct`` x available CPUs / 100; not checked where that is not known)."""
-    try:
-        speed = float(base.get("capacity_1cpu_per_s")) / float(mine.get("capacity_1cpu_per_s"))
-        busy = [float(r.get("cpu_util_pct")) * n / 100 for r, n in ((base, base_cpus), (mine, my_cpus))]
-    except (TypeError, ValueError, ZeroDivisionError):
-        return float("nan")
-    if any(b < MIN_BUSY_CPUS for b in busy):  # NaN (no cpu_util_pct in older files) compares False: no check
-        return float("nan")
-    return speed * _share(base) / _share(mine) if math.isfinite(speed) and speed > 0 else float("nan")
 
 
 def _canonical(value) -> str:
@@ -186,7 +141,6 @@ class _Experiment:
     def __init__(self, exp: str, hosts: list[HostResults], baseline: HostResults) -> None:
         self.exp, self.baseline = exp, baseline
         self.keys = list(registry.get(exp).spec.keys)
-        self.core_speed = registry.get(exp).spec.follows_core_speed
         self.present = [h for h in hosts if exp in h.summaries]
         self.params = {h.name: _params(h.replicates[exp], exp) for h in self.present}
         self.values = {h.name: _ok_values(h.replicates[exp], self.keys) for h in self.present}
@@ -246,8 +200,6 @@ class _Experiment:
             return {**row, "status": "not comparable", "reason": reason}
         cmp = compare_values(base_v, mine_v)
         cmp["ratio_per_cpu"] = cmp["ratio"] * self.baseline.cpus / h.cpus
-        factor = _capacity_factor(self.base_idx[k], s, self.baseline.cpus, h.cpus) if self.core_speed else np.nan
-        cmp["ratio_norm"] = cmp["ratio"] * factor
         return {**row, "status": "compared", **cmp}
 
     def baseline_only(self, h: HostResults) -> list[dict]:

@@ -177,6 +177,10 @@ def load_host(path: str | Path, experiments: list[str]) -> HostResults:
     return res
 
 
+#: Two hosts' probe readings differ (:func:`environment_table`) where one median exceeds the other
+#: by more than this factor.
+PROBE_DIFFERS = 1.10
+
 #: host.json fields of the environment table: (label, getter).
 ENVIRONMENT = [
     ("CPU model", lambda h: h.get("cpu_model")),
@@ -202,14 +206,43 @@ ENVIRONMENT = [
 ]
 
 
+#: The capacity probe's readings in the environment table: (label, summary.csv column, divisor, digits).
+PROBE_ROWS = (
+    ("one CPU's speed, capacity probe (M loop iterations/s; median, range over points)", "capacity_1cpu_per_s", 1e6, 1),
+    ("CPUs delivered with all busy, capacity probe (median, range over points)", "delivered_cpus", 1.0, 2),
+)
+
+
+def probe_readings(h: HostResults) -> dict[str, str | None]:
+    """What the capacity probe read over host ``h``'s run, as the environment table gives it
+    (:data:`PROBE_ROWS`): the median over its points of ``capacity_1cpu_per_s`` (one CPU's speed,
+    M loop iterations/s) and of ``delivered_cpus`` (with all CPUs busy), each with its range over
+    the points, as text (``"52.9 (36.0-54.1)"``); None where no point ran the probe. Rates are
+    compared as measured (:mod:`analysis.compare`), so these say where two runs' machines moved."""
+    out: dict[str, str | None] = {}
+    for label, col, scale, digits in PROBE_ROWS:
+        parts = [pd.to_numeric(s[col], errors="coerce") for s in h.summaries.values() if col in s]
+        v = (pd.concat(parts, ignore_index=True).dropna() / scale) if parts else pd.Series(dtype=float)
+        out[label] = f"{v.median():.{digits}f} ({v.min():.{digits}f}-{v.max():.{digits}f})" if len(v) else None
+    return out
+
+
 def environment_table(hosts: list[HostResults]) -> pd.DataFrame:
-    """One row per fingerprint field, one column per host, and ``differs``."""
+    """One row per fingerprint field (:data:`ENVIRONMENT`) and per reading of the capacity probe
+    (:func:`probe_readings`), one column per host, and ``differs`` (for a probe reading: the
+    hosts' medians more than 10% apart, the drift the lab's runs on one VM showed within an hour)."""
     rows = []
     for label, get in ENVIRONMENT:
         values = [get(h.host) for h in hosts]
         rows.append(
             {"field": label, **{h.name: v for h, v in zip(hosts, values)}, "differs": len({str(v) for v in values}) > 1}
         )
+    readings = [probe_readings(h) for h in hosts]
+    for label in readings[0] if readings else ():
+        values = [r[label] for r in readings]
+        medians = [float(v.split()[0]) for v in values if v]
+        differs = len(medians) > 1 and max(medians) > PROBE_DIFFERS * min(medians)
+        rows.append({"field": label, **{h.name: v for h, v in zip(hosts, values)}, "differs": differs})
     return pd.DataFrame(rows)
 
 

@@ -73,7 +73,7 @@ KNOWN = {
     # the capacity probe (lab/probe.py), per window and per point
     **dict.fromkeys(("capacity_1cpu_per_s", "capacity_all_per_s", "delivered_cpus", "cpus_delivered"), FLOAT),
     **dict.fromkeys(("probe_s", "cpus_asked", "delivered_cpus_ci_low", "delivered_cpus_ci_high"), FLOAT),
-    **dict.fromkeys(("speedup_norm", "speedup_norm_ci_low", "speedup_norm_ci_high", "ratio_norm"), FLOAT),
+    **dict.fromkeys(("speedup_norm", "speedup_norm_ci_low", "speedup_norm_ci_high"), FLOAT),
     **dict.fromkeys(("speedup_rerun_low", "speedup_rerun_high"), FLOAT),
     **dict.fromkeys(("speedup_norm_rerun_low", "speedup_norm_rerun_high"), FLOAT),
 }

@@ -111,3 +111,16 @@ def labels_problem(text: str, labels: list[str], no_run: bool, option: str = "--
     if len(set(labels)) < len(labels):
         return f"{option} {text}: a label given twice would count its pair twice; give each once"
     return None
+
+
+def missing_runs_problem(results: Path, labels: list[str], option: str, text: str) -> str | None:
+    """Why the stored pairs of ``labels`` cannot be read (a run ``<label>-1`` or ``-2`` without its
+    host.json under ``results``, naming the pairs that are there), or None."""
+    absent = [str(results / f"{x}-{i}" / "host.json") for x in labels for i in (1, 2)]
+    absent = [a for a in absent if not Path(a).is_file()]
+    if not absent:
+        return None
+    there = ", ".join(stored_pairs(results)) or "none"
+    need = "each label L needs L-1 and L-2 with a host.json"
+    return f"{option} {text}: {need}; missing: {', '.join(absent)} (pairs there: {there})"
+

@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import repeatability  # noqa: E402
-from runpair import labels_problem, runs_differ  # noqa: E402
+from runpair import labels_problem, missing_runs_problem, runs_differ  # noqa: E402
 
 import analysis.stats as st  # noqa: E402
 from analysis.load import load_experiment, mark_other_nodes  # noqa: E402
@@ -175,11 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     results, pairs = Path(args.results), [s.strip() for s in args.pairs.split(",")]
     if problem := labels_problem(args.pairs, pairs, True, "--pairs"):
         p.error(problem)
-    absent = [str(results / f"{q}-{i}" / "host.json") for q in pairs for i in (1, 2)]
-    absent = [a for a in absent if not Path(a).is_file()]
-    if absent:
-        need = "each label L needs results/L-1 and results/L-2 with a host.json"
-        p.error(f"--pairs {args.pairs!r}: {need}; missing: {', '.join(absent)}")
+    if problem := missing_runs_problem(results, pairs, "--pairs", args.pairs):
+        p.error(problem)
     figures, seen = {}, []
     try:
         with tempfile.TemporaryDirectory(prefix="worker-scale-") as tmp:

@@ -203,8 +203,6 @@ class Experiment:
             beyond what its JSON Schema can say, before any job runs (the workload's entry
             point must exist); raises ValueError with one line naming the key.
         order: position in the report (lower first; ties by name).
-        follows_core_speed: False where a sleep or a switch interval sets its metric (the convoy's
-            sleeping thread): :mod:`analysis.compare` then puts no host at equal one-CPU speed.
     """
 
     name: str
@@ -233,7 +231,6 @@ class Experiment:
     later_keys: frozenset[str] = frozenset()
     include: Callable[[Mapping[str, Any]], bool] | None = None
     order: int = 100
-    follows_core_speed: bool = True
 
     def __post_init__(self) -> None:
         if not self.keys:

@@ -41,8 +41,8 @@ def _x(v, lo=None, hi=None) -> str:
 def experiment_table(c: pd.DataFrame, hosts: list[str]) -> dict:
     """Rows per point: for each host its median (95% CI), per available CPU, its own speedup
     (and on whole cores, where its capacity probe ran), and for non-baseline hosts the ratio to
-    the baseline host (95% CI; per CPU; at equal one-CPU speed and on whole cores), p-value and
-    verdict."""
+    the baseline host (95% CI; per CPU), p-value and verdict. No ratio is put at equal one-CPU
+    speed (:mod:`analysis.compare` says why)."""
     points = [p for p in dict.fromkeys(c["point"].fillna("")) if p]
     cols = [
         "point",
@@ -54,7 +54,6 @@ def experiment_table(c: pd.DataFrame, hosts: list[str]) -> dict:
         "on whole cores",
         "ratio to baseline host (95% CI)",
         "per CPU",
-        "at equal core speed, whole cores",
         "Mann-Whitney p",
         "verdict",
     ]
@@ -85,7 +84,6 @@ def experiment_table(c: pd.DataFrame, hosts: list[str]) -> dict:
                     _x(r.get("speedup_norm", math.nan), r.get("speedup_norm_ci_low"), r.get("speedup_norm_ci_high")),
                     _x(r["ratio"], r["ratio_ci_low"], r["ratio_ci_high"]),
                     _x(r["ratio_per_cpu"]),
-                    _x(r.get("ratio_norm", math.nan)),
                     f"{r['p_value']:.2g}" if math.isfinite(r["p_value"]) else "",
                     verdict,
                 ]

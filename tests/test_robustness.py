@@ -665,3 +665,24 @@ def test_pyperfs_loops_time_themselves_and_put_its_processes_on_whole_cores(tmp_
     units = {"sequential": seq, "cpu_threads": seq | {"cpu_ms": seq["cpu_ms"] / 2}}
     cell = tables._cell({"value": 1.2, "low": 1.0, "high": 1.4, "units": units})
     assert f"a loop {seq['elapsed_ms']:.1f} ms sequential" in cell and "sequential loop's pace 0.6" in cell, cell
+
+
+@pytest.mark.parametrize(("elasticity", "closer_pct"), [(1.0, 100.0), (0.3, 0.0)])
+def test_the_rate_transfer_benchmark_recovers_how_far_rates_follow_the_probe(elasticity, closer_pct):
+    """Rates that follow the probe's one-CPU speed at a planted elasticity: the slope recovers it,
+    and taking the speed out brings every point to 1 where it is 1 (closer: 100%), and none
+    where a rate follows the speed by only 0.3 of its move (the correction then overshoots by
+    0.7 of it against the measured 0.3: closer 0%)."""
+    import numpy as np
+
+    bench = _benchmark("rate_transfer")
+    speed = np.array([0.7, 0.8, 0.9, 1.1, 1.25, 1.4])  # run 1's probe speed over run 2's
+    df = pd.DataFrame({"ratio": (1 / speed) ** elasticity, "point_speed": speed, "run_speed": speed, "metric": "m"})
+    out = bench.judge(df).set_index("correction")
+    assert out.loc["as measured", "median_abs_log"] > 0.05
+    for corr in ("x point's speed", "x run's speed"):
+        assert out.loc[corr, "elasticity"] == pytest.approx(elasticity)
+        assert out.loc[corr, "closer_pct"] == closer_pct
+    assert out.loc["x point's speed", "median_abs_log"] == pytest.approx(
+        (1 - elasticity) * out.loc["as measured", "median_abs_log"] / elasticity, abs=1e-9
+    )

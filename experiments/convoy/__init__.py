@@ -48,5 +48,4 @@ EXPERIMENT = Experiment(
         "gil_enabled": interpreters.COLUMNS["gil_enabled"],
     },
     order=12,
-    follows_core_speed=False,  # the sleeping thread's iterations: the sleep and the switch interval set them
 )
