@@ -669,10 +669,9 @@ def test_unit_times_leave_out_what_is_not_a_unit_of_work():
 
 def test_a_correction_by_the_work_s_own_units_holds_without_the_probe_and_never_overshoots():
     """With the probe off (no ``cpus_asked``), the point's own parallel units bound the figure;
-    a figure on whole cores above its CPUs is refused alike by the headline, the check's reason
-    and the comparison of hosts."""
+    a figure on whole cores above its CPUs is refused alike by the headline and the check's
+    reason."""
     from analysis.capacity import capacity_reason
-    from analysis.compare import _share
     from analysis.findings import fmt_transfer, transfer_case
 
     row = {"speedup": 1.5, "speedup_ci_low": 1.4, "speedup_ci_high": 1.6, "parallel_efficiency": 0.75}
@@ -682,7 +681,6 @@ def test_a_correction_by_the_work_s_own_units_holds_without_the_probe_and_never_
     assert fmt_transfer(row, "ci").startswith("1.90x on whole cores (95% CI 1.85-1.95; 1.50x measured"), row
     over = row | {"speedup_norm": 2.4, "speedup_norm_ci_low": 2.3, "speedup_norm_ci_high": 2.5}
     assert transfer_case(over) == "overshoots" and "not corrected" in fmt_transfer(over, "ci")
-    assert _share(row) == pytest.approx(1.5 / 1.9) and _share(over) == 1.0
     probed = over | {"cpus_asked": 2, "cpus_delivered": 1.98, "cpu_util_pct": 90.0}
     text = capacity_reason(probed, 1.5, 2, "possibilities", {"available_cpus": 2}, "2 processes")
     assert "on whole cores" not in text and "2.40" not in text, text
