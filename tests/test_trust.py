@@ -574,6 +574,19 @@ def test_gil_headline_says_no_clear_winner_where_no_interval_clears_one():
     s["best"] = [False, True, False]
     answer = headlines(Context({"available_cpus": 2}, summary=s))[0]["answer"]
     assert answer.startswith("no clear winner: 2 processes 1.54x (95% CI 0.72-1.92); 2 threads 1.13x"), answer
+    # two testers' runs: processes measured 1.05x (0.83-1.83) led with 1.89x on whole cores (1.72-1.97),
+    # timed by their own units; threads 1.14x (1.05-1.19). The verdict is judged on the printed figures
+    norm = {"speedup_norm": 1.89, "speedup_norm_ci_low": 1.72, "speedup_norm_ci_high": 1.97}
+    both = s.assign(**{k: [v] * 3 for k, v in norm.items()}, speedup_norm_source="in-window", parallel_efficiency=0.5)
+    both.loc[0, list(norm)] = [1.0, 1.0, 1.0]
+    both.loc[1, list(norm)] = [1.14, 1.05, 1.19]
+    both.loc[1, ["speedup", "speedup_ci_low", "speedup_ci_high"]] = [1.14, 1.05, 1.19]
+    both.loc[2, ["speedup", "speedup_ci_low", "speedup_ci_high"]] = [1.05, 0.83, 1.83]
+    answer = headlines(Context({"available_cpus": 2}, summary=both))[0]["answer"]
+    assert answer.startswith("processes: 2 processes 1.89x on whole cores"), answer
+    both.loc[2, list(norm)] = [1.30, 0.95, 1.60]  # higher on whole cores, too uncertain to rank against threads
+    answer = headlines(Context({"available_cpus": 2}, summary=both))[0]["answer"]
+    assert answer.startswith("no clear winner: 2 processes 1.30x on whole cores"), answer
     from experiments.gil.analysis import _threads_verdict
 
     said = _threads_verdict(s.loc[1])
