@@ -123,4 +123,3 @@ def missing_runs_problem(results: Path, labels: list[str], option: str, text: st
     there = ", ".join(stored_pairs(results)) or "none"
     need = "each label L needs L-1 and L-2 with a host.json"
     return f"{option} {text}: {need}; missing: {', '.join(absent)} (pairs there: {there})"
-
