@@ -94,6 +94,30 @@ def _check_roles(path, df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+def _check_complete(path, df: pd.DataFrame) -> None:
+    """A file with fewer rows of a role than the rounds its job measured (``job.json`` beside it,
+    ``rounds.done``; the baseline's where the job had one) was cut short, at a line's end where
+    the table reader cannot see it: a tester's file cut to 3 of its 6 rounds summarised as a point
+    of 1 round, and its finding turned. Files without a readable ``job.json`` or ``rounds`` (runs
+    by hand, jobs that choose their own rounds) are not checked."""
+    try:
+        job = read_json_object(Path(path).with_name("job.json"))
+    except (OSError, ValueError):
+        return
+    done = (job.get("rounds") or {}).get("done")
+    if not isinstance(done, int) or isinstance(done, bool):
+        return
+    for role in ("point", "baseline") if job.get("baseline") else ("point",):
+        have = int((df["role"] == role).sum())
+        if have < done:
+            raise DataError(
+                path,
+                f"{have} rows with role {role!r}, but the job.json beside it says its job measured {done} rounds:"
+                " the file was cut short; measure the point again (delete its directory and rerun)",
+                column="role",
+            )
+
+
 def load_experiment(paths: list[str | Path], experiment: str) -> pd.DataFrame:
     """Concatenate and validate every point's metrics of one experiment.
 
@@ -114,6 +138,7 @@ def load_experiment(paths: list[str | Path], experiment: str) -> pd.DataFrame:
     cols = [*spec.keys, "repeat", "role"]
     for path in paths:
         df = _check_roles(path, read_metrics(path, experiment))
+        _check_complete(path, df)
         if "host" in df and len(df):  # one summary is one host's: another's points would pool with its rounds
             host = host or (df["host"].iloc[0], str(path))
             said = f"where {host[1]} is host {host[0]!r}: summarise each host's points apart"

@@ -471,6 +471,28 @@ def test_implausible_values_are_refused(tmp_path, row, expected):
         load_experiment([path], "gil")
 
 
+def test_a_metrics_file_cut_at_a_line_end_is_named_against_its_job_json(tmp_path):
+    """A tester cut a point's file to its first rows, at a line's end: the table reads, so the
+    rounds its job.json says the job measured tell it: named, not summarised as fewer rounds."""
+    import json
+
+    head = "host,experiment,workload,mode,workers,repeat,role,status,wall_s,cpu_util_pct,tasks_per_s\n"
+    rows = [f"h,gil,cpu,threads,2,{r},{role},ok,1,50,2\n" for r in range(3) for role in ("point", "baseline")]
+    path = tmp_path / "metrics.csv"
+    job = {"rounds": {"done": 3}, "baseline": {"mode": "sequential"}}
+    (tmp_path / "job.json").write_text(json.dumps(job))
+    path.write_text(head + "".join(rows))
+    assert len(load_experiment([path], "gil")) == 6  # whole: read
+    path.write_text(head + "".join(rows[:5]))  # the last baseline row gone
+    with pytest.raises(DataError, match="2 rows with role 'baseline', but the job.json beside it says its job"):
+        load_experiment([path], "gil")
+    path.write_text(head + "".join(rows[:2]))
+    with pytest.raises(DataError, match="1 rows with role 'point'.* measured 3 rounds: the file was cut short"):
+        load_experiment([path], "gil")
+    (tmp_path / "job.json").write_text(json.dumps({"rounds": None}))  # a job that chose its own rounds
+    assert len(load_experiment([path], "gil")) == 2
+
+
 def test_points_of_two_hosts_are_not_summarised_together(tmp_path):
     head = "host,experiment,workload,mode,workers,repeat,status,wall_s,cpu_util_pct,tasks_per_s\n"
     one, two = tmp_path / "a.csv", tmp_path / "b.csv"
