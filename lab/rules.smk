@@ -67,7 +67,9 @@ rule interpreters:
 
 rule selfcheck:
     input:
-        host="results/{host}/host.json",
+        # ancient: a host.json newer than the points (copied without -p, recreated) re-measures
+        # nothing; another machine's is refused before the first job (refuse_another_machine)
+        host=ancient("results/{host}/host.json"),
     output:
         metrics="results/{host}/selfcheck/metrics.csv",
         samples="results/{host}/selfcheck/samples.csv",
