@@ -254,9 +254,15 @@ class Host(Mapping):
         Raises:
             FileNotFoundError: for a file given that does not exist.
             ValueError: naming the file, for one that is not JSON or holds no JSON object, and
-                for a host.json whose ``available_cpus`` is not a count (an integer >= 1).
+                for a host.json without ``available_cpus`` or whose ``available_cpus`` is not a
+                count (an integer >= 1).
         """
         facts = read_json_object(Path(host_json)) if host_json else {}
+        if host_json and "available_cpus" not in facts:  # a tester's {} passed the analysis, then broke a chart
+            raise ValueError(
+                f"{host_json}: no 'available_cpus' field: not a host fingerprint written by lab.hostinfo"
+                " (delete it and rerun: the pipeline writes it again, and measures nothing again)"
+            )
         if "available_cpus" in facts and (problem := cpu_count_problem(facts["available_cpus"])):
             raise ValueError(f"{host_json}: {problem}")
         if user_env:

@@ -976,3 +976,17 @@ def test_the_sampler_checks_without_a_self_check_say_so():
     rows = sampler_checks(None, 2, 40.0)
     assert [r["verdict"] for r in rows] == ["n/a", "n/a"]
     assert rows[0]["expected"] == "no self-check in this run" and rows[0]["reason"] == "not measured in this run"
+
+
+@pytest.mark.parametrize("facts", [{}, {"host": "h", "cpu_model": "x"}])
+def test_a_host_json_that_is_no_fingerprint_stops_the_analysis_in_one_line(tmp_path, capsys, facts):
+    """A tester's host.json of ``{}`` passed the analysis and then broke a chart in a traceback:
+    the summary now stops on it, naming the file and the missing field, and writes nothing."""
+    paths = gil_fixture(tmp_path / "pts")
+    host = tmp_path / "host.json"
+    host.write_text(json.dumps(facts))
+    args = ["summarise", "--experiment", "gil", "--out-dir", str(tmp_path / "gil"), "--host-json", str(host)]
+    assert analysis_main([*args, *map(str, paths)]) != 0
+    err = capsys.readouterr().err
+    assert f"{host}: no 'available_cpus' field: not a host fingerprint" in err and "Traceback" not in err
+    assert not (tmp_path / "gil").exists()
