@@ -263,6 +263,15 @@ def lead_view(summary: pd.DataFrame) -> pd.DataFrame:
     return view
 
 
+def headline_winner(summary: pd.DataFrame) -> pd.Series | None:
+    """:func:`winner` judged on the figures the headlines print (:func:`lead_view`): the row of
+    ``summary`` itself (its measured and whole-cores columns intact, for :func:`fmt_transfer`),
+    or None. A new user read a chart's 1.98x on whole cores beside a headline's "no clear winner",
+    judged on the measured speedup."""
+    best = winner(lead_view(summary))
+    return None if best is None else summary.loc[best.name]
+
+
 def unranked(summary: pd.DataFrame, best: pd.Series | None) -> pd.DataFrame:
     """The points that :func:`winner` passed over only for uncertainty: a higher median speedup
     than ``best``'s but a 95% CI that holds 1. Naming ``best`` the winner alone would claim more

@@ -847,3 +847,25 @@ def test_the_jit_question_names_only_the_modes_the_config_ran():
     assert line["answer"].startswith("cnn: trace 1.05x"), line["answer"]
     (line,) = headlines(Context({}, summary=pd.DataFrame([*rows, row("compile", 0.9, 0.8, 1.0)])))
     assert line["question"] == "Do TorchScript or torch.compile pay for inference?"
+
+
+def test_the_multiprocessing_headline_judges_the_split_it_prints():
+    """A new user's chart showed 2 x 1 at 1.98x on whole cores (95% CI 1.95-2.00) while the
+    headline said "no clear winner", judged on the measured 1.63x (0.95-2.10): the headline now
+    names the split on the figure it prints, and still says no clear winner where that figure's
+    interval holds 1 too."""
+    from experiments.multiprocessing.analysis import headlines
+    from lab.contract import Context
+
+    base = {"omp_wait_policy": "default", "status": "ok", "reason": "", "median": 10.0, "parallel_efficiency": 0.8}
+    base["oversubscribed"] = False
+    one = {"processes": 1, "threads": 1, "speedup": 1.0, "speedup_ci_low": 1.0, "speedup_ci_high": 1.0}
+    two = {"processes": 2, "threads": 1, "speedup": 1.63, "speedup_ci_low": 0.95, "speedup_ci_high": 2.10}
+    norm = {"speedup_norm": 1.98, "speedup_norm_ci_low": 1.95, "speedup_norm_ci_high": 2.00}
+    s = pd.DataFrame([{**base, **one, **dict.fromkeys(norm, 1.0)}, {**base, **two, **norm}])
+    s = s.assign(speedup_source=["baseline", "interleaved"], best=[True, False], speedup_norm_source="in-window")
+    answer = headlines(Context({"available_cpus": 2}, summary=s))[0]["answer"]
+    assert answer.startswith("2 x 1, over 1 x 1: 1.98x on whole cores"), answer
+    s.loc[1, list(norm)] = [1.70, 0.90, 2.20]
+    answer = headlines(Context({"available_cpus": 2}, summary=s))[0]["answer"]
+    assert answer.startswith("no clear winner"), answer

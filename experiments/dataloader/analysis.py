@@ -11,6 +11,7 @@ from analysis.findings import (
     best_row,
     fmt_transfer,
     fmt_x,
+    headline_winner,
     in_order,
     measured,
     num,
@@ -94,7 +95,7 @@ def headlines(ctx: Context) -> list[dict]:
     for dataset in in_order(summary["dataset"], DATASETS):
         sub = measured(summary[summary["dataset"] == dataset])
         if len(sub):
-            best = winner(sub)
+            best = headline_winner(sub)
             gain = f" ({fmt_transfer(best)})" if best is not None and int(best["num_workers"]) else ""
             answer = f"{int(best['num_workers'])}{gain}" if best is not None else "no clear winner"
             answer += unranked_text(sub, best, _workers, short=True)

@@ -9,7 +9,18 @@ from matplotlib.figure import Figure
 
 from analysis.capacity import capacity_reason, cpus_used, machine_took, note, one_cpu_note
 from analysis.fidelity import scaling_check
-from analysis.findings import best_row, fmt_transfer, fmt_x, measured, num, pick, plural, unranked_text, winner
+from analysis.findings import (
+    best_row,
+    fmt_transfer,
+    fmt_x,
+    headline_winner,
+    measured,
+    num,
+    pick,
+    plural,
+    unranked_text,
+    winner,
+)
 from analysis.plotting import (
     PALETTE,
     baseline_text,
@@ -118,7 +129,7 @@ def headlines(ctx: Context) -> list[dict]:
     for workload in summary["workload"].unique():
         sub = measured(summary[summary["workload"] == workload])
         if len(sub):
-            best = winner(sub)
+            best = headline_winner(sub)
             gain = f" ({fmt_transfer(best)})" if best is not None and int(best["threads"]) != 1 else ""
             if best is not None and bool(best.get("oversubscribed")):  # more threads than CPUs won: say so
                 cpus = cpus_text(ctx.host.get("available_cpus"))

@@ -13,7 +13,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.capacity import note, one_cpu_note
-from analysis.findings import bound, fmt_transfer, fmt_x, measured, num, plural, unranked_text, winner
+from analysis.findings import bound, fmt_transfer, fmt_x, headline_winner, measured, num, plural, unranked_text, winner
 from analysis.plotting import (
     PALETTE,
     WHOLE_CORES_NOTE,
@@ -204,7 +204,7 @@ def headlines(ctx: Context) -> list[dict]:
     ok = _main(measured(ctx.summary))
     if ok.empty:
         return []
-    best = winner(ok)
+    best = headline_winner(ok)
     if best is None:
         answer = "no clear winner: no split clearly faster than 1 x 1"
     elif best["processes"] == 1 and best["threads"] == 1:
