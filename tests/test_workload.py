@@ -842,3 +842,21 @@ def test_a_verification_of_fewer_than_two_rounds_a_process_is_refused():
     with pytest.raises(ValueError, match=r"it must be >= 2 x verify_processes = 6"):
         Params(repeats=5, verify_processes=3)
     assert Params(repeats=6, verify_processes=3).verify_processes == 3
+
+
+def test_the_precision_headline_gives_the_last_bfloat16_comparison_and_names_the_first():
+    """A new user's search tried bfloat16 twice: 1.03x, no clear difference, against the first
+    settings; 1.54x, better, after other knobs had changed, which made it the recommendation. The
+    headline quoted the first; it gives the last and names the first beside it."""
+    from experiments.workload.analysis import precision_headline
+
+    first = {"knob": "precision", "value": "bfloat16", "rounds": 4, "ratio": 1.03, "ci_low": 0.58, "ci_high": 1.82}
+    last = {"knob": "precision", "value": "bfloat16", "rounds": 6, "ratio": 1.54, "ci_low": 1.17, "ci_high": 2.02}
+    back = {"knob": "precision", "value": "float32", "rounds": 4, "ratio": 0.7, "ci_low": 0.6, "ci_high": 0.8}
+    trail = [first | {"decision": "no clear difference"}, back | {"decision": "worse"}, last | {"decision": "better"}]
+    answer = precision_headline({"search": {"trail": trail}})["answer"]
+    assert answer.startswith("precision bfloat16 on your model: 1.54x the best so far (95% CI 1.17-2.02), better")
+    assert answer.endswith("last of 2 comparisons, the first against other settings read 1.03x (no clear difference)")
+    one = precision_headline({"search": {"trail": trail[:1]}})["answer"]
+    assert "1.03x" in one and "comparisons" not in one
+    assert precision_headline({"search": {"trail": [back | {"decision": "worse"}]}}) is None

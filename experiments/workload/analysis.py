@@ -4,10 +4,9 @@ user's shell does to their own programs, and the charts.
 The summary has two rows. ``stage=verify``: the recommendation's samples/s (median over the
 verification's rounds, :func:`experiments.workload.recommend.gain_windows`), the current
 settings' as the baseline measured in the same job, and the gain: the median of the per-round
-ratios with its 95% CI (:mod:`analysis.stats`); it is ``best`` only when that CI lies
-above 1; ``memory_grows`` when a worker grew in any of its windows, the epochs included.
-``stage=search``: its status, number of windows and a ``reason`` (why it has no median); the
-search's comparisons are in the job's outcome, its table and chart, not in per-point statistics.
+ratios with its 95% CI (:mod:`analysis.stats`), ``best`` only when that CI lies above 1;
+``memory_grows`` when a worker grew in any window. ``stage=search``: status, windows and a
+``reason`` (why no median); its comparisons are in the job's outcome, table and chart.
 """
 
 from __future__ import annotations
@@ -228,11 +227,9 @@ def findings(ctx: Context) -> list[str]:
 
 
 def headlines(ctx: Context) -> list[dict]:
-    """The first line of the report: one of three answers (verified faster; searched completely,
-    nothing clearly faster; search incomplete, with what it did not try and the budget that
-    would), and, where the search compared bfloat16 on the user's own model, that figure for
-    the question of precision (``topic`` ``precision``, ``scope`` ``model``: the report puts it
-    before a figure measured on one operator). From :func:`data` of ``ctx``."""
+    """The report's first line: verified faster; searched completely, nothing clearly faster; or
+    search incomplete (what it did not try, the budget that would); and :func:`precision_headline`
+    (``scope`` ``model``: before a figure of one operator). From :func:`data` of ``ctx``."""
     d = data(ctx)
     kind, missing = outcome(d), incomplete_text(d)
     if kind == "failed":
@@ -247,23 +244,26 @@ def headlines(ctx: Context) -> list[dict]:
     else:
         answer = f"{missing}; so far nothing verified faster than your settings ({_gain(d)})"
     out = [{"question": "What should I change for my workload on this machine?", "answer": answer}]
-    precision = precision_headline(d)
-    return out + ([precision] if precision else [])
+    return out + ([precision] if (precision := precision_headline(d)) else [])
 
 
 def precision_headline(d: dict) -> dict | None:
-    """The search's bfloat16 comparison on the user's model, where it made one: its ratio and
-    interval, and a warning where its windows were contended (a precision comparison measured
-    under contention can invert)."""
+    """The search's last bfloat16 comparison on the user's model (the nearest the recommendation;
+    a first one against other settings is named beside it: a new user read "1.03x, no clear
+    difference" from the first while the last, 1.54x, had made bfloat16 the recommendation): its
+    ratio and interval, and a warning where its windows were contended (that can invert it)."""
     trail = d["search"].get("trail") or []
     comps = [c for c in trail if c.get("knob") == "precision" and c.get("rounds") and str(c["value"]).startswith("bf")]
-    if not comps or not np.isfinite(comps[0].get("ratio", np.nan)):
+    if not (comps := [c for c in comps if np.isfinite(c.get("ratio", np.nan))]):
         return None
-    c = comps[0]  # bfloat16 against float32: its first comparison (a later pass compares back)
+    c = comps[-1]
     lo, hi = c.get("ci_low", np.nan), c.get("ci_high", np.nan)
     answer = f"precision {c['value']} on your model: {c['ratio']:.2f}x the best so far"
     answer += f" (95% CI {bound(lo)}-{bound(hi)})" if np.isfinite(lo) else ""
     answer += f", {c['decision']} ({int(c['rounds'])} interleaved rounds in the search)"
+    if len(comps) > 1:
+        answer += f"; the last of {len(comps)} comparisons, the first against other settings read"
+        answer += f" {comps[0]['ratio']:.2f}x ({comps[0]['decision']})"
     if c.get("contended"):
         answer += "; measured while other processes took CPU, which can invert a precision comparison: rerun idle"
     question = "Does bfloat16 pay for your model here?"
