@@ -10,14 +10,14 @@ with ``snakemake.utils.validate`` (which also fills in each schema's defaults), 
 experiment adds its schema without an edit elsewhere.
 
 Snakemake's own message prints the whole schema fragment over several lines; users need to know
-which key to fix. The schemas stay the single source of truth: the one-line explanation is
-derived from the same JSON Schema (jsonschema's ``best_match``).
+which key to fix. The one-line explanation comes from the same JSON Schema (``best_match``).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -40,9 +40,9 @@ def _allowed(schema: dict, resolve) -> str:
         return repr(schema["const"])
     kind = schema.get("type")
     parts = [" or ".join(kind) if isinstance(kind, list) else str(kind)] if kind else []
-    for key, words in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<=")):
-        if key in schema:
-            parts.append(f"{words} {schema[key]}")
+    limits = (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="))
+    if bounds := [f"{w} {schema[k]}" for k, w in limits if k in schema]:
+        parts.append(" and ".join(bounds))  # "integer >= 1 and <= 8"
     if "minItems" in schema:
         parts.append(f"with at least {schema['minItems']} item{'s' if schema['minItems'] > 1 else ''}")
     if schema.get("uniqueItems"):
@@ -187,12 +187,12 @@ def _allowed_in(schema_path: Path, sections: Mapping[str, str | Path]) -> Callab
 
 def _text_hint(message: str, value) -> str:
     """How to pass what the message refuses, where the lab knows: a swept parameter's single
-    value (a list is asked for), ``--config KEY=null`` (the text null), and a top-level
-    ``--config`` value that reads as a number or a boolean (``host=007`` arrives as 7, quoted or
-    not) where text is asked for. (A nested ``--config`` value that arrives as text is read as
-    YAML before this: :func:`read_text_values`.)"""
+    value (a list is asked for; of numbers, not ``[two]``), ``--config KEY=null`` (the text null),
+    and a top-level ``--config`` value read as a number or a boolean (``host=007`` arrives as 7)
+    where text is asked for (a nested one is read as YAML before this: :func:`read_text_values`)."""
     if not isinstance(value, (list, dict)) and "is not of type 'array'" in message:
-        return f"{message} (a list, even of one value: [{value}])"
+        numbers = isinstance(value, str) and re.search(r"of items: (integer|number)", message)
+        return f"{message} (a list{' of numbers, even of one: [2]' if numbers else f', even of one value: [{value}]'})"
     if value == "null" and "(a reserved name)" in message:
         return f"{message} (--config KEY=null arrives as the text null: leave the key out for its default)"
     if isinstance(value, (int, float)) and "is not of type 'string'" in message:

@@ -210,9 +210,9 @@ def _allowed(one: dict) -> str:
     if one.get("type") == "object":
         return "mapping by " + ("/".join(one["properties"]) if "properties" in one else "key")
     words = [one.get("type", "text")]
-    for key, sign in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<=")):
-        if key in one:
-            words.append(f"{sign} {one[key]:g}")
+    limits = (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="))
+    if bounds := [f"{sign} {one[key]:g}" for key, sign in limits if key in one]:
+        words.append(" and ".join(bounds))
     if "pattern" in one:
         words.append(f"({one['title']}: `{one['pattern']}`)" if "title" in one else f"matching `{one['pattern']}`")
     return " ".join(words)

@@ -140,6 +140,9 @@ def test_bad_config_is_refused(root, default_config, patch, key):
             {"dataloader": {"num_workers": 2}},
             "items: integer >= 0 (a list, even of one value: [2])",
         ),
+        # a word where a list of numbers is asked for: no hint of [two], which is refused too
+        ({"gil": {"workers": "two"}}, "of items: integer >= 1 (a list of numbers, even of one: [2])"),
+        ({"rounds": {"workers": 20}}, "allowed: integer >= 1 and <= 8"),
         (
             {"compare": {"hosts": ["a", "b"], "dirs": ["/x/c"], "baseline": "B"}},
             "config key compare.baseline: 'B' is not allowed (not one of the compared hosts); allowed: one of a, b, c,",
