@@ -94,6 +94,25 @@ def _check_roles(path, df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
+def _same(a, b) -> bool:
+    """Whether a row's value and a path's ``<key>~<value>`` text name the same value (2, 2.0, "2")."""
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return str(a) == str(b)
+
+
+def _check_path(path, df: pd.DataFrame, keys) -> None:
+    """The point rows' swept values against the point's directory (``<key>~<value>`` components
+    of the file's path, where it has them): a tester's file whose rows said ``workers=3`` under
+    ``workers~2`` was summarised as another point. Baseline rows carry the baseline's values."""
+    named = dict(part.split("~", 1) for part in Path(path).parent.parts if "~" in part)
+    for key in (k for k in keys if k in named and k in df):
+        wrong = (df["role"] == "point") & ~df[key].map(lambda v, want=named[key]: _same(v, want))
+        said = f"{key} {{value!r}} in a row of the point under {key}~{named[key]}: the file is not this point's"
+        _first(path, wrong, key, said, df[key])
+
+
 def _check_complete(path, df: pd.DataFrame) -> None:
     """A file with fewer rows of a role than the rounds its job measured (``job.json`` beside it,
     ``rounds.done``; the baseline's where the job had one) was cut short, at a line's end where
@@ -139,6 +158,7 @@ def load_experiment(paths: list[str | Path], experiment: str) -> pd.DataFrame:
     for path in paths:
         df = _check_roles(path, read_metrics(path, experiment))
         _check_complete(path, df)
+        _check_path(path, df, spec.keys)
         if "host" in df and len(df):  # one summary is one host's: another's points would pool with its rounds
             host = host or (df["host"].iloc[0], str(path))
             said = f"where {host[1]} is host {host[0]!r}: summarise each host's points apart"

@@ -990,3 +990,18 @@ def test_a_host_json_that_is_no_fingerprint_stops_the_analysis_in_one_line(tmp_p
     err = capsys.readouterr().err
     assert f"{host}: no 'available_cpus' field: not a host fingerprint" in err and "Traceback" not in err
     assert not (tmp_path / "gil").exists()
+
+
+def test_rows_of_another_point_under_a_points_directory_are_named(tmp_path):
+    """A tester set workers=3 in every row of a file under workers~2: it was summarised as a point
+    the directory does not hold. The point's rows must match its path; the baseline's need not."""
+    head = "host,experiment,workload,mode,workers,repeat,role,status,wall_s,cpu_util_pct,tasks_per_s\n"
+    d = tmp_path / "gil" / "workload~cpu" / "mode~threads" / "workers~2"
+    d.mkdir(parents=True)
+    path = d / "metrics.csv"
+    rows = "h,gil,cpu,threads,2,0,point,ok,1,50,2\nh,gil,cpu,sequential,2,0,baseline,ok,1,50,2\n"
+    path.write_text(head + rows)
+    assert len(load_experiment([path], "gil")) == 2
+    path.write_text(head + rows.replace("threads,2,0,point", "threads,3,0,point"))
+    with pytest.raises(DataError, match=r"row 1, column 'workers': workers 3 in a row of the point under workers~2"):
+        load_experiment([path], "gil")
