@@ -843,13 +843,15 @@ def test_the_intraop_chart_marks_its_oversubscribed_points_as_multiprocessing_do
     ax = fig.axes[0]
     (square,) = [c for c in ax.collections if c.get_label().startswith("oversubscribed")]
     assert square.get_offsets().tolist() == [[4.0, 1.5]]
-    assert "oversubscribed (threads > available CPUs)" in [t.get_text() for t in ax.get_legend().get_texts()]
-    # the legend lies beneath the panel: inside, the ideal and CPU-count lines left it no free
-    # corner and it sat on them (a new user's reading, 2026-12-07)
+    (legend,) = fig.legends  # one for the figure, not one a panel (a new user read the same three times)
+    said = [t.get_text() for t in legend.get_texts()]
+    assert said == ["oversubscribed (threads > available CPUs)", "ideal (linear)", "2 CPUs available"], said
+    # beneath the panels: inside, the ideal and CPU-count lines left it no free corner and it sat
+    # on them (a new user's reading, 2026-12-07)
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
-    legend, area = ax.get_legend().get_window_extent(renderer), ax.get_window_extent(renderer)
-    assert legend.y1 < area.y0 and legend.y0 > 0, (legend, area)
+    box, area = legend.get_window_extent(renderer), ax.get_window_extent(renderer)
+    assert box.y1 < area.y0 and box.y0 > 0, (box, area)
 
 
 def test_the_dataloader_chart_marks_the_points_whose_threads_waited():

@@ -163,7 +163,7 @@ def headlines(ctx: Context) -> list[dict]:
 def _scaling_panel(ax, sub: pd.DataFrame, colour: str, title: str, ncpu) -> None:
     unit = EXPERIMENT.unit(sub["metric"].iloc[0])
     top = speedup_top(sub, ncpu or 1)
-    speedup_line(ax, sub["threads"], sub, colour, label="measured", top=top)
+    speedup_line(ax, sub["threads"], sub, colour, top=top)
     over = sub[sub["oversubscribed"].astype(bool)]
     mark_oversubscribed(ax, over["threads"], over["speedup"], "threads")
     if ncpu:
@@ -176,8 +176,6 @@ def _scaling_panel(ax, sub: pd.DataFrame, colour: str, title: str, ncpu) -> None
     ax.set_ylabel("speedup over 1 thread (x)")
     ax.set_ylim(0, top)
     ax.set_title(f"{title}\n({baseline_text(sub, unit)} at 1 thread)", fontsize=10)
-    # beneath the panel: inside, the ideal line and the CPU count's line leave it no free corner
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=8, frameon=False)
 
 
 def intraop_scaling(ctx: Context) -> Figure:
@@ -198,7 +196,12 @@ def intraop_scaling(ctx: Context) -> Figure:
             _scaling_panel(ax, sub, c, WORKLOADS.get(wl, wl), ncpu)
     fig.suptitle("Intra-op threads", fontsize=11)
     speedup_note(fig, " Orange square: oversubscribed; arrowhead: a CI above the axis (its bound beside it).")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    # one legend beneath the panels (a new user read the same one three times; inside a panel the
+    # ideal line and the CPU count's line leave it no free corner); each panel's line is its data
+    shown = {label: h for ax in axes[0] for h, label in zip(*ax.get_legend_handles_labels())}
+    if shown:
+        fig.legend(shown.values(), shown.keys(), loc="lower center", bbox_to_anchor=(0.5, 0.07), ncol=len(shown))
+    fig.tight_layout(rect=(0, 0.12 if shown else 0.03, 1, 1))
     return fig
 
 
