@@ -179,13 +179,13 @@ def _contention_sentence(d: dict) -> str:
 def _measured_sentences(d: dict) -> list[str]:
     if d["status"] != "ok":
         return []
-    m = d["measured"]
-    out = []
+    m, out = d["measured"], []
     stall, util = m["data_stall_pct"], m["cpu_util_pct"]
     best = "the recommendation" if d["verified"] else "the search's best"
     if stall["current"]["median"] is not None:
         out.append(
-            f"The training loop waited for data {stall['current']['median']:.0f}% of the time with the current "
+            f"In the verification's windows (medians; the diagnosis above read one epoch of the start), the"
+            f" training loop waited for data {stall['current']['median']:.0f}% of the time with the current "
             f"settings and {stall['best_found']['median']:.0f}% with {best}; the job's processes used "
             f"{util['current']['median']:.0f}% and {util['best_found']['median']:.0f}% of the available CPUs."
         )
