@@ -102,14 +102,16 @@ def _same(a, b) -> bool:
         return str(a) == str(b)
 
 
-def _check_path(path, df: pd.DataFrame, keys) -> None:
+def _check_path(path, df: pd.DataFrame, keys, has_role: bool = True) -> None:
     """The point rows' swept values against the point's directory (``<key>~<value>`` components
     of the file's path, where it has them): a tester's file whose rows said ``workers=3`` under
-    ``workers~2`` was summarised as another point. Baseline rows carry the baseline's values."""
+    ``workers~2`` was summarised as another point. Baseline rows carry the baseline's values;
+    without ``role`` (``has_role`` False) every row reads as the point's, and the error says so."""
     named = dict(part.split("~", 1) for part in Path(path).parent.parts if "~" in part)
     for key in (k for k in keys if k in named and k in df):
         wrong = (df["role"] == "point") & ~df[key].map(lambda v, want=named[key]: _same(v, want))
         said = f"{key} {{value!r}} in a row of the point under {key}~{named[key]}: the file is not this point's"
+        said += "" if has_role else " (it has no role column, so its baseline's rows read as the point's)"
         _first(path, wrong, key, said, df[key])
 
 
@@ -156,9 +158,10 @@ def load_experiment(paths: list[str | Path], experiment: str) -> pd.DataFrame:
     frames, seen, host = [], {}, None
     cols = [*spec.keys, "repeat", "role"]
     for path in paths:
-        df = _check_roles(path, read_metrics(path, experiment))
+        raw = read_metrics(path, experiment)
+        df = _check_roles(path, raw)
         _check_complete(path, df)
-        _check_path(path, df, spec.keys)
+        _check_path(path, df, spec.keys, "role" in raw)
         if "host" in df and len(df):  # one summary is one host's: another's points would pool with its rounds
             host = host or (df["host"].iloc[0], str(path))
             said = f"where {host[1]} is host {host[0]!r}: summarise each host's points apart"

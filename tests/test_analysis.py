@@ -1007,3 +1007,7 @@ def test_rows_of_another_point_under_a_points_directory_are_named(tmp_path):
     path.write_text(head + rows.replace("threads,2,0,point", "threads,3,0,point"))
     with pytest.raises(DataError, match=r"row 1, column 'workers': workers 3 in a row of the point under workers~2"):
         load_experiment([path], "gil")
+    cols = head.replace("role,", "")  # a tester's file without its role column: the baseline's rows
+    path.write_text(cols + "".join(r.replace(",point", "").replace(",baseline", "") + "\n" for r in rows.splitlines()))
+    with pytest.raises(DataError, match=r"row 2, .*mode~threads: the file is not this point's \(it has no role column"):
+        load_experiment([path], "gil")
