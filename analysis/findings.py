@@ -237,6 +237,19 @@ def winner(summary: pd.DataFrame) -> pd.Series | None:
     return None
 
 
+def best_index(grp: pd.DataFrame):
+    """Index of a group's best row: the highest speedup whose 95% CI clears 1 (interleaved with
+    the baseline, immune to drift between jobs), else the measured baseline; None for a group
+    with no measured point (all skipped or failed), or where the baseline is not among the points
+    (its value not swept) and no point clears it: a higher median alone is not a measured lead.
+    ``grp`` needs ``speedup``, ``speedup_ci_low``, ``median`` and ``_is_base`` (bool)."""
+    better = grp[(grp["speedup_ci_low"] > 1.0) & ~grp["_is_base"]]
+    if len(better):
+        return better["speedup"].idxmax()
+    measured_base = grp["_is_base"] & grp["median"].notna()
+    return measured_base.idxmax() if measured_base.any() else None
+
+
 def lead_view(summary: pd.DataFrame) -> pd.DataFrame:
     """``summary`` as its headlines read it: where a row leads with its speedup on whole cores
     (:func:`transfer_case` ``on_whole_cores``), that figure and its 95% CI stand in ``speedup``,
@@ -254,12 +267,8 @@ def lead_view(summary: pd.DataFrame) -> pd.DataFrame:
             view.loc[idx, cols] = [row[c.replace("speedup", "speedup_norm")] for c in cols]
     if "best" in view:
         base = view["speedup_source"] == "baseline" if "speedup_source" in view else pd.Series(False, view.index)
-        better = view[(view["speedup_ci_low"] > 1) & ~base]
-        view["best"] = False
-        if len(better):
-            view.loc[better["speedup"].idxmax(), "best"] = True
-        elif base.any():
-            view.loc[base.idxmax(), "best"] = True
+        grp = view.assign(_is_base=base, median=view["median"] if "median" in view else view["speedup"])
+        view["best"] = view.index == best_index(grp)  # a row with a speedup was measured
     return view
 
 

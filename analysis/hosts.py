@@ -213,17 +213,15 @@ PROBE_ROWS = (
 )
 
 
-def probe_readings(h: HostResults) -> dict[str, str | None]:
-    """What the capacity probe read over host ``h``'s run, as the environment table gives it
-    (:data:`PROBE_ROWS`): the median over its points of ``capacity_1cpu_per_s`` (one CPU's speed,
-    M loop iterations/s) and of ``delivered_cpus`` (with all CPUs busy), each with its range over
-    the points, as text (``"52.9 (36.0-54.1)"``); None where no point ran the probe. Rates are
+def probe_readings(h: HostResults) -> dict[str, pd.Series]:
+    """What the capacity probe read over host ``h``'s run (:data:`PROBE_ROWS`): per row, the
+    values over its points of ``capacity_1cpu_per_s`` (one CPU's speed, in M loop iterations/s)
+    and of ``delivered_cpus`` (with all CPUs busy); empty where no point ran the probe. Rates are
     compared as measured (:mod:`analysis.compare`), so these say where two runs' machines moved."""
-    out: dict[str, str | None] = {}
-    for label, col, scale, digits in PROBE_ROWS:
+    out = {}
+    for label, col, scale, _ in PROBE_ROWS:
         parts = [pd.to_numeric(s[col], errors="coerce") for s in h.summaries.values() if col in s]
-        v = (pd.concat(parts, ignore_index=True).dropna() / scale) if parts else pd.Series(dtype=float)
-        out[label] = f"{v.median():.{digits}f} ({v.min():.{digits}f}-{v.max():.{digits}f})" if len(v) else None
+        out[label] = (pd.concat(parts, ignore_index=True).dropna() / scale) if parts else pd.Series(dtype=float)
     return out
 
 
@@ -238,11 +236,13 @@ def environment_table(hosts: list[HostResults]) -> pd.DataFrame:
             {"field": label, **{h.name: v for h, v in zip(hosts, values)}, "differs": len({str(v) for v in values}) > 1}
         )
     readings = [probe_readings(h) for h in hosts]
-    for label in readings[0] if readings else ():
+    for label, _, _, digits in PROBE_ROWS:  # "52.9 (36.0-54.1)": the median and the range over the points
         values = [r[label] for r in readings]
-        medians = [float(v.split()[0]) for v in values if v]
+        f = f".{digits}f"
+        text = [f"{v.median():{f}} ({v.min():{f}}-{v.max():{f}})" if len(v) else None for v in values]
+        medians = [v.median() for v in values if len(v)]
         differs = len(medians) > 1 and max(medians) > PROBE_DIFFERS * min(medians)
-        rows.append({"field": label, **{h.name: v for h, v in zip(hosts, values)}, "differs": differs})
+        rows.append({"field": label, **{h.name: t for h, t in zip(hosts, text)}, "differs": differs})
     return pd.DataFrame(rows)
 
 

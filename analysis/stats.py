@@ -46,6 +46,7 @@ from scipy import stats
 
 from analysis import wholecores
 from analysis.capacity import capacity_columns
+from analysis.findings import best_index
 from analysis.rerun import add_rerun, rerun_bound
 from lab import intervals, registry
 from lab.declare import Experiment
@@ -280,18 +281,6 @@ def _groups(summary: pd.DataFrame, spec: Experiment):
     return summary.groupby(list(spec.group), sort=False) if spec.group else [((), summary)]
 
 
-def _best(grp: pd.DataFrame):
-    """Index of a group's best row: the highest speedup whose 95% CI clears 1 (interleaved with
-    the baseline, immune to drift between jobs), else the measured baseline; None for a group
-    with no measured point (all skipped or failed), or where the baseline is not among the points
-    (its value not swept) and no point clears it: a higher median alone is not a measured lead."""
-    better = grp[(grp["speedup_ci_low"] > 1.0) & ~grp["_is_base"]]
-    if len(better):
-        return better["speedup"].idxmax()
-    measured_base = grp["_is_base"] & grp["median"].notna()
-    return measured_base.idxmax() if measured_base.any() else None
-
-
 def summarise(replicates: pd.DataFrame, experiment: str) -> pd.DataFrame:
     """Summarise replicates (from :func:`analysis.load.load_experiment`) per point.
 
@@ -333,7 +322,7 @@ def summarise(replicates: pd.DataFrame, experiment: str) -> pd.DataFrame:
     add_rerun(summary, SPEEDUP_COLUMNS[2:], NORM_COLUMNS)
     summary["best"] = False
     for _, grp in _groups(summary, spec):
-        best = _best(grp)
+        best = best_index(grp)
         if best is not None:
             summary.loc[best, "best"] = True
     summary["parallel_efficiency"] = [
