@@ -747,6 +747,39 @@ def test_the_best_num_workers_is_named_below_its_panel(tmp_path):
     assert below, (legend.get_window_extent(), ax.get_window_extent())
 
 
+def test_the_dataloader_chart_rings_the_point_its_headline_names():
+    """The ring and the headline name one best: num_workers = 2 measured 1.30x (95% CI 0.95-1.60)
+    but 1.62x on whole cores (1.45-1.80, timed by its own units) leads the headline, so it is
+    the ring's too; with the figure on whole cores as uncertain, neither names a winner."""
+    from experiments.dataloader.analysis import dataloader_throughput, headlines
+    from lab.contract import Context
+
+    rows = [
+        {"num_workers": 0, "speedup": 1.0, "speedup_ci_low": 1.0, "speedup_ci_high": 1.0, "speedup_source": "baseline"},
+        {
+            "num_workers": 2,
+            "speedup": 1.3,
+            "speedup_ci_low": 0.95,
+            "speedup_ci_high": 1.6,
+            "speedup_source": "interleaved",
+        },
+    ]
+    s = pd.DataFrame(rows).assign(
+        dataset="cpu", metric="samples_per_s", median=100.0, noisy=False, baseline_median=100.0, best=[True, False]
+    )
+    s = s.assign(speedup_norm=[1.0, 1.62], speedup_norm_ci_low=[1.0, 1.45], speedup_norm_ci_high=[1.0, 1.8])
+    s = s.assign(speedup_norm_source="in-window", parallel_efficiency=[1.0, 0.65], oversubscribed=False)
+    ctx = Context({"available_cpus": 2}, summary=s)
+    assert "CPU-heavy __getitem__: 2 (1.62x on whole cores" in headlines(ctx)[0]["answer"]
+    legend = dataloader_throughput(ctx).axes[0].get_legend()
+    assert "best: num_workers=2" in [t.get_text() for t in legend.get_texts()]
+    unsure = s.assign(speedup_norm_ci_low=[1.0, 0.9])
+    ctx = Context({"available_cpus": 2}, summary=unsure)
+    assert headlines(ctx)[0]["answer"].endswith("no clear winner")
+    ax = dataloader_throughput(ctx).axes[0]
+    assert "no clear winner" in [t.get_text() for t in ax.texts]
+
+
 def test_an_oversubscribed_best_thread_count_says_so_on_the_first_screen():
     """matmul_bf16 on an AMX VM: 4 threads on 2 CPUs 1.44x, 2 threads 0.98x; the headline names
     4 and that it is more threads than CPUs."""

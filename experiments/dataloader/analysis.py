@@ -120,7 +120,7 @@ def dataloader_throughput(ctx: Context) -> Figure:
         over = sub[sub["oversubscribed"].fillna(False).astype(bool)] if "oversubscribed" in sub else sub.iloc[:0]
         mark_oversubscribed(ax, over["num_workers"], over["speedup"], "workers + threads")
         whole |= bool(mark_whole_cores(ax, sub["num_workers"] + 0.06 * sub["num_workers"].max(), sub).any())
-        b = winner(measured(sub)) if sub["median"].notna().any() else None
+        b = headline_winner(measured(sub)) if sub["median"].notna().any() else None  # the headline's best
         if b is not None:
             circle_best(ax, b["num_workers"], b["speedup"], f"best: num_workers={int(b['num_workers'])}")
         elif sub["median"].notna().any():
