@@ -28,6 +28,9 @@ STEAL_PCT = 5.0
 #: Throttling per window (s) from which the quota is named as a cause.
 THROTTLED_S = 0.01
 
+#: What an answer measured while other processes took CPU advises (said once per answer).
+IDLE_RERUN = "rerun on an idle machine before acting on it"
+
 
 def pooled_contended(windows: pd.DataFrame) -> bool:
     """Whether other processes took more than :data:`lab.window.CONTENDED_PCT` % of one CPU over

@@ -9,7 +9,7 @@ import math
 
 import pandas as pd
 
-from analysis.capacity import STEAL_PCT, cpus_text
+from analysis.capacity import IDLE_RERUN, STEAL_PCT, cpus_text
 from analysis.findings import bound
 from report.format import fmt as _fmt
 
@@ -48,10 +48,9 @@ def _marked(h: dict) -> dict:
     if not h.get("contended"):
         return h
     k, n = h["contended"]
-    advice = "rerun on an idle machine before acting on it"
-    if h["answer"].endswith(advice):  # the experiment said it already (the workload's verification): once
+    if h["answer"].endswith(IDLE_RERUN):  # the experiment said it already (the workload's verification): once
         return {**h, "answer": f"{h['answer']} ({k} of {n} points contended)"}
-    return {**h, "answer": f"{h['answer']} ({k} of {n} points contended: {advice})"}
+    return {**h, "answer": f"{h['answer']} ({k} of {n} points contended: {IDLE_RERUN})"}
 
 
 def headlines(exps: list[dict], trust: dict) -> list[dict]:

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import stats
-from analysis.capacity import pooled_contended
+from analysis.capacity import IDLE_RERUN, pooled_contended
 from analysis.findings import INTERVALS, bound, fmt_x, interval_text
 from analysis.rerun import RERUN_COLUMNS
 from experiments.workload import KNOBS
@@ -238,7 +238,7 @@ def headlines(ctx: Context) -> list[dict]:
         answer = f"verified faster: {describe_changes(d['changes'])}: {_gain(d)}"
         answer += f" ({missing})" if missing else ""
         if d.get("verify_contended"):  # the figure may be the contention's, not the settings'
-            answer += "; measured while other processes took CPU: rerun on an idle machine before acting on it"
+            answer += f"; measured while other processes took CPU: {IDLE_RERUN}"
     elif kind == "searched completely":
         answer = f"searched completely, nothing clearly faster: keep your settings ({best_gave(d)} {_gain(d)})"
     else:
