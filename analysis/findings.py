@@ -57,7 +57,8 @@ def interval_text(row, kind: str = "ci", figure: str = "speedup") -> str:
 
 
 #: A speedup on whole cores within this share of the measured one reads as measured on whole
-#: cores: its headline gives the speedup alone.
+#: cores: its headline gives the speedup alone, unless the figure on whole cores is the surer
+#: one even so (:func:`_surer_on_whole_cores`).
 WHOLE_CORES = 0.03
 
 
@@ -66,13 +67,13 @@ def fmt_transfer(row, kind: str = "rerun") -> str:
     its ``kind`` interval (:data:`INTERVALS`; the headlines' is the 95% rerun interval, where a
     rerun is expected to read, which ``benchmarks/repeatability.py`` checks against reruns).
     Where the capacity probe measured that the machine delivered less than whole cores to a
-    point's busy CPUs (its speedup on whole cores, :mod:`analysis.stats` ``speedup_norm``, differs
-    from the measured one by more than 3%), the speedup on whole cores with its interval and
-    what was measured: ``1.97x on whole cores (95% rerun interval 1.75-2.16; 1.33x measured while
-    each busy CPU got 0.68 of a core; 2 CPUs delivered 1.35)``, the share being what the measured
-    figure is divided by (measured over on whole cores: the point's share of a core per busy CPU
-    over its baseline's, which is 1 for a one-CPU baseline; it is below the CPUs delivered over
-    the CPUs asked where the point kept fewer CPUs busy than it asked for,
+    point's busy CPUs (its speedup on whole cores, :mod:`analysis.stats` ``speedup_norm``, differs from the
+    measured one by over 3%, or less but is the surer: :func:`_surer_on_whole_cores`), the speedup on
+    whole cores with its interval and what was measured: ``1.97x on whole cores (95% rerun interval
+    1.75-2.16; 1.33x measured while each busy CPU got 0.68 of a core; 2 CPUs delivered 1.35)``, the
+    share being what the measured figure is divided by (measured over on whole cores: the point's share
+    of a core per busy CPU over its baseline's, which is 1 for a one-CPU baseline; it is below the CPUs
+    delivered over the CPUs asked where the point kept fewer CPUs busy than it asked for,
     :func:`analysis.wholecores.with_share`). Where the work timed its own units inside the windows
     (``speedup_norm_source`` ``in-window``), the share is how fast its slowest worker ran a unit
     against its baseline's: ``1.92x on whole cores (...; 1.48x measured while its slowest worker
@@ -147,14 +148,16 @@ def transfer_case(row) -> str:
     whole cores leads) or, where the measured speedup leads, ``measured`` (no probe reading),
     ``whole`` (the two within 3%), ``probe_noise`` (more CPUs read delivered than asked for),
     ``too_wide`` (the CI on whole cores holds 1 where the measured one does not), ``spread``
-    (:func:`_spread_outweighs`) or ``overshoots`` (above the point's own CPU count)."""
+    (:func:`_spread_outweighs`) or ``overshoots`` (above the point's own CPU count). Within 3%
+    the figure on whole cores still leads where it is the surer one (:func:`_surer_on_whole_cores`:
+    the rounds' own pace moved the measured speedup more than the correction moves it)."""
     asked, got, norm, s = (row.get(c) for c in ("cpus_asked", "cpus_delivered", "speedup_norm", "speedup"))
     timed = row.get("speedup_norm_source") == "in-window"  # by the work itself: the probe's reading is not used
     if timed:  # the probe may not have run (rounds.probe_ms 0): the CPUs the point asked for from its own units
         asked = cpus_of(row)
     if not all(v is not None and np.isfinite(v) for v in (asked, norm, s, *(() if timed else (got,)))) or s <= 0:
         return "measured"
-    if abs(norm / s - 1) <= WHOLE_CORES:
+    if abs(norm / s - 1) <= WHOLE_CORES and not _surer_on_whole_cores(row, np.log(norm / s)):
         return "whole"
     if not timed and got > asked * (1 + WHOLE_CORES):  # more CPUs than the point has: the probe's own noise
         return "probe_noise"
@@ -178,6 +181,23 @@ def cpus_of(row) -> float:
     s, eff = row.get("speedup"), row.get("parallel_efficiency")
     ok = all(v is not None and np.isfinite(v) for v in (s, eff)) and eff > 0
     return float(s / eff) if ok else float("nan")
+
+
+def _surer_on_whole_cores(row, correction: float) -> bool:
+    """Whether the speedup on whole cores has the smaller expected squared error on the log scale
+    although it is within 3% of the measured one: ``se_norm**2 < correction**2 + se_measured**2``,
+    the rule of :func:`_spread_outweighs` read the other way (``correction`` the log of whole-cores
+    over measured; ``se`` each 95% CI's half-width on the log scale over 1.96). So a point whose
+    baseline rounds ran at a moving pace, which the measured speedup carries and the one on whole
+    cores divides out, leads with the steadier figure (two quick runs of the AVX-512 EPYC VM,
+    2026-12-07: 2 processes 1.82x, 95% CI 1.64-2.04, against 1.85x, 1.84-1.89, on whole cores).
+    False where the two figures agree within 0.1% (nothing corrected: a baseline's 1, a point the
+    correction left alone), where either CI is missing or a bound is not positive."""
+    ci, measured = interval(row, "ci", "speedup_norm"), interval(row, "ci")
+    if abs(correction) < 1e-3 or not ci or not measured or min(ci[0], measured[0]) <= 0:
+        return False
+    se = [float(np.log(hi / lo)) / 2 / 1.96 for lo, hi in (ci, measured)]
+    return bool(se[0] ** 2 < correction**2 + se[1] ** 2)
 
 
 def _spread_outweighs(correction: float, norm_ci: tuple, measured_ci: tuple) -> bool:

@@ -21,7 +21,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Patch, Rectangle  # noqa: E402
 
 from analysis import capacity  # noqa: E402
-from analysis.findings import WHOLE_CORES, bound  # noqa: E402
+from analysis.findings import bound  # noqa: E402
 
 # Okabe-Ito colour-blind-safe palette.
 PALETTE = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
@@ -106,7 +106,7 @@ def mark_oversubscribed(ax, x, y, what: str) -> None:
 WHOLE_CORES_NOTE = (
     " Black diamond, beside its point: the speedup on whole cores with its 95% CI (each round's ratio divided by"
     " the share of a core its work got, timed by its own units or by the probe), where it is the figure to quote:"
-    f" more than {WHOLE_CORES:.0%} from the measured one, and surer than the correction is large."
+    " the surer of the two, the correction counted as the measured figure's error."
 )
 
 
