@@ -33,6 +33,14 @@ Only work whose workers share nothing may record it: threads on one shared list,
 threads of one matrix product, slow each other down by design, and that slowdown is what such a
 point measures. Nor can it tell from the host's doing a slowdown the workers cause each other
 through hardware they share (memory bandwidth, a shared cache).
+
+Threads under the GIL are the one case timed by CPU time (``cpu=True``): one of them runs
+bytecode at a time, so a unit's elapsed time holds the other threads' turns, and its CPU time is
+the time it took on the CPU it got. On the AVX-512 EPYC VM their loop ran each chunk in
+0.78-0.88x the CPU time the sequential loop's chunks took in the same rounds (a vCPU that pauses
+while the other thread holds the GIL runs faster: 24.7 against 27.9 ms a loop of 1M iterations in
+plain CPython), so 2 GIL-bound threads read 1.13-1.34x over sequential, and about 1x at the
+sequential loop's pace (docs/benchmarks.md, 2026-12-07).
 """
 
 from __future__ import annotations
@@ -50,30 +58,35 @@ COLUMNS = {
         "float",
         "time one fixed unit of the window's work took on its slowest worker (each worker's time inside its"
         " units over its units, the largest; `lab.workspeed`), only where the workers share nothing and are no"
-        " more than the CPUs; empty elsewhere",
+        " more than the CPUs, or are threads under the GIL (timed by their CPU time: one runs at a time); empty"
+        " elsewhere",
         "ms",
     )
 }
 
 
-def unit_ms(spans: list[dict], units: str | None = None) -> float:
+def unit_ms(spans: list[dict], units: str | None = None, cpu: bool = False) -> float:
     """Time one unit of a window's work took on its slowest worker, ms.
 
     Args:
         spans: the window's work spans, each with ``actor`` (a worker), ``start_s`` and ``end_s``
-            (its start and end on one clock, s).
+            (its start and end on one clock, s), and ``cpu_s`` (the worker's CPU time in it, s)
+            where ``cpu``.
         units: the span key holding how many units of work the span did (``steps``); None where
             every span is one unit (equal chunks of a loop).
+        cpu: time each span by its ``cpu_s`` instead of its elapsed time (threads under the GIL,
+            whose elapsed time holds the other threads' turns: the module docstring).
 
     Returns:
-        ``1000 max_a (sum of actor a's end_s - start_s / sum of its units)``; NaN where no span
-        has both. A span whose length is negative or not a finite number, or whose units are not
-        a finite positive number, is left out; spans without ``actor`` count as one worker.
+        ``1000 max_a (sum of actor a's end_s - start_s / sum of its units)`` (``cpu_s`` for
+        ``end_s - start_s`` where ``cpu``); NaN where no span has both. A span whose length is
+        negative or not a finite number, or whose units are not a finite positive number, is
+        left out; spans without ``actor`` count as one worker.
     """
     took: dict[str, float] = {}
     done: dict[str, float] = {}
     for s in spans:
-        t = _number(s.get("end_s")) - _number(s.get("start_s"))
+        t = _number(s.get("cpu_s")) if cpu else _number(s.get("end_s")) - _number(s.get("start_s"))
         n = _number(s.get(units)) if units else 1.0
         if not (t >= 0 and 0 < n < math.inf):  # NaN compares False: a span without either is left out
             continue

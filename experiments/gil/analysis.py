@@ -111,7 +111,8 @@ def _verdict(
     if r is None or not np.isfinite(r["speedup"]):
         return []
     if gil_on(summary, label):
-        paced = shortfall.pace(checks.threads_pace(spans, replicates, label), r["speedup"]) if r["workers"] == 2 else ""
+        parts = checks.threads_pace(spans, replicates, label) if r["workers"] == 2 else None
+        paced = shortfall.pace(parts, r["speedup"], shortfall.paced_of(r))
         return [
             prefix + _threads_verdict(r, paced) + ". The GIL lets one thread execute bytecode at a time; "
             "sleeping and C code that releases it (hashlib, PyTorch operators) let threads overlap."

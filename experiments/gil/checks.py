@@ -79,7 +79,7 @@ def _threads_reason(r: pd.Series | None, s: float | None, host: dict, parts: dic
         )
     lo, hi = r.get("speedup_ci_low", np.nan), r.get("speedup_ci_high", np.nan)
     short = _short_cpus(r)
-    paced = shortfall.pace(parts, s)
+    paced = shortfall.pace(parts, s, shortfall.paced_of(r))
     if paced:
         return f"{paced}; {short}" if short else paced
     if np.isfinite(lo) and np.isfinite(hi) and lo <= 1.15 and hi >= 0.7:

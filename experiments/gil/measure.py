@@ -135,8 +135,10 @@ class Runner:
             reply = self.child.ask(self.request)
         spans = [{**s, "start_s": s["start_s"] - win.t0, "end_s": s["end_s"] - win.t0} for s in reply["spans"]]
         row = {"tasks_per_s": p.workers / win.wall_s, "start_method": "fork" if p.mode == "processes" else ""}
-        row[UNIT_COLUMN] = unit_ms(reply["spans"]) if self.shares_nothing else float("nan")
         said = self.child.hello  # what the interpreter said of itself when it started
+        # threads of the CPU-bound loop under the GIL: one runs at a time, so each unit by its CPU time
+        gil_bound = p.mode == "threads" and p.workload == "cpu" and said["gil_enabled"]
+        row[UNIT_COLUMN] = unit_ms(reply["spans"], cpu=gil_bound) if self.shares_nothing or gil_bound else float("nan")
         row |= {"python_version": said["version"], "free_threaded": said["free_threaded"]}
         row["gil_enabled"] = said["gil_enabled"]
         return Measured(win, row, spans)

@@ -139,11 +139,23 @@ def line(parts: dict, workers: int, what: str) -> str:
 PACE_DIFF = 0.05
 
 
-def pace(parts: dict | None, speedup: float) -> str:
+def paced_of(row) -> float:
+    """``row``'s speedup at its baseline's pace where its rounds timed their own units
+    (``speedup_norm`` where ``speedup_norm_source`` is ``in-window``: :mod:`analysis.wholecores`);
+    NaN elsewhere."""
+    if row is None or row.get("speedup_norm_source") != "in-window":
+        return np.nan
+    v = row.get("speedup_norm")
+    return float(v) if v is not None and np.isfinite(v) else np.nan
+
+
+def pace(parts: dict | None, speedup: float, paced: float = np.nan) -> str:
     """Where CPU-bound threads under the GIL ran the loop itself at another pace than the
     sequential baseline in the same rounds (``parts``: :func:`shortfall` of the threads point;
     its ``chunk_ratio`` at least :data:`PACE_DIFF` from 1), that pace in words, with the speedup
-    it leaves at the sequential loop's pace (``speedup x chunk_ratio``): ``each chunk of the
+    it leaves at the sequential loop's pace: ``paced`` where given (the point's speedup on whole
+    cores, which its rounds' own CPU time per chunk gives round by round: :mod:`lab.workspeed`),
+    else ``speedup x chunk_ratio``: ``each chunk of the
     threads' loop took 0.79x the CPU time of the sequential loop's in the same rounds (4.45 ms
     against 5.62 ms): the loop itself ran 1.26x as fast per CPU-second in the threads, the
     machine's doing, not the GIL's; at the sequential loop's pace they read 0.97x``; "" where
@@ -160,5 +172,5 @@ def pace(parts: dict | None, speedup: float) -> str:
         f"each chunk of the threads' loop took {ratio:.2f}x the CPU time of the sequential loop's in the same "
         f"rounds ({parts['chunk_ms']:.2f} ms against {parts['baseline_chunk_ms']:.2f} ms): the loop itself ran "
         f"{1 / ratio:.2f}x as fast per CPU-second in the threads, the machine's doing, not the GIL's; at the "
-        f"sequential loop's pace they read {speedup * ratio:.2f}x"
+        f"sequential loop's pace they read {(paced if np.isfinite(paced) else speedup * ratio):.2f}x"
     )
