@@ -25,7 +25,7 @@ def agreement(first: dict, second: dict, interval: str = "", headline: bool = Fa
         (av, alo, ahi), (bv, blo, bhi) = (_figure(v, interval, headline) for v in (a, b))
         if alo is None or blo is None:
             continue
-        inside += (alo <= bv <= ahi) + (blo <= av <= bhi)
+        inside += int(alo <= bv <= ahi) + int(blo <= av <= bhi)  # numpy's True + True is True
         total += 2
     return inside, total
 
@@ -49,7 +49,8 @@ def _ncpu_of(name: str) -> int:
 
 def against_lab(peer: dict, lab: dict) -> list[dict]:
     """Each peer value against the lab's interval of the same point (same pass): raw; for
-    speedups on whole cores (pyperf's processes by their loops' own pace, ``norm``;
+    speedups on whole cores (pyperf's processes by their loops' own pace, ``norm``, and its
+    GIL-bound threads at the sequential loop's pace by their loops' CPU time;
     torch.utils.benchmark's speedup x CPUs / the CPUs the probe saw delivered around it); and
     against the interval the lab's headline gives, by the peer's figure of the same kind."""
     out = []
@@ -66,9 +67,10 @@ def against_lab(peer: dict, lab: dict) -> list[dict]:
         if "sustained" in v:  # torch.utils.benchmark's calls, stalled ones included: the lab's kind of figure
             row["sustained"] = v["sustained"]
             row["inside_sustained"] = bool(mine["low"] <= v["sustained"] <= mine["high"])
-        # only work that keeps both CPUs busy is put on whole cores (not sleeping or GIL-bound threads)
+        # work that keeps both CPUs busy is put on whole cores, and GIL-bound threads at the sequential
+        # loop's pace where the peer timed its loops (pyperf's "norm"); not sleeping threads
         parallel = "over" in name and ("processes" in name or "matmul" in name)
-        if "norm" in mine and parallel:
+        if "norm" in mine and (parallel or "norm" in v):
             n = _ncpu_of(name)
             if "norm" in v:  # pyperf: its drift between benchmarks taken out, on whole cores
                 peer_norm = v["norm"]
@@ -101,7 +103,7 @@ def _cell(v: dict) -> str:
         text += f" ({point['cpu_ms']:.1f} ms on a CPU) in {mode.removeprefix('cpu_')}"
         if mode == "cpu_threads":  # one thread runs at a time: the speedup at the sequential loop's pace
             # (the lab's experiments.gil.shortfall.pace: speedup x the loop's CPU time in the threads over sequential)
-            text += f"; at the sequential loop's pace {v['value'] * point['cpu_ms'] / base['cpu_ms']:.3g}"
+            text += f"; at the sequential loop's pace {v['norm']:.3g}"
     if "sustained" in v:
         text += f"; sustained {v['sustained']:.3g}"
     if not math.isnan(v.get("steal_pct", math.nan)):

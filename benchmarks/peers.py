@@ -6,9 +6,8 @@ Points, the same work for every tool:
 * pyperf (``bench_func``, ``--fast``: 6 worker processes): the seed's CPU-bound counting loop
   run twice sequentially, in 2 threads and in 2 forked processes; the sleep loop sequentially
   and in 2 threads; speedups = sequential mean / mode mean, with pyperf's own uncertainty (its
-  mean +- standard deviation, propagated to the ratio). Each counting loop also times itself,
-  so the loop's own pace in every benchmark is known, and the processes' speedup is put on
-  whole cores the way the lab puts its own (:func:`pyperf_units`);
+  mean +- standard deviation, propagated to the ratio). Each counting loop also times itself
+  (:func:`pyperf_units`), so its pace in every benchmark is known;
 * torch.utils.benchmark (``Timer.blocked_autorange``, at least 1 s each): a 1024 x 1024 float32
   matmul at 1 and 2 threads (GFLOP/s = 2 n^3 / median time) and one SGD step of the lab's MLP
   (samples/s); its stated uncertainty is the interquartile range of its blocks. The matmul points
@@ -16,25 +15,23 @@ Points, the same work for every tool:
   lab's kind of figure) and the steal time over their measurement;
 * the lab, by its own command line with interleaved baselines, 2 worker processes and the
   capacity probe (``python -m lab.point gil``, ``lab.point intraop``): the same points with
-  their 95% intervals, raw and on whole cores (``speedup_norm``, analysis/wholecores.py: from
-  the work's own units where gil's processes timed them), and their
-  95% rerun intervals (the CI widened on the log scale, :mod:`analysis.rerun`: where another measurement of
-  the point is expected to read, the interval the report's headlines give). A peer's value is
-  another measurement, so the rerun interval is the lab's statement it should be judged by; both
-  are reported.
+  their 95% intervals, raw and on whole cores (``speedup_norm``, analysis/wholecores.py: from the
+  work's own units where gil's processes and GIL-bound threads timed them), and their 95% rerun
+  intervals (:mod:`analysis.rerun`: where another measurement of the point is expected to read,
+  the interval the report's headlines give), the lab's statement a peer's value, another
+  measurement, should be judged by; both are reported.
 
-Around every peer measurement the capacity probe (:mod:`lab.probe`) measures the CPUs
-the machine delivered, so torch.utils.benchmark's speedup can be put on whole cores
-(``speedup x CPUs / delivered``) before it is compared with the lab's interval; pyperf's
-processes are put there by their loops' own times, as the lab's are.
+Around every peer measurement the capacity probe (:mod:`lab.probe`) measures the CPUs the machine
+delivered, so torch.utils.benchmark's speedup can be put on whole cores (``speedup x CPUs /
+delivered``) before it is compared with the lab's interval; pyperf's processes are put there by
+their loops' own times and its GIL-bound threads at the sequential loop's pace, as the lab's are.
 
 It reports every value with its stated uncertainty, each tool's rerun agreement (the share of
 values whose second measurement lies inside the first one's stated interval, and the reverse;
 for the lab by its 95% CI, by its rerun interval, and by the rerun interval of the figure its
 report's headlines give: on whole cores where they lead with it, ``analysis.findings.transfer_case``),
 its wall time, and whether each peer value lies inside the lab's interval, raw and on whole
-cores. A benchmark, not a test. Usage (repository root, the project's venv with
-requirements-dev.txt, which pins pyperf)::
+cores. A benchmark, not a test. Usage (repository root, the venv of requirements-dev.txt)::
 
     python benchmarks/peers.py [--passes 2] [--json out.json] [--markdown out.md]
 """
@@ -102,9 +99,9 @@ def run_pyperf(work: Path) -> dict:
 
     Every counting loop also timed itself (``PEER_UNITS``, peer_pyperf.py), so each CPU-bound
     speedup gets the loop's own pace in both benchmarks (:func:`pyperf_units`): ``units``, and
-    for the processes ``norm``, the speedup on whole cores the lab's way
-    (:mod:`analysis.wholecores`): the ratio of the two benchmarks' calls, each measured in its
-    own loops (``call_in_loops``), the speedup had both run their loops at the same pace."""
+    ``norm``, the speedup had both run their loops at the same pace, the lab's way
+    (:mod:`analysis.wholecores`): for the processes the ratio of the two benchmarks' calls, each
+    in its own loops (``call_in_loops``); for the threads :func:`at_sequential_pace`."""
     import pyperf
 
     script = Path(__file__).with_name("peer_pyperf.py")
@@ -144,7 +141,17 @@ def run_pyperf(work: Path) -> dict:
         values[name] |= {"drift_corrected": s * drift, "units": {"sequential": units[base], mode: units[mode]}}
         if mode == "cpu_processes":  # each child's loop ran alone on a CPU: its pace is the machine's
             values[name]["norm"] = units[base]["call_in_loops"] / units[mode]["call_in_loops"]
+        else:
+            values[name]["norm"] = at_sequential_pace(s, units[base], units[mode])
     return {"wall_s": wall, "values": values}
+
+
+def at_sequential_pace(speedup: float, sequential: dict, threads: dict) -> float:
+    """GIL-bound threads' speedup at the sequential loop's pace: ``speedup`` x their loop's ``cpu_ms``
+    over the sequential one's (:func:`pyperf_units`; one thread runs at a time, so CPU time is a
+    loop's pace, as the lab times them: :mod:`lab.workspeed` ``cpu``). NaN where one is not > 0."""
+    a, b = threads.get("cpu_ms", math.nan), sequential.get("cpu_ms", math.nan)
+    return speedup * a / b if a > 0 and b > 0 else math.nan
 
 
 def pyperf_units(path: Path) -> dict:

@@ -626,6 +626,12 @@ def test_the_peers_tables_judge_the_lab_by_the_figure_its_headline_gives():
     for v in (*one.values(), *two.values()):
         v["headline"] = "norm"
     assert tables.agreement(one, two, "rerun_", headline=True) == (2, 2)
+    # medians that come as numpy numbers (the lab's GFLOP/s and samples/s) count both directions too:
+    # numpy's True + True is True, which once made the lab's 13 of 14 read 11 in the written tables
+    import numpy as np
+
+    rates = [{"y": {k: np.float64(v) for k, v in lab(x, 90.0, 110.0, x, 90.0, 110.0).items()}} for x in (95.0, 100.0)]
+    assert tables.agreement(*rates, "rerun_") == (2, 2)
     peer = {"values": {"x": {"value": 1.90}}, "delivered": 2.0}
     row = tables.against_lab(peer, {"values": one})[0]
     assert not row["inside_rerun"] and row["inside_headline"]
@@ -648,23 +654,38 @@ def test_pyperfs_loops_time_themselves_and_put_its_processes_on_whole_cores(tmp_
 
     peers, pyperf_side = _benchmark("peers"), _benchmark("peer_pyperf")
     n = 200_000  # about 5-15 ms a loop on the CPUs seen
-    for name in ("cpu_sequential", "cpu_processes"):
+    for name in ("cpu_sequential", "cpu_processes", "cpu_threads"):
         pyperf_side.UNITS = str(tmp_path / f"{name}.units")
         mode, fn, _ = pyperf_side.BENCHMARKS[name]
         for _ in range(3):
             mode(fn, n)
     seq = peers.pyperf_units(tmp_path / "cpu_sequential.units")
     par = peers.pyperf_units(tmp_path / "cpu_processes.units")
-    assert (seq["calls"], seq["loops"], par["calls"], par["loops"]) == (3, 6, 3, 6)
+    thr = peers.pyperf_units(tmp_path / "cpu_threads.units")
+    assert (seq["calls"], seq["loops"], par["calls"], par["loops"], thr["loops"]) == (3, 6, 3, 6, 6)
     assert seq["call_in_loops"] >= 2 and par["call_in_loops"] >= 1, (seq, par)
     assert par["slowest_ms"] >= par["elapsed_ms"] and math.isfinite(seq["cpu_ms"])
     with pytest.raises(ValueError, match="PEER_UNITS"):
         peers.pyperf_units(tmp_path / "none.units")
-    # the tables give each benchmark's loop pace, and GIL-bound threads at the sequential loop's pace
+    # GIL-bound threads, one on a CPU at a time: a loop's CPU time is its pace, its elapsed time holds the
+    # other thread's turn; at the sequential loop's pace the speedup scales by the two loops' CPU times
+    assert 0 < thr["cpu_ms"] < thr["elapsed_ms"], thr
+    paced = peers.at_sequential_pace(1.2, seq, thr)
+    assert paced == pytest.approx(1.2 * thr["cpu_ms"] / seq["cpu_ms"])
+    assert math.isnan(peers.at_sequential_pace(1.2, seq, thr | {"cpu_ms": 0.0}))
+    # the tables give each benchmark's loop pace, and the threads at the sequential loop's pace
     tables = _benchmark("peer_tables")
-    units = {"sequential": seq, "cpu_threads": seq | {"cpu_ms": seq["cpu_ms"] / 2}}
-    cell = tables._cell({"value": 1.2, "low": 1.0, "high": 1.4, "units": units})
-    assert f"a loop {seq['elapsed_ms']:.1f} ms sequential" in cell and "sequential loop's pace 0.6" in cell, cell
+    units = {"sequential": seq, "cpu_threads": thr}
+    cell = tables._cell({"value": 1.2, "low": 1.0, "high": 1.4, "units": units, "norm": paced})
+    assert f"a loop {seq['elapsed_ms']:.1f} ms sequential" in cell and f"sequential loop's pace {paced:.3g}" in cell
+    # and against the lab, the threads are compared at that pace where the lab gives its figure so
+    lab = {"values": {"gil cpu: 2 threads over sequential": {"value": 1.1, "low": 1.0, "high": 1.2}}}
+    lab["values"]["gil cpu: 2 threads over sequential"] |= {"rerun_low": 0.9, "rerun_high": 1.3, "headline": "norm"}
+    lab["values"]["gil cpu: 2 threads over sequential"] |= {"norm": 1.0, "norm_low": 0.95, "norm_high": 1.05}
+    lab["values"]["gil cpu: 2 threads over sequential"] |= {"norm_rerun_low": 0.9, "norm_rerun_high": 1.1}
+    peer = {"values": {"gil cpu: 2 threads over sequential": {"value": 1.34, "low": 1.2, "high": 1.5, "norm": 0.97}}}
+    (row,) = tables.against_lab(peer, lab)
+    assert (row["inside_rerun"], row["inside_norm_rerun"], row["inside_headline"]) == (False, True, True)
 
 
 @pytest.mark.parametrize(("elasticity", "closer_pct"), [(1.0, 100.0), (0.3, 0.0)])
