@@ -68,7 +68,7 @@ def fmt_transfer(row, kind: str = "rerun") -> str:
     rerun is expected to read, which ``benchmarks/repeatability.py`` checks against reruns).
     Where the capacity probe measured that the machine delivered less than whole cores to a
     point's busy CPUs (its speedup on whole cores, :mod:`analysis.stats` ``speedup_norm``, differs from the
-    measured one by over 3%, or less but is the surer: :func:`_surer_on_whole_cores`), the speedup on
+    measured one by over 3%, or less but is the narrower: :func:`_surer_on_whole_cores`), the speedup on
     whole cores with its interval and what was measured: ``1.97x on whole cores (95% rerun interval
     1.75-2.16; 1.33x measured while each busy CPU got 0.68 of a core; 2 CPUs delivered 1.35)``, the
     share being what the measured figure is divided by (measured over on whole cores: the point's share
@@ -149,7 +149,7 @@ def transfer_case(row) -> str:
     ``whole`` (the two within 3%), ``probe_noise`` (more CPUs read delivered than asked for),
     ``too_wide`` (the CI on whole cores holds 1 where the measured one does not), ``spread``
     (:func:`_spread_outweighs`) or ``overshoots`` (above the point's own CPU count). Within 3%
-    the figure on whole cores still leads where it is the surer one (:func:`_surer_on_whole_cores`:
+    the figure on whole cores still leads where its CI is the narrower (:func:`_surer_on_whole_cores`:
     the rounds' own pace moved the measured speedup more than the correction moves it)."""
     asked, got, norm, s = (row.get(c) for c in ("cpus_asked", "cpus_delivered", "speedup_norm", "speedup"))
     timed = row.get("speedup_norm_source") == "in-window"  # by the work itself: the probe's reading is not used
@@ -184,20 +184,21 @@ def cpus_of(row) -> float:
 
 
 def _surer_on_whole_cores(row, correction: float) -> bool:
-    """Whether the speedup on whole cores has the smaller expected squared error on the log scale
-    although it is within 3% of the measured one: ``se_norm**2 < correction**2 + se_measured**2``,
-    the rule of :func:`_spread_outweighs` read the other way (``correction`` the log of whole-cores
-    over measured; ``se`` each 95% CI's half-width on the log scale over 1.96). So a point whose
-    baseline rounds ran at a moving pace, which the measured speedup carries and the one on whole
-    cores divides out, leads with the steadier figure (two quick runs of the AVX-512 EPYC VM,
-    2026-12-07: 2 processes 1.82x, 95% CI 1.64-2.04, against 1.85x, 1.84-1.89, on whole cores).
-    False where the two figures agree within 0.1% (nothing corrected: a baseline's 1, a point the
-    correction left alone), where either CI is missing or a bound is not positive."""
+    """Whether the speedup on whole cores, within 3% of the measured one, is still the figure to
+    give: its 95% CI is the narrower on the log scale. Then it also has the smaller expected
+    squared error, ``se_norm**2 < correction**2 + se_measured**2`` (the rule of
+    :func:`_spread_outweighs` read the other way; ``correction`` the log of whole-cores over
+    measured). A figure the probe corrects is never narrower (its CI adds the probe's spread to
+    the measured one's), so this is the work that timed its own units while its baseline's
+    rounds ran at a moving pace, which the measured speedup carries and the one on whole cores
+    divides out (two quick runs of the AVX-512 EPYC VM, 2026-12-07: 2 processes 1.82x, 95% CI
+    1.64-2.04, against 1.85x, 1.84-1.89, on whole cores). False where the two agree within 0.1%
+    (a baseline's 1, a point the correction left alone), where either CI is missing or a bound
+    is not positive."""
     ci, measured = interval(row, "ci", "speedup_norm"), interval(row, "ci")
     if abs(correction) < 1e-3 or not ci or not measured or min(ci[0], measured[0]) <= 0:
         return False
-    se = [float(np.log(hi / lo)) / 2 / 1.96 for lo, hi in (ci, measured)]
-    return bool(se[0] ** 2 < correction**2 + se[1] ** 2)
+    return bool(np.log(ci[1] / ci[0]) < np.log(measured[1] / measured[0]))
 
 
 def _spread_outweighs(correction: float, norm_ci: tuple, measured_ci: tuple) -> bool:
