@@ -147,8 +147,13 @@ def bar_legend(ax, **kwargs) -> None:
     patch per bar label, in its colour, whether the first bar of that label was hatched or not
     (matplotlib's own legend copies the first bar, hatch and all, so a colour read as noisy),
     then one hatched white patch, ``noisy``, where any bar is hatched. Other handles (lines) are
-    kept as they are. ``kwargs``: :meth:`matplotlib.axes.Axes.legend`'s."""
+    kept as they are, after the bars; a label drawn more than once (diamonds beside two bars'
+    groups) is listed once. ``kwargs``: :meth:`matplotlib.axes.Axes.legend`'s."""
     handles, labels = ax.get_legend_handles_labels()
+    firsts = [labels.index(label) for label in dict.fromkeys(labels)]
+    bar = [getattr(handles[i], "patches", None) is not None for i in firsts]
+    firsts = [i for i, b in zip(firsts, bar) if b] + [i for i, b in zip(firsts, bar) if not b]  # bars first
+    handles, labels = [handles[i] for i in firsts], [labels[i] for i in firsts]
     plain = []
     for handle in handles:
         first = handle.patches[0] if getattr(handle, "patches", None) else handle

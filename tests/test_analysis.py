@@ -823,6 +823,13 @@ def test_a_bar_legend_shows_each_colour_plain_and_says_once_what_hatching_means(
     assert [p.get_hatch() for p in patches] == [None, None, "//"]
     assert patches[0].get_facecolor()[:3] == pytest.approx((0.0, 0x72 / 255, 0xB2 / 255))
     assert [b.get_hatch() for b in ax1.patches] == ["//", None, None, None]  # only the noisy bar, not the NaN one
+    # diamonds beside two modes' bars (gil's 2 processes and its GIL-bound threads) share one legend entry
+    ax2.errorbar([0.2], [1.0], yerr=[[0.1], [0.1]], fmt="D", color="black", label="on whole cores")
+    ax2.bar([4], [1.0], label="sequential")
+    ax2.errorbar([4.2], [1.0], yerr=[[0.1], [0.1]], fmt="D", color="black", label="on whole cores")
+    bar_legend(ax2)
+    want = ["threads", "processes", "sequential", "on whole cores"]  # the bars first
+    assert [t.get_text() for t in ax2.get_legend().get_texts()] == want
     plt.close(fig)
 
 

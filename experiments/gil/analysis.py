@@ -262,7 +262,16 @@ def _bars(ax, sub: pd.DataFrame, workers: list, modes: list[str]) -> bool:
         marked = mark_whole_cores(ax, beside, m)
         any_marked |= bool(marked.any())
         for xb, v in zip(np.asarray(beside)[marked], m["speedup_norm"].to_numpy()[marked]):
-            ax.annotate(f"{v:.2f}x", (xb, v), xytext=(5, -3), textcoords="offset points", fontsize=7, weight="bold")
+            ax.annotate(  # on a white ground: beside the threads' bar it lies over the processes' bar
+                f"{v:.2f}x",
+                (xb, v),
+                xytext=(5, -3),
+                textcoords="offset points",
+                fontsize=7,
+                weight="bold",
+                zorder=6,
+                bbox={"boxstyle": "round,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.85},
+            )
         tops = m["speedup_ci_high"].where(~marked, np.fmax(m["speedup_ci_high"], m["speedup_norm_ci_high"]))
         for c, v, hi in zip(centres, m["speedup"], tops):
             if np.isfinite(v):
