@@ -43,11 +43,8 @@ from lab.workers import run_workers
 
 @contextmanager
 def exclusive(lock_path: str | None) -> Iterator[float]:
-    """Hold an exclusive ``flock`` on ``lock_path`` (no-op when None); yields the wait in s.
-
-    Measurement jobs take this lock so that two of them never measure at the same time,
-    even when a scheduler starts them together.
-    """
+    """Hold an exclusive ``flock`` on ``lock_path`` (no-op when None); yields the wait in s. Measurement
+    jobs take it so that two never measure at the same time, even when a scheduler starts them together."""
     if not lock_path:
         yield 0.0
         return
@@ -97,6 +94,13 @@ def _help(decl) -> str:
     return text.replace("%", "%%")
 
 
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's defaults in ``--help``, but not ``(default: None)``: such an option's help says what applies."""
+
+    def _get_help_string(self, action):
+        return action.help if action.default is None else super()._get_help_string(action)
+
+
 def build_parser(params_cls, description: str, prog: str | None = None) -> argparse.ArgumentParser:
     """An ``argparse`` parser with one ``--option`` per field of the ``Params`` dataclass.
 
@@ -105,9 +109,7 @@ def build_parser(params_cls, description: str, prog: str | None = None) -> argpa
     ``--host LABEL``, ``--lock PATH``, ``--max-oversubscription FACTOR``, ``--baseline``,
     ``--host-file``, ``--after`` and the rounds options (:func:`_rounds_options`).
     """
-    p = argparse.ArgumentParser(
-        prog=prog, description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter
-    )
+    p = argparse.ArgumentParser(prog=prog, description=description, formatter_class=_Help)
     for f in dataclasses.fields(params_cls):
         tp, choices = field_type(params_cls, f.name)
         if is_tuple(params_cls, f.name):  # a set of values, comma separated: 0,1,2
@@ -125,13 +127,8 @@ def build_parser(params_cls, description: str, prog: str | None = None) -> argpa
     p.add_argument("--out", required=True, default=argparse.SUPPRESS, help="where the point's CSV files go")
     p.add_argument("--host", default=None, help="host label; default: this machine's sanitised hostname")
     p.add_argument("--lock", default=None, help="lock file serialising measurement jobs")
-    p.add_argument(
-        "--max-oversubscription",
-        type=float,
-        default=None,
-        metavar="FACTOR",
-        help="skip the point if it asks for more than FACTOR x the available CPUs; no limit if not given",
-    )
+    over = "skip the point if it asks for more than FACTOR x the available CPUs; no limit if not given"
+    p.add_argument("--max-oversubscription", type=float, default=None, metavar="FACTOR", help=over)
     _rounds_options(p)
     p.add_argument(
         "--baseline",

@@ -369,6 +369,22 @@ def test_out_of_range_job_options_are_named_before_measuring(tmp_path, option, s
     assert not (tmp_path / "p").exists()
 
 
+def test_the_lead_round_options_say_what_applies_unset_not_a_default_of_none():
+    """``--rounds-lead-*`` unset means "the same as --rounds-*": the help says so, and argparse
+    adds "(default: None)" after no option (``--host``, ``--lock`` say what applies unset too);
+    unset, the rounds policy reads None (the same)."""
+    from experiments.gil.measure import Params
+    from lab.cli import build_parser, rounds_policy
+
+    parser = build_parser(Params, "gil")
+    text = " ".join(parser.format_help().split())
+    assert "default: the same [>= 0] --rounds-lead-budget-s" in text and "(default: None)" not in text
+    for extra, lead in (([], (None, None)), (["--rounds-lead-budget-s", "8"], (None, 8.0))):
+        args = parser.parse_args(["--out", "x", *extra])
+        policy = rounds_policy(args, "gil", Params(), parser)
+        assert (policy.lead_target_ci_pct, policy.lead_budget_s) == lead
+
+
 def _benchmark(name: str):
     import importlib.util
 
