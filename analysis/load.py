@@ -186,17 +186,18 @@ def load_sidecars(
 ) -> pd.DataFrame:
     """Concatenate ``name`` (``samples.csv`` or ``spans.csv``) beside each metrics file, with the
     point's swept key values as leading columns, typed as in ``replicates`` (from
-    :func:`load_experiment` of the same files: the point rows of each ``source``). Missing or
-    empty files contribute nothing.
+    :func:`load_experiment` of the same files: the point rows of each ``source``). A missing file
+    contributes nothing (a point directory of an older version); a header-only one, no rows.
 
     Raises:
-        DataError: for a file that cannot be read.
+        DataError: for a file that cannot be read, or one of 0 bytes: the lab writes the header
+            even without rows, so it was cut (as an empty ``metrics.csv`` is refused).
     """
     keys = list(registry.get(experiment).spec.keys)
     frames = []
     for path in metrics_paths:
         side = Path(path).with_name(name)
-        if not side.exists() or side.stat().st_size == 0:
+        if not side.exists():
             continue
         df = read_table(side, experiment)
         if df.empty:

@@ -227,6 +227,13 @@ def test_cli_summarise_and_figures(tmp_path, capsys):
     bad.write_text("")
     assert analysis_main(["summarise", "--experiment", "gil", "--out-dir", str(out), str(bad)]) == 1
     assert f"{bad}: file is empty" in capsys.readouterr().err
+    # a point's spans.csv of 0 bytes was cut (the lab writes its header always): named, not read as no spans
+    paths[0].with_name("spans.csv").write_text("")
+    summary_before = (out / "summary.csv").read_bytes()
+    argv = ["summarise", "--experiment", "gil", "--out-dir", str(out), "--host-json", str(host), *map(str, paths)]
+    assert analysis_main(argv) == 1
+    assert f"{paths[0].with_name('spans.csv')}: file is empty" in capsys.readouterr().err
+    assert (out / "summary.csv").read_bytes() == summary_before  # nothing written over
 
 
 def test_every_figure_of_an_experiment_with_no_point_measured_says_why(tmp_path):
