@@ -6,7 +6,8 @@ would read had each of its busy CPUs delivered a whole core, as its baseline's d
 
 * ``in-window``: the work's own speed inside the windows (:mod:`lab.workspeed`), where the point
   and its baseline both recorded ``unit_ms`` (the time one fixed unit of work took on the
-  window's slowest worker) in every round. Each round's paired ratio ``point_r / baseline_r`` is
+  window's slowest worker; for threads under the GIL, which run one at a time, its CPU time) in
+  every round. Each round's paired ratio ``point_r / baseline_r`` is
   multiplied by ``k_r = unit_point_r / unit_baseline_r`` (how much slower the CPUs ran the same
   work in the point's window than in the baseline's, next to it in time), and ``speedup_norm`` is
   the median of those products with the same distribution-free 95% interval as the speedup's
