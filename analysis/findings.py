@@ -147,7 +147,8 @@ def transfer_case(row) -> str:
     """Which figure :func:`fmt_transfer` leads with, and why: ``on_whole_cores`` (the speedup on
     whole cores leads) or, where the measured speedup leads, ``measured`` (no probe reading),
     ``whole`` (the two within 3%), ``probe_noise`` (more CPUs read delivered than asked for),
-    ``too_wide`` (the CI on whole cores holds 1 where the measured one does not), ``spread``
+    ``too_wide`` (the CI on whole cores holds 1 where the measured one does not, and is not the
+    narrower: a narrower one that holds 1 says the point is no faster), ``spread``
     (:func:`_spread_outweighs`) or ``overshoots`` (above the point's own CPU count). Within 3%
     the figure on whole cores still leads where its CI is the narrower (:func:`_surer_on_whole_cores`:
     the rounds' own pace moved the measured speedup more than the correction moves it)."""
@@ -163,7 +164,7 @@ def transfer_case(row) -> str:
         return "probe_noise"
     ci, measured = interval(row, "ci", "speedup_norm"), interval(row, "ci")
     side = _side(*measured) if measured else 0
-    if ci and side and _side(*ci) != side:
+    if ci and side and _side(*ci) != side and not _narrower(ci, measured):  # a narrower one that holds 1 decides
         return "too_wide"
     if ci and measured and _spread_outweighs(np.log(norm / s), ci, measured):
         return "spread"
@@ -196,9 +197,15 @@ def _surer_on_whole_cores(row, correction: float) -> bool:
     (a baseline's 1, a point the correction left alone), where either CI is missing or a bound
     is not positive."""
     ci, measured = interval(row, "ci", "speedup_norm"), interval(row, "ci")
-    if abs(correction) < 1e-3 or not ci or not measured or min(ci[0], measured[0]) <= 0:
+    return abs(correction) >= 1e-3 and bool(ci and measured and _narrower(ci, measured))
+
+
+def _narrower(ci: tuple, other: tuple) -> bool:
+    """Whether the interval ``ci`` is narrower than ``other`` on the log scale; False where a bound
+    is not positive."""
+    if min(ci[0], other[0]) <= 0:
         return False
-    return bool(np.log(ci[1] / ci[0]) < np.log(measured[1] / measured[0]))
+    return bool(np.log(ci[1] / ci[0]) < np.log(other[1] / other[0]))
 
 
 def _spread_outweighs(correction: float, norm_ci: tuple, measured_ci: tuple) -> bool:

@@ -296,6 +296,22 @@ def test_within_3_percent_the_headline_leads_with_the_surer_figure():
     assert transfer_case(same) == "whole"  # no correction, no gain: the plain figure
 
 
+def test_a_narrower_figure_on_whole_cores_that_holds_1_decides():
+    """GIL-bound threads in the default run dflt-o (the AVX-512 EPYC VM): 1.20x measured (95% CI
+    1.14-1.27) and 1.00x (0.96-1.06) at the sequential loop's pace, timed by their chunks' CPU
+    time. The narrower interval holding 1 says they are no faster, so it leads; "too wide to
+    decide on" is kept for a figure whose interval is the wider."""
+    from analysis.findings import fmt_transfer, transfer_case
+
+    row = {"speedup": 1.20, "speedup_ci_low": 1.14, "speedup_ci_high": 1.27, "parallel_efficiency": 0.6}
+    row |= {"speedup_norm": 1.0, "speedup_norm_ci_low": 0.96, "speedup_norm_ci_high": 1.06}
+    row |= {"speedup_norm_source": "in-window", "cpus_delivered": 2.0}
+    assert transfer_case(row) == "on_whole_cores"
+    assert fmt_transfer(row).startswith("1.00x on whole cores (95% CI 0.96-1.06; 1.20x measured while")
+    wide = row | {"speedup_norm_ci_low": 0.70, "speedup_norm_ci_high": 1.40}
+    assert transfer_case(wide) == "too_wide"
+
+
 def test_the_headlines_give_the_rerun_interval_where_the_summary_has_it():
     """The first screen's intervals are where a rerun is expected to read (analysis.rerun
     ``add_rerun``); the sections' sentences keep the 95% CI; rows analysed before the rerun interval
