@@ -201,11 +201,12 @@ def _surer_on_whole_cores(row, correction: float) -> bool:
 
 
 def _narrower(ci: tuple, other: tuple) -> bool:
-    """Whether the interval ``ci`` is narrower than ``other`` on the log scale; False where a bound
-    is not positive."""
+    """Whether the interval ``ci`` is narrower than ``other`` on the log scale by more than 1% of
+    its width (two as wide, a probe's correction with no spread of its own, are not told apart by
+    the rounding of their bounds); False where a bound is not positive."""
     if min(ci[0], other[0]) <= 0:
         return False
-    return bool(np.log(ci[1] / ci[0]) < np.log(other[1] / other[0]))
+    return bool(np.log(ci[1] / ci[0]) < 0.99 * np.log(other[1] / other[0]))
 
 
 def _spread_outweighs(correction: float, norm_ci: tuple, measured_ci: tuple) -> bool:

@@ -110,7 +110,7 @@ def _cell(v: dict) -> str:
         text += f"; steal {v['steal_pct']:.0f}%"
     if "norm_low" in v:
         text += f"; on whole cores {v['norm']:.3g} ({v['norm_low']:.3g}-{v['norm_high']:.3g})"
-    elif "norm" in v:
+    elif "norm" in v and "cpu_threads" not in v.get("units", {}):  # the threads' is said as their pace above
         text += f"; on whole cores {v['norm']:.3g}"
     return text
 

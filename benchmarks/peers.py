@@ -141,8 +141,8 @@ def run_pyperf(work: Path) -> dict:
         values[name] |= {"drift_corrected": s * drift, "units": {"sequential": units[base], mode: units[mode]}}
         if mode == "cpu_processes":  # each child's loop ran alone on a CPU: its pace is the machine's
             values[name]["norm"] = units[base]["call_in_loops"] / units[mode]["call_in_loops"]
-        else:
-            values[name]["norm"] = at_sequential_pace(s, units[base], units[mode])
+        elif math.isfinite(paced := at_sequential_pace(s, units[base], units[mode])):  # NaN: compared raw only
+            values[name]["norm"] = paced
     return {"wall_s": wall, "values": values}
 
 

@@ -126,7 +126,7 @@ def build_parser(params_cls, description: str, prog: str | None = None) -> argpa
         )
     p.add_argument("--out", required=True, default=argparse.SUPPRESS, help="where the point's CSV files go")
     p.add_argument("--host", default=None, help="host label; default: this machine's sanitised hostname")
-    p.add_argument("--lock", default=None, help="lock file serialising measurement jobs")
+    p.add_argument("--lock", default=None, help="lock file serialising measurement jobs; none if not given")
     over = "skip the point if it asks for more than FACTOR x the available CPUs; no limit if not given"
     p.add_argument("--max-oversubscription", type=float, default=None, metavar="FACTOR", help=over)
     _rounds_options(p)

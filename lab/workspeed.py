@@ -36,11 +36,15 @@ through hardware they share (memory bandwidth, a shared cache).
 
 Threads under the GIL are the one case timed by CPU time (``cpu=True``): one of them runs
 bytecode at a time, so a unit's elapsed time holds the other threads' turns, and its CPU time is
-the time it took on the CPU it got. On the AVX-512 EPYC VM their loop ran each chunk in
-0.78-0.88x the CPU time the sequential loop's chunks took in the same rounds (a vCPU that pauses
-while the other thread holds the GIL runs faster: 24.7 against 27.9 ms a loop of 1M iterations in
-plain CPython), so 2 GIL-bound threads read 1.13-1.34x over sequential, and about 1x at the
-sequential loop's pace (docs/benchmarks.md, 2026-12-07).
+the time it took on the CPU it got. Their sequential baseline keeps its elapsed time, so a CPU
+that another process held from the baseline still counts against it, while one held from the
+threads shows in their speedup, and their check names the load it measured. Per round, their
+speedup times this ratio is about the share of their window that ran their units at the
+baseline's pace: about 1 under the GIL, about 2 on 2 CPUs without it. On the AVX-512 EPYC VM
+their loop ran each chunk in 0.78-0.88x the CPU time the sequential loop's chunks took in the
+same rounds (a vCPU that pauses while the other thread holds the GIL runs faster: 24.7 against
+27.9 ms a loop of 1M iterations in plain CPython), so 2 GIL-bound threads read 1.13-1.34x over
+sequential, and about 1x at the sequential loop's pace (docs/benchmarks.md, 2026-12-07).
 """
 
 from __future__ import annotations
@@ -74,14 +78,15 @@ def unit_ms(spans: list[dict], units: str | None = None, cpu: bool = False) -> f
             where ``cpu``.
         units: the span key holding how many units of work the span did (``steps``); None where
             every span is one unit (equal chunks of a loop).
-        cpu: time each span by its ``cpu_s`` instead of its elapsed time (threads under the GIL,
-            whose elapsed time holds the other threads' turns: the module docstring).
+        cpu: threads under the GIL (the module docstring): each span timed by its ``cpu_s``
+            instead of its elapsed time, which holds the other threads' turns, and pooled over the
+            workers, whose units the window holds one after another (not the slowest's).
 
     Returns:
-        ``1000 max_a (sum of actor a's end_s - start_s / sum of its units)`` (``cpu_s`` for
-        ``end_s - start_s`` where ``cpu``); NaN where no span has both. A span whose length is
-        negative or not a finite number, or whose units are not a finite positive number, is
-        left out; spans without ``actor`` count as one worker.
+        ``1000 max_a (sum of actor a's end_s - start_s / sum of its units)``; where ``cpu``,
+        ``1000 sum of cpu_s / sum of units`` over all workers. NaN where no span has both. A
+        span whose length is negative or not a finite number, or whose units are not a finite
+        positive number, is left out; spans without ``actor`` count as one worker.
     """
     took: dict[str, float] = {}
     done: dict[str, float] = {}
@@ -90,7 +95,7 @@ def unit_ms(spans: list[dict], units: str | None = None, cpu: bool = False) -> f
         n = _number(s.get(units)) if units else 1.0
         if not (t >= 0 and 0 < n < math.inf):  # NaN compares False: a span without either is left out
             continue
-        actor = str(s.get("actor", ""))
+        actor = "" if cpu else str(s.get("actor", ""))
         took[actor] = took.get(actor, 0.0) + t
         done[actor] = done.get(actor, 0.0) + n
     per_unit = [took[a] / done[a] for a in took if done[a] > 0]

@@ -427,6 +427,13 @@ def test_the_gil_check_judges_threads_at_the_sequential_loop_s_pace_where_the_he
     assert "judged at the sequential loop's pace (1.16x measured" in row["reason"], row["reason"]
     row = checks({"gil": pd.DataFrame([threads])}, None, ncpu=2, sample_hz=10).set_index("check").loc[name]
     assert (row["verdict"], row["measured"]) == ("warn", 1.16), row.to_dict()
+    # a judged figure outside the range warns with a reason about that figure, not the measured one's CI
+    low = paced | {"speedup": 1.0, "speedup_ci_low": 0.95, "speedup_ci_high": 1.05, "speedup_norm": 0.6}
+    low |= {"speedup_norm_ci_low": 0.58, "speedup_norm_ci_high": 0.62}
+    row = checks({"gil": pd.DataFrame([low])}, None, ncpu=2, sample_hz=10).set_index("check").loc[name]
+    assert (row["verdict"], row["measured"]) == ("warn", 0.6), row.to_dict()
+    assert row["reason"].startswith("judged at the sequential loop's pace (1.00x measured)")
+    assert "0.95-1.05" not in row["reason"] and "measurement noise" not in row["reason"], row["reason"]
 
 
 def test_run_timing():

@@ -269,7 +269,7 @@ def test_your_workload_is_searched_verified_and_answered_first(quick_run):
     glance = md.split("## At a glance")[1].split("## Contents")[0]
     assert md.index("## At a glance") < md.index("## Environment")
     intro = " ".join(md.split("## At a glance")[0].split())  # the probe ran: "on whole cores" explained first
-    said = "Where a speedup is given \"on whole cores\" (where the machine gave a point's work another share of a core"
+    said = 'Where a speedup is given "on whole cores" (where the machine gave a point\'s work another share of a core'
     said += " than its baseline's)"
     # the intro explains the term wherever the probe ran; the first screen uses it only where the
     # correction is worth its spread (analysis.findings.transfer_case), which a run need not have

@@ -9,7 +9,7 @@ import pandas as pd
 
 from analysis.capacity import DELIVERED_WHOLE, capacity_reason, causes
 from analysis.fidelity import scaling_check, speedup_check
-from analysis.findings import lead_view, pick, transfer_case
+from analysis.findings import lead_view, pick
 from experiments.gil import shortfall
 
 
@@ -72,19 +72,22 @@ def _threads_check(summary: pd.DataFrame | None, label: str, tag: str, host: dic
     the measured speedup. ``parts``: the threads point's :func:`experiments.gil.shortfall.shortfall`."""
     point = {"interpreter": label, "workload": "cpu", "mode": "threads", "workers": 2}
     r = pick(summary, **point) if summary is not None else None
-    paced = r is not None and transfer_case(r) == "on_whole_cores"
+    paced = np.isfinite(shortfall.paced_of(r))
+    judged = lead_view(summary) if paced else summary
     why = "the GIL lets one thread run bytecode at a time"
+    at = ""
     if paced:  # the measured figure and why it differs follow
         said = shortfall.pace(parts, r["speedup"], shortfall.paced_of(r))
-        why += f"; judged at the sequential loop's pace ({r['speedup']:.2f}x measured{': ' + said if said else ''})"
+        at = f"judged at the sequential loop's pace ({r['speedup']:.2f}x measured{': ' + said if said else ''})"
+        why += f"; {at}"
     return speedup_check(
-        lead_view(summary) if paced else summary,
+        judged,
         point,
         f"CPU-bound Python{tag}: 2 threads over sequential",
         "0.70x to 1.15x",
         lambda s: 0.7 <= s <= 1.15,
         why,
-        lambda _, sp: _threads_reason(r, r["speedup"] if paced else sp, host, parts),
+        lambda lead, sp: (f"{at}; " if at else "") + _threads_reason(lead, sp, host, None if at else parts),
     )
 
 

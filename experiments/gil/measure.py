@@ -137,7 +137,7 @@ class Runner:
         row = {"tasks_per_s": p.workers / win.wall_s, "start_method": "fork" if p.mode == "processes" else ""}
         said = self.child.hello  # what the interpreter said of itself when it started
         # threads of the CPU-bound loop under the GIL: one runs at a time, so each unit by its CPU time
-        gil_bound = p.mode == "threads" and p.workload == "cpu" and said["gil_enabled"]
+        gil_bound = p.mode == "threads" and p.workload == "cpu" and p.workers > 1 and said["gil_enabled"]
         row[UNIT_COLUMN] = unit_ms(reply["spans"], cpu=gil_bound) if self.shares_nothing or gil_bound else float("nan")
         row |= {"python_version": said["version"], "free_threaded": said["free_threaded"]}
         row["gil_enabled"] = said["gil_enabled"]

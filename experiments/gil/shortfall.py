@@ -140,13 +140,14 @@ PACE_DIFF = 0.05
 
 
 def paced_of(row) -> float:
-    """``row``'s speedup at its baseline's pace where its rounds timed their own units
-    (``speedup_norm`` where ``speedup_norm_source`` is ``in-window``: :mod:`analysis.wholecores`);
-    NaN elsewhere."""
-    if row is None or row.get("speedup_norm_source") != "in-window":
+    """``row``'s speedup at its baseline's pace, where its rounds timed their own units
+    (``speedup_norm`` where ``speedup_norm_source`` is ``in-window``: :mod:`analysis.wholecores`)
+    and its headline gives that figure (:func:`analysis.findings.transfer_case`); NaN elsewhere."""
+    from analysis.findings import transfer_case
+
+    if row is None or row.get("speedup_norm_source") != "in-window" or transfer_case(row) != "on_whole_cores":
         return np.nan
-    v = row.get("speedup_norm")
-    return float(v) if v is not None and np.isfinite(v) else np.nan
+    return float(row["speedup_norm"])
 
 
 def pace(parts: dict | None, speedup: float, paced: float = np.nan) -> str:
@@ -173,4 +174,5 @@ def pace(parts: dict | None, speedup: float, paced: float = np.nan) -> str:
         f"rounds ({parts['chunk_ms']:.2f} ms against {parts['baseline_chunk_ms']:.2f} ms): the loop itself ran "
         f"{1 / ratio:.2f}x as fast per CPU-second in the threads, the machine's doing, not the GIL's; at the "
         f"sequential loop's pace they read {(paced if np.isfinite(paced) else speedup * ratio):.2f}x"
+        + (" (round by round)" if np.isfinite(paced) else "")
     )
