@@ -72,16 +72,13 @@ def _threads_check(summary: pd.DataFrame | None, label: str, tag: str, host: dic
     the measured speedup. ``parts``: the threads point's :func:`experiments.gil.shortfall.shortfall`."""
     point = {"interpreter": label, "workload": "cpu", "mode": "threads", "workers": 2}
     r = pick(summary, **point) if summary is not None else None
-    paced = np.isfinite(shortfall.paced_of(r))
-    judged = lead_view(summary) if paced else summary
-    why = "the GIL lets one thread run bytecode at a time"
-    at = ""
-    if paced:  # the measured figure and why it differs follow
-        said = shortfall.pace(parts, r["speedup"], shortfall.paced_of(r))
+    paced, at = shortfall.paced_of(r), ""
+    if np.isfinite(paced):  # the measured figure and why it differs follow
+        said = shortfall.pace(parts, r["speedup"], paced)
         at = f"judged at the sequential loop's pace ({r['speedup']:.2f}x measured{': ' + said if said else ''})"
-        why += f"; {at}"
+    why = "the GIL lets one thread run bytecode at a time" + (f"; {at}" if at else "")
     return speedup_check(
-        judged,
+        lead_view(summary) if at else summary,
         point,
         f"CPU-bound Python{tag}: 2 threads over sequential",
         "0.70x to 1.15x",

@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.findings import transfer_case
 from analysis.timelines import select
 from lab.workspeed import unit_ms
 
@@ -143,8 +144,6 @@ def paced_of(row) -> float:
     """``row``'s speedup at its baseline's pace, where its rounds timed their own units
     (``speedup_norm`` where ``speedup_norm_source`` is ``in-window``: :mod:`analysis.wholecores`)
     and its headline gives that figure (:func:`analysis.findings.transfer_case`); NaN elsewhere."""
-    from analysis.findings import transfer_case
-
     if row is None or row.get("speedup_norm_source") != "in-window" or transfer_case(row) != "on_whole_cores":
         return np.nan
     return float(row["speedup_norm"])
