@@ -349,10 +349,9 @@ def _with_rerun(v: dict, n: int) -> dict:
     """``v`` (a lab median of ``n`` values with its 95% CI) with its 95% rerun interval,
     ``rerun_low`` and ``rerun_high``: the CI widened as the analysis widens the speedups'
     (:mod:`analysis.rerun`: where a rerun is expected to read)."""
-    from analysis.rerun import rerun_bound, rerun_factor
+    from analysis.rerun import rerun_interval
 
-    v["rerun_low"] = float(rerun_bound(v["value"], v["low"], rerun_factor(n)))
-    v["rerun_high"] = float(rerun_bound(v["value"], v["high"], rerun_factor(n)))
+    v["rerun_low"], v["rerun_high"] = (float(x) for x in rerun_interval(v["value"], v["low"], v["high"], n))
     return v
 
 

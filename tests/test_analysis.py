@@ -740,21 +740,21 @@ def test_the_throughput_chart_marks_the_points_whose_windows_reached_the_cap(tmp
 
 
 def test_the_rerun_interval_is_the_ci_widened_on_the_log_scale_by_the_replication_factor_of_its_rounds():
-    """low' = s (low / s)^f(n), high' likewise, for the speedup and the speedup on whole cores,
-    with f(n) = sqrt(2) t(n - 1, 0.975) / z(0.975): 1.414 x 2.571 / 1.960 = 1.855 at 6 rounds
-    (Student's t table, 5 degrees of freedom), toward sqrt(2) with more rounds; a baseline's
-    stays 1, a point without an interval gets none."""
+    """For a CI symmetric on the log scale, low' = s (low / s)^f(n), high' likewise, for the
+    speedup and the speedup on whole cores, with f(n) = sqrt(2) t(n - 1, 0.975) / z(0.975):
+    1.414 x 2.571 / 1.960 = 1.855 at 6 rounds (Student's t table, 5 degrees of freedom), toward
+    sqrt(2) with more rounds; a baseline's stays 1, a point without an interval gets none."""
     from analysis.rerun import add_rerun, rerun_factor
 
     s = pd.DataFrame(
         {
             "n": [6, 6, 30],
             "speedup": [1.0, 1.5, 2.0],
-            "speedup_ci_low": [1.0, 1.2, np.nan],
-            "speedup_ci_high": [1.0, 1.8, np.nan],
+            "speedup_ci_low": [1.0, 1.5 / 1.25, np.nan],
+            "speedup_ci_high": [1.0, 1.5 * 1.25, np.nan],
             "speedup_norm": [1.0, 1.8, 2.0],
-            "speedup_norm_ci_low": [1.0, 1.6, 1.9],
-            "speedup_norm_ci_high": [1.0, 2.0, 2.1],
+            "speedup_norm_ci_low": [1.0, 1.6, 2.0 / 1.05],
+            "speedup_norm_ci_high": [1.0, 2.0, 2.0 * 1.05],
         }
     )
     add_rerun(
@@ -767,8 +767,8 @@ def test_the_rerun_interval_is_the_ci_widened_on_the_log_scale_by_the_replicatio
     assert f30 == pytest.approx(np.sqrt(2) * 2.0452 / 1.95996, rel=1e-4)  # t(29, 0.975) = 2.045
     assert np.isnan(rerun_factor(1))
     assert s.loc[0, ["speedup_rerun_low", "speedup_rerun_high"]].tolist() == [1.0, 1.0]
-    assert s.loc[1, "speedup_rerun_low"] == pytest.approx(1.5 * (1.2 / 1.5) ** f6)
-    assert s.loc[1, "speedup_rerun_high"] == pytest.approx(1.5 * (1.8 / 1.5) ** f6)
+    assert s.loc[1, "speedup_rerun_low"] == pytest.approx(1.5 / 1.25**f6)
+    assert s.loc[1, "speedup_rerun_high"] == pytest.approx(1.5 * 1.25**f6)
     assert (
         s.loc[1, "speedup_rerun_low"]
         < s.loc[1, "speedup_ci_low"]
@@ -776,7 +776,29 @@ def test_the_rerun_interval_is_the_ci_widened_on_the_log_scale_by_the_replicatio
         < s.loc[1, "speedup_rerun_high"]
     )
     assert np.isnan(s.loc[2, "speedup_rerun_low"]) and np.isnan(s.loc[2, "speedup_rerun_high"])
-    assert s.loc[2, "speedup_norm_rerun_low"] == pytest.approx(2.0 * (1.9 / 2.0) ** f30)
+    assert s.loc[2, "speedup_norm_rerun_low"] == pytest.approx(2.0 / 1.05**f30)
+
+
+def test_the_rerun_interval_is_symmetric_on_the_log_scale_where_the_ci_is_not():
+    """Run p1-1's 2 CPU-bound processes read 1.926x on whole cores, 95% CI 1.913-1.933 from 9
+    rounds; the rerun read 1.940x. Widening each side alone gave 1.905-1.937, which left the rerun
+    out; a rerun and this run are two draws of one estimator, so their log difference is symmetric
+    and its half-width pools the two sides: f(9) sqrt((a^2 + b^2) / 2) on both sides, here
+    1.909-1.943, which holds the rerun and the CI, and is no wider than the wider side alone."""
+    from analysis.rerun import rerun_factor, rerun_interval
+
+    s, lo, hi = 1.9256, 1.9130, 1.9327
+    low, high = (float(x) for x in rerun_interval(s, lo, hi, 9))
+    a, b = np.log(s / lo), np.log(hi / s)
+    h = rerun_factor(9) * np.sqrt((a * a + b * b) / 2)
+    assert (low, high) == pytest.approx((s * np.exp(-h), s * np.exp(h)))
+    assert np.log(s / low) == pytest.approx(np.log(high / s))
+    assert low < lo < hi < high and low <= 1.940 <= high
+    assert (low, high) == pytest.approx((1.909, 1.943), abs=5e-4)
+    assert np.log(high / s) < rerun_factor(9) * a  # the wide side is not widened as far as alone
+    # a CI that does not hold its estimate, non-positive values or a single round: no interval
+    for args in ((1.5, 1.6, 1.8, 6), (1.5, 0.0, 1.8, 6), (1.5, 1.2, 1.8, 1)):
+        assert np.isnan(rerun_interval(*args)).all()
 
 
 def test_a_scaling_check_claims_no_share_above_the_probe_reading():

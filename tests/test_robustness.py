@@ -670,11 +670,18 @@ def test_pyperfs_loops_time_themselves_and_put_its_processes_on_whole_cores(tmp_
 
     peers, pyperf_side = _benchmark("peers"), _benchmark("peer_pyperf")
     n = 200_000  # about 5-15 ms a loop on the CPUs seen
-    for name in ("cpu_sequential", "cpu_processes", "cpu_threads"):
-        pyperf_side.UNITS = str(tmp_path / f"{name}.units")
-        mode, fn, _ = pyperf_side.BENCHMARKS[name]
-        for _ in range(3):
-            mode(fn, n)
+    switch = sys.getswitchinterval()
+    # the two threads' 5-15 ms loops take turns within a loop only where the GIL is handed over
+    # more often than its 5 ms default: else one loop can run whole before the other starts
+    sys.setswitchinterval(0.0005)
+    try:
+        for name in ("cpu_sequential", "cpu_processes", "cpu_threads"):
+            pyperf_side.UNITS = str(tmp_path / f"{name}.units")
+            mode, fn, _ = pyperf_side.BENCHMARKS[name]
+            for _ in range(3):
+                mode(fn, n)
+    finally:
+        sys.setswitchinterval(switch)
     seq = peers.pyperf_units(tmp_path / "cpu_sequential.units")
     par = peers.pyperf_units(tmp_path / "cpu_processes.units")
     thr = peers.pyperf_units(tmp_path / "cpu_threads.units")
