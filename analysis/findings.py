@@ -78,19 +78,16 @@ def fmt_transfer(row, kind: str = "rerun") -> str:
     (``speedup_norm_source`` ``in-window``), the share is how fast its slowest worker ran a unit
     against its baseline's: ``1.92x on whole cores (...; 1.48x measured while its slowest worker
     ran at about 0.77 of its baseline's speed, timed by the work's own units; the probe between rounds
-    read 1.98 of 2 CPUs delivered)``. Else :func:`fmt_x`. Where the capacity
-    readings' own spread widens the 95% CI on whole cores across 1 while the measured one lies clear of it, the measured
-    figure (which the winner rules decide on, :func:`winner`) leads and the other follows as too
-    wide to decide on: ``1.90x (...); on whole cores 2.21x (...), too wide to decide on``. So it
-    leads where the correction costs more certainty than it removes bias
-    (:func:`_spread_outweighs`): ``1.81x (...); on whole cores 1.89x (...), too uncertain to be
-    worth its 5% correction``. A
-    figure on whole cores above the point's own CPU count (more than its CPUs can give) says
-    that the probe's loop, corrected for, is not this work: the measured figure alone is given
-    there, with the CPUs delivered and why it is not corrected (no figure the line calls
-    wrong); so it is where the probe read more CPUs delivered than the point asked for (2.24 of
-    2: the noise of its loops of a few ms), which no machine delivers. Decisions read the 95%
-    CI whatever ``kind`` is shown."""
+    read 1.98 of 2 CPUs delivered)``, or by CPU time (:func:`_timed_by_the_work`). Else :func:`fmt_x`.
+    Where the capacity readings' own spread widens the 95% CI on whole cores across 1 while the measured one lies
+    clear of it, the measured figure (which the winner rules decide on, :func:`winner`) leads and the other follows
+    as too wide to decide on: ``1.90x (...); on whole cores 2.21x (...), too wide to decide on``. So it leads where
+    the correction costs more certainty than it removes bias (:func:`_spread_outweighs`): ``1.81x (...); on whole
+    cores 1.89x (...), too uncertain to be worth its 5% correction``. A figure on whole cores above the point's own
+    CPU count (more than its CPUs can give) says that the probe's loop, corrected for, is not this work: the measured
+    figure alone is given there, with the CPUs delivered and why it is not corrected (no figure the line calls
+    wrong); so it is where the probe read more CPUs delivered than the point asked for (2.24 of 2: the noise of its
+    loops of a few ms), which no machine delivers. Decisions read the 95% CI whatever ``kind`` is shown."""
     case = transfer_case(row)
     asked, got, norm, s = (row.get(c) for c in ("cpus_asked", "cpus_delivered", "speedup_norm", "speedup"))
     if row.get("speedup_norm_source") == "in-window" and case in ("overshoots", "on_whole_cores"):
@@ -126,7 +123,10 @@ def fmt_transfer(row, kind: str = "rerun") -> str:
 
 def _timed_by_the_work(row, kind: str, case: str) -> str:
     """:func:`fmt_transfer` of a point whose speedup on whole cores the work's own speed inside the
-    windows gave (``speedup_norm_source`` ``in-window``): ``case`` ``on_whole_cores`` or ``overshoots``."""
+    windows gave (``speedup_norm_source`` ``in-window``): ``case`` ``on_whole_cores`` or ``overshoots``.
+    Where its units were timed by the workers' CPU time, pooled (``unit_clock`` ``cpu``: threads
+    under the GIL), ``0.99x on whole cores (...; 1.20x measured while its workers, which ran one at
+    a time, ran a unit at about 1.22 of its baseline's speed by their CPU time; ...)``."""
     got, norm, s = (row.get(c) for c in ("cpus_delivered", "speedup_norm", "speedup"))
     asked = cpus_of(row)
     if case == "overshoots":
@@ -137,9 +137,14 @@ def _timed_by_the_work(row, kind: str, case: str) -> str:
     text = interval_text(row, kind, "speedup_norm")
     seen = got is not None and np.isfinite(got)
     probe = f"; the probe between rounds read {got:.2f} of {int(asked)} CPUs delivered" if seen else ""
+    who = (
+        "its workers, which ran one at a time, ran a unit at about {:.2f} of its baseline's speed by their CPU time"
+        if row.get("unit_clock") == "cpu"
+        else "its slowest worker ran at about {:.2f} of its baseline's speed, timed by the work's own units"
+    )
     return (
-        f"{bound(norm)}x on whole cores ({text + '; ' if text else ''}{bound(s)}x measured while its slowest worker"
-        f" ran at about {s / norm:.2f} of its baseline's speed, timed by the work's own units{probe})"
+        f"{bound(norm)}x on whole cores ({text + '; ' if text else ''}{bound(s)}x measured while"
+        f" {who.format(s / norm)}{probe})"
     )
 
 

@@ -50,7 +50,7 @@ from analysis.findings import best_index
 from analysis.rerun import add_rerun, rerun_bound
 from lab import intervals, registry
 from lab.declare import Experiment
-from lab.workspeed import UNIT_COLUMN
+from lab.workspeed import CLOCK_COLUMN, UNIT_COLUMN
 
 CONFIDENCE = intervals.CONFIDENCE
 N_RESAMPLES = 2000
@@ -155,6 +155,7 @@ def _point_row(spec: Experiment, point: dict, grp: pd.DataFrame, baselines: pd.D
     own_base = baselines[baselines["source"].isin(grp["source"])]
     row |= _capacity(ok, own_base)
     unit = [UNIT_COLUMN] if UNIT_COLUMN in ok and UNIT_COLUMN in own_base else []
+    row[CLOCK_COLUMN] = _clock(ok)
     cols = ["repeat", "value", *(["worker"] if "worker" in ok else []), *unit]
     paired = ok[cols].merge(own_base[["repeat", "value", *unit]], on="repeat", suffixes=("", "_base"))
     row["_values"], row["_base_values"] = values, own_base["value"].to_numpy(dtype=float)
@@ -166,6 +167,14 @@ def _point_row(spec: Experiment, point: dict, grp: pd.DataFrame, baselines: pd.D
     row["_workers"] = paired["worker"].fillna(0).to_numpy() if "worker" in paired else np.zeros(len(paired))
     row["_is_base"] = spec.is_baseline(point)
     return row
+
+
+def _clock(ok: pd.DataFrame) -> str:
+    """What a point's ``unit_ms`` timed (:data:`lab.workspeed.CLOCK_COLUMN`: ``elapsed``, ``cpu``):
+    the most rounds' value, "" where no round says."""
+    said = ok[CLOCK_COLUMN].fillna("").astype(str) if CLOCK_COLUMN in ok else pd.Series(dtype=str)
+    said = said[said != ""]
+    return str(said.mode().iloc[0]) if len(said) else ""
 
 
 def _median(values) -> float:

@@ -56,6 +56,10 @@ from lab.declare import Col
 #: The metrics column (docs/csv-schema.md).
 UNIT_COLUMN = "unit_ms"
 
+#: What :data:`UNIT_COLUMN` timed: ``elapsed`` (the slowest worker's time inside its units) or
+#: ``cpu`` (the workers' CPU time, pooled: threads under the GIL); empty where it is empty.
+CLOCK_COLUMN = "unit_clock"
+
 #: Its declaration, for an experiment's :attr:`lab.declare.Experiment.columns`.
 COLUMNS = {
     UNIT_COLUMN: Col(
@@ -65,8 +69,21 @@ COLUMNS = {
         " more than the CPUs, or are threads under the GIL (timed by their CPU time: one runs at a time); empty"
         " elsewhere",
         "ms",
-    )
+    ),
+    CLOCK_COLUMN: Col(
+        "str",
+        "what `unit_ms` timed: `elapsed` (the slowest worker's time inside its units) or `cpu` (the workers' CPU"
+        " time inside them, pooled over the workers: threads under the GIL, which run one at a time); empty where"
+        " `unit_ms` is",
+        "-",
+    ),
 }
+
+
+def clock_of(unit: float, cpu: bool) -> str:
+    """The :data:`CLOCK_COLUMN` value of a window whose :func:`unit_ms` is ``unit``, timed by CPU
+    time where ``cpu``: "" where ``unit`` is not a finite number."""
+    return ("cpu" if cpu else "elapsed") if math.isfinite(unit) else ""
 
 
 def unit_ms(spans: list[dict], units: str | None = None, cpu: bool = False) -> float:

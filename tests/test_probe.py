@@ -664,6 +664,32 @@ def test_the_speedup_on_whole_cores_divides_each_round_by_the_work_s_own_speed()
     assert fallback["speedup_norm_source"] == "probe" and fallback["speedup_norm"] == pytest.approx(fallback["speedup"])
 
 
+def test_units_timed_by_cpu_time_are_worded_as_the_workers_pooled_not_the_slowest():
+    """Threads under the GIL time their chunks by their CPU time, pooled (``unit_clock`` ``cpu``):
+    the summary carries what most rounds timed, and the headline says the workers ran one at a
+    time and gives their pace by CPU time, not "its slowest worker"; a point whose rounds timed
+    elapsed time keeps the slowest worker's words, and one that recorded no clock says none."""
+    from analysis.findings import fmt_transfer
+    from analysis.stats import summarise
+
+    ratios = [1.2, 1.25, 1.15, 1.2, 1.22, 1.18, 1.21, 1.19]
+    # as measured: the rounds whose threads read faster ran their chunks in less CPU time, and the
+    # speedup at the sequential loop's pace holds at about 1
+    df = _timed(ratios, [(0.99 + 0.002 * (r % 3)) / x for r, x in enumerate(ratios)])
+    df["unit_clock"] = "elapsed"
+    df.loc[df["role"] == "point", "unit_clock"] = ["cpu"] * 7 + ["elapsed"]
+    s = summarise(df, "gil").set_index("mode")
+    assert s.loc["processes", "unit_clock"] == "cpu"  # 7 rounds of 8
+    line = fmt_transfer(s.loc["processes"].to_dict())
+    assert line.startswith(f"{s.loc['processes', 'speedup_norm']:.2f}x on whole cores"), line
+    pace = s.loc["processes", "speedup"] / s.loc["processes", "speedup_norm"]
+    assert f"its workers, which ran one at a time, ran a unit at about {pace:.2f} of its baseline's speed" in line
+    assert "by their CPU time" in line and "slowest worker" not in line, line
+    df["unit_clock"] = "elapsed"
+    assert "its slowest worker ran at about" in fmt_transfer(summarise(df, "gil").set_index("mode").loc["processes"])
+    assert summarise(df.drop(columns="unit_clock"), "gil").set_index("mode").loc["processes", "unit_clock"] == ""
+
+
 def test_the_gil_chart_marks_the_speedup_on_whole_cores_where_the_headline_gives_it():
     """A black diamond with its CI, beside the measured bar, at the figure the headline leads with;
     the footnote says what it is. A chart with no such point draws none and says nothing of it."""

@@ -73,7 +73,10 @@ def test_processes_time_their_own_units_and_gil_bound_threads_their_cpu_time(qui
         assert one["unit_ms"] == pytest.approx(unit_ms(mine, cpu=cpu_time)), mode
         row = summary.query(f"workload == 'cpu' and mode == '{mode}'").iloc[0]
         assert row["speedup_norm_source"] == "in-window" and row["speedup_norm"] > 0, row
+        clock = "cpu" if cpu_time else "elapsed"  # what unit_ms timed, in every round and the summary
+        assert (cpu[cpu["mode"] == mode]["unit_clock"] == clock).all() and row["unit_clock"] == clock, mode
     assert unit_ms(mine, cpu=True) < unit_ms(mine)  # the threads' chunks: CPU time against elapsed
+    assert ok[ok["unit_ms"].isna()]["unit_clock"].isna().all()  # read back empty where nothing was timed
 
 
 @pytest.mark.slow

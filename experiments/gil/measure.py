@@ -40,7 +40,7 @@ from lab.params import Declared, param, repeats_field, sample_hz_field
 from lab.results import Measured, RunResult, interleave
 from lab.rounds import Rounds
 from lab.window import Meter
-from lab.workspeed import UNIT_COLUMN, unit_ms
+from lab.workspeed import CLOCK_COLUMN, UNIT_COLUMN, clock_of, unit_ms
 
 #: The measured code, started by path under the point's interpreter.
 PAYLOAD = Path(interpreters.__file__).with_name("pytasks.py")
@@ -139,6 +139,7 @@ class Runner:
         # threads of the CPU-bound loop under the GIL: one runs at a time, so each unit by its CPU time
         gil_bound = p.mode == "threads" and p.workload == "cpu" and p.workers > 1 and said["gil_enabled"]
         row[UNIT_COLUMN] = unit_ms(reply["spans"], cpu=gil_bound) if self.shares_nothing or gil_bound else float("nan")
+        row[CLOCK_COLUMN] = clock_of(row[UNIT_COLUMN], gil_bound)
         row |= {"python_version": said["version"], "free_threaded": said["free_threaded"]}
         row["gil_enabled"] = said["gil_enabled"]
         return Measured(win, row, spans)

@@ -52,7 +52,7 @@ from lab.params import Declared, param, repeats_field, sample_hz_field
 from lab.results import Measured, RunResult, interleave
 from lab.rounds import Rounds
 from lab.window import Meter
-from lab.workspeed import UNIT_COLUMN, unit_ms
+from lab.workspeed import CLOCK_COLUMN, UNIT_COLUMN, clock_of, unit_ms
 
 
 @dataclass(frozen=True)
@@ -227,6 +227,7 @@ class Runner:
         # the work's own speed (lab.workspeed): one intra-op thread per process, no more than the CPUs
         alone = p.threads == 1 and p.cpus_requested() <= self.meter.ncpu
         row[UNIT_COLUMN] = unit_ms(spans, units="steps") if alone else float("nan")
+        row[CLOCK_COLUMN] = clock_of(row[UNIT_COLUMN], cpu=False)
         return Measured(win, row, spans)
 
     def close(self) -> None:
