@@ -27,8 +27,8 @@ The rerun interval is symmetric on the log scale about the estimate, even where 
 A rerun's estimate ``Y`` and this run's ``X`` are two draws of one estimator, so ``log Y - log X``
 is symmetric about 0 whatever the skew of either: a median of 6 rounds whose CI is ``[min,
 max]`` can sit near one end by chance (run p1-1's 2 processes at 1.926x on whole cores, CI
-1.913-1.933; its rerun read 1.940x), and that end
-says how far this estimate may lie from the truth on that side, not how near a rerun will read.
+1.913-1.933; its rerun read 1.940x), and that end says how far this estimate may lie from the
+truth on that side, not how near a rerun will read.
 The two sides' log half-widths ``a`` (below) and ``b`` (above) are pooled as the spreads of the
 two independent draws: the difference's 95% half-width is ``sqrt(a^2 + b^2)`` times the
 Student factor, i.e. ``f(n) sqrt((a^2 + b^2) / 2)``, which is ``f(n) a`` for a symmetric CI and
