@@ -27,7 +27,8 @@ Definitions (per configuration point, over its ``ok`` replicates of the throughp
 * ``speedup_rerun_low``, ``speedup_rerun_high`` (and ``speedup_norm_rerun_low``, ``_high``):
   the 95% rerun interval, where a rerun of the point with as many rounds is expected to read its
   speedup: the CI widened on the log scale by ``sqrt(2) t(n - 1, 0.975) / z(0.975)`` for ``n``
-  rounds (:mod:`analysis.rerun`, which gives the sources).
+  rounds and made symmetric about the estimate (:func:`analysis.rerun.rerun_interval`; the
+  module gives the sources).
 * ``delivered_cpus`` (median over the job's rounds, with ``delivered_cpus_ci_low`` and
   ``_ci_high``): CPUs the machine delivered with all available CPUs busy;
   ``cpus_delivered`` and ``cpus_asked``: with the point's own CPUs busy, and how many it asked
