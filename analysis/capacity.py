@@ -243,6 +243,11 @@ def _inside_windows(r, s: float, n: int) -> str:
         return ""
     if s / norm >= 1 - WHOLE_CORES or norm > (1 + WHOLE_CORES) * n:  # within 3%, or above its CPUs
         return ""
+    if r.get("unit_clock") == "cpu":  # threads under the GIL, one at a time: their pace by CPU time, pooled
+        return (
+            f"its workers, which ran one at a time, ran their units at {s / norm:.2f} of its baseline's speed by their"
+            f" CPU time; at the baseline's pace {norm:.2f}x"
+        )
     return (
         f"its own units, timed inside the windows, ran at {s / norm:.2f} of its baseline's speed on its slowest worker"
         f" (time a unit): the machine delivered less inside the windows than the probe saw between them;"

@@ -25,18 +25,21 @@ honest, the rerun interval's widening was short (docs/benchmarks.md).
 
 The rerun interval is symmetric on the log scale about the estimate, even where the CI is not.
 A rerun's estimate ``Y`` and this run's ``X`` are two draws of one estimator, so ``log Y - log X``
-is symmetric about 0 whatever the skew of either: a median of 6 rounds whose CI is ``[min,
-max]`` can sit near one end by chance (run p1-1's 2 processes at 1.926x on whole cores, CI
+is symmetric about 0 whatever the skew of either: a median of 6-9 rounds whose CI is about
+``[min, max]`` can sit near one end by chance (run p1-1's 2 processes at 1.926x on whole cores, CI
 1.913-1.933; its rerun read 1.940x), and that end says how far this estimate may lie from the
 truth on that side, not how near a rerun will read.
-The two sides' log half-widths ``a`` (below) and ``b`` (above) are pooled as the spreads of the
-two independent draws: the difference's 95% half-width is ``sqrt(a^2 + b^2)`` times the
-Student factor, i.e. ``f(n) sqrt((a^2 + b^2) / 2)``, which is ``f(n) a`` for a symmetric CI and
-so the Spence-Stanley interval above. Measured on the stored pairs of quick runs of the AVX-512
-EPYC VM (m1, o1, p1; the first screen's figures as the headlines give them), the rerun interval
-so built held 67 of 70 reruns' figures (95.7%; 63 of 70, 90.0%, with each side widened alone),
-at a median width of 11.8% (11.1%); recomputed from the stored CIs of 19 older pairs of three
-machines, 413 of 440 (93.9%; 402, 91.4%) (docs/benchmarks.md, 2026-12-08).
+The two sides' log half-widths ``a`` (below) and ``b`` (above) are two estimates of one draw's
+spread; their root mean square ``sqrt((a^2 + b^2) / 2)`` pools them, and the difference of two
+draws is ``sqrt(2)`` times as wide, times the Student factor: ``f(n) sqrt((a^2 + b^2) / 2)``,
+which is ``f(n) a`` for a symmetric CI and so the Spence-Stanley interval above. Measured on
+the stored pairs of quick runs of the AVX-512 EPYC VM (the first screen's figures as the
+headlines give them), the rerun interval so built held 67 of 70 reruns' figures in m1, o1 and p1
+(95.7%; 63 of 70, 90.0%, with each side widened alone) at a median width of 11.8% (11.1%); in
+q1, run after the change, 20 of 22 at 4.6% (21 of 22 at 3.9% with each side widened alone); the
+four pairs pooled, 87 of 92 (94.6%) at 8.4% (84, 91.3%, at 7.7%); recomputed from the stored CIs
+of 19 older pairs of three machines, 413 of 440 (93.9%; 402, 91.4%) (docs/benchmarks.md,
+2026-12-08).
 
 It holds what moves within a run, not a machine that changes between runs.
 """
@@ -80,11 +83,11 @@ def rerun_interval(estimate, low, high, n) -> tuple[np.ndarray, np.ndarray]:
     (scalars or arrays): ``estimate * exp(-+h)``, ``h = f(n) sqrt((a^2 + b^2) / 2)`` with
     ``a = log(estimate / low)``, ``b = log(high / estimate)`` and ``f`` :func:`rerun_factor`
     (the module docstring: symmetric on the log scale, as the difference of two draws of one
-    estimator is). It holds the CI. NaN where any of the three is not positive, ``low`` lies above
-    the estimate or ``high`` below it, or ``n`` is below 2."""
+    estimator is). It holds the CI. NaN where any of the three is not a finite positive number,
+    ``low`` lies above the estimate or ``high`` below it, or ``n`` is below 2."""
     s, lo, hi = (np.asarray(v, dtype=float) for v in (estimate, low, high))
-    ok = (s > 0) & (lo > 0) & (hi > 0) & (lo <= s) & (s <= hi)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    ok = np.isfinite(s) & np.isfinite(lo) & np.isfinite(hi) & (s > 0) & (lo > 0) & (hi > 0) & (lo <= s) & (s <= hi)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         a, b = np.log(np.where(ok, s / lo, 1.0)), np.log(np.where(ok, hi / s, 1.0))
         h = rerun_factor(n) * np.sqrt((a * a + b * b) / 2)
         return np.where(ok, s * np.exp(-h), np.nan), np.where(ok, s * np.exp(h), np.nan)

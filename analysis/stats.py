@@ -172,8 +172,8 @@ def _point_row(spec: Experiment, point: dict, grp: pd.DataFrame, baselines: pd.D
 
 def _clock(ok: pd.DataFrame) -> str:
     """What a point's ``unit_ms`` timed (:data:`lab.workspeed.CLOCK_COLUMN`: ``elapsed``, ``cpu``):
-    the most rounds' value, "" where no round says."""
-    said = ok[CLOCK_COLUMN].fillna("").astype(str) if CLOCK_COLUMN in ok else pd.Series(dtype=str)
+    the most rounds' value (a tie: the first in alphabetical order), "" where no round says."""
+    said = ok[CLOCK_COLUMN].astype(object).fillna("").astype(str) if CLOCK_COLUMN in ok else pd.Series(dtype=str)
     said = said[said != ""]
     return str(said.mode().iloc[0]) if len(said) else ""
 

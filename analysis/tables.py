@@ -76,6 +76,7 @@ KNOWN = {
     **dict.fromkeys(("speedup_norm", "speedup_norm_ci_low", "speedup_norm_ci_high"), FLOAT),
     **dict.fromkeys(("speedup_rerun_low", "speedup_rerun_high"), FLOAT),
     **dict.fromkeys(("speedup_norm_rerun_low", "speedup_norm_rerun_high"), FLOAT),
+    "unit_clock": STR,  # lab/workspeed.py, per window and per point
 }
 
 _PY_TYPES = {bool: BOOL, int: INT, float: FLOAT, str: STR}

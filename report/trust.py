@@ -176,7 +176,8 @@ def capacity_paragraph(drift: dict, vm: dict | None = None) -> str:
         f"(lab/probe.py): {capacity_text(drift)}. A speedup is also given on whole cores, the figure that "
         "transfers to a rerun on the same machine: divided by the share of a core its work got, timed by the "
         "work's own units inside the windows where its workers share nothing (each round, the time a unit took "
-        "on the slowest worker against the baseline's: lab/workspeed.py), else by the probe (the share of a "
+        "on the slowest worker against the baseline's; for threads under the GIL, which run one at a time, a "
+        "unit's CPU time pooled over them: lab/workspeed.py), else by the probe (the share of a "
         f"core per busy CPU, its median over the job's rounds).{cost}"
         + (f" {events}" if (events := vm_events_text(vm or {})) else "")
     )

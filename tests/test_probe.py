@@ -690,6 +690,21 @@ def test_units_timed_by_cpu_time_are_worded_as_the_workers_pooled_not_the_slowes
     assert summarise(df.drop(columns="unit_clock"), "gil").set_index("mode").loc["processes", "unit_clock"] == ""
 
 
+def test_an_empty_unit_clock_reads_back_as_text(tmp_path):
+    """summary.csv of an experiment that times no units has an empty ``unit_clock``: read back as
+    text (""), as docs/csv-schema.md says, not as a column of NaN floats; a float NaN in a frame
+    read some other way is no clock either."""
+    from analysis.stats import _clock
+    from analysis.tables import read_table
+
+    path = tmp_path / "summary.csv"
+    pd.DataFrame({"experiment": ["jit"], "n": [6], "unit_clock": [""]}).to_csv(path, index=False)
+    read = read_table(path)
+    assert read["unit_clock"].tolist() == [""] and read["n"].tolist() == [6]
+    assert _clock(pd.DataFrame({"unit_clock": [np.nan, np.nan]})) == ""
+    assert _clock(pd.DataFrame({"unit_clock": [np.nan, "cpu", "cpu", "elapsed"]})) == "cpu"
+
+
 def test_the_gil_chart_marks_the_speedup_on_whole_cores_where_the_headline_gives_it():
     """A black diamond with its CI, beside the measured bar, at the figure the headline leads with;
     the footnote says what it is. A chart with no such point draws none and says nothing of it."""
@@ -723,6 +738,10 @@ def test_a_shortfall_the_probe_missed_is_named_from_the_work_s_own_units():
     assert "ran at 0.77 of its baseline's speed on its slowest worker" in text and "on whole cores 1.92x" in text, text
     plain = capacity_reason(r | {"speedup_norm": 1.48}, 1.48, 2, "possibilities", {"available_cpus": 2}, "2 processes")
     assert "do not explain" in plain and "slowest worker" not in plain, plain
+    # units timed by CPU time, pooled over threads that ran one at a time: their pace, not a slowest worker's
+    cpu = capacity_reason(timed | {"unit_clock": "cpu"}, 1.48, 2, "possibilities", {"available_cpus": 2}, "2 threads")
+    assert "its workers, which ran one at a time, ran their units at 0.77 of its baseline's speed" in cpu, cpu
+    assert "slowest worker" not in cpu and "at the baseline's pace 1.92x" in cpu, cpu
 
 
 def test_unit_times_leave_out_what_is_not_a_unit_of_work():
