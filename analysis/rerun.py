@@ -69,10 +69,10 @@ def rerun_factor(n) -> np.ndarray:
     return np.where(ok, RERUN_WIDENING * stats.t.ppf(q, np.where(ok, n - 1, 1)) / stats.norm.ppf(q), np.nan)
 
 
-def rerun_bound(estimate, bound, factor=RERUN_WIDENING):
-    """``estimate * (bound / estimate) ** factor``: a bound widened on the log scale (e.g. a 95%
-    CI's into the rerun interval's with :func:`rerun_factor`); scalars or arrays, NaN where
-    either is not positive."""
+def rerun_bound(estimate, bound, factor):
+    """``estimate * (bound / estimate) ** factor``: a bound widened on the log scale about the
+    estimate, each side by itself (a CI by the spread between worker processes,
+    :func:`analysis.stats.worker_scale`); scalars or arrays, NaN where either is not positive."""
     s, b = np.asarray(estimate, dtype=float), np.asarray(bound, dtype=float)
     ok = (s > 0) & (b > 0)
     return np.where(ok, s * (np.where(ok, b, 1.0) / np.where(ok, s, 1.0)) ** factor, np.nan)
